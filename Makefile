@@ -1,0 +1,34 @@
+# Two commands: `make demo` and `make test` (see README). Everything they need is set up here.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint format system figures clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+# Debian packages and sysctls the tests and benchmarks use (tshark, iperf3, socket buffers).
+system:
+	@bash tools/setup_system.sh
+
+demo: $(STAMP)
+	$(BIN)/sdr demo
+
+test: $(STAMP) system
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

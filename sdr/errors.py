@@ -1,0 +1,44 @@
+"""The one error hierarchy of the SDK, rooted at :class:`SDRError`.
+
+Every message names the bad value and what was expected, so a user can fix the call
+without reading the source.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+
+class SDRError(Exception):
+    """Base class of every error the SDK raises on purpose."""
+
+
+class ConfigError(SDRError, ValueError):
+    """An attribute, config value or argument is invalid (wrong type, range or unit)."""
+
+
+class TransportError(SDRError):
+    """A backend could not move data (socket error, missing device, peer gone)."""
+
+
+class ProtocolError(SDRError):
+    """The peer broke the protocol (malformed control message, incompatible QP attributes)."""
+
+
+class ResourceBusy(SDRError):
+    """A bounded resource is full (all message slots in use); retry after progress.
+
+    The paper's C API returns RETRY in this case.
+    """
+
+
+class TimeoutError(SDRError, builtins.TimeoutError):  # noqa: A001 - deliberate, documented name
+    """An operation did not finish in time (a wait, or a reliability scheme's global timeout)."""
+
+
+class MessageFailed(SDRError):
+    """A message was given up: its bytes are not (all) correct and it is not complete."""
+
+
+class BackendNotFound(ConfigError):
+    """No backend of that name is registered in the ``sdr.backends`` entry-point group."""
