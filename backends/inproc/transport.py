@@ -1,0 +1,174 @@
+"""The in-process transport: two contexts in one process joined by an InprocNetwork.
+
+It behaves like a NIC on a lossy wire: payload is copied onto the wire when posted,
+placed through the key table when it lands (late, stale and out-of-range packets are
+counted and never written), and a completion row is produced per placed packet. Tests
+and the simulator use it; with a ManualClock everything is deterministic.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any, ClassVar
+
+from backends.inproc.network import InprocNetwork, ManualClock
+from sdr.config import QPAttr
+from sdr.errors import ConfigError, ProtocolError, TransportError
+from sdr.key_table import KeyTable, Placement
+from sdr.pacing import TokenBucket
+from sdr.transport import (
+    MAX_CONTROL_SIZE,
+    CompletionBatch,
+    MemoryRegion,
+    Transport,
+    TransportQP,
+    WriteBatch,
+    as_byte_view,
+)
+
+__all__ = ["InprocTransport", "InprocQP"]
+
+_DEFAULT_NETWORK: InprocNetwork | None = None
+
+
+def default_network() -> InprocNetwork:
+    """The process-wide lossless wire used when no network is given."""
+    global _DEFAULT_NETWORK
+    if _DEFAULT_NETWORK is None:
+        _DEFAULT_NETWORK = InprocNetwork()
+    return _DEFAULT_NETWORK
+
+
+class InprocQP(TransportQP):
+    """Transport side of one QP on the in-process wire."""
+
+    def __init__(self, transport: InprocTransport, attr: QPAttr) -> None:
+        self.transport = transport
+        self.attr = attr
+        self.network = transport.network
+        self.eid = self.network.attach()
+        self.peer: int | None = None
+        self.keys = KeyTable(attr)
+        burst = max(attr.chunk_size, 16 * attr.mtu) * 8
+        self.pacer = TokenBucket(attr.rate_limit, burst)
+        self._counters = {"late": 0, "out_of_range": 0, "stale_generation": 0, "malformed": 0}
+        self._control: list[bytes] = []
+
+    def info(self) -> dict[str, Any]:
+        return {"network": self.network.id, "endpoint": self.eid}
+
+    def connect(self, remote: dict[str, Any]) -> None:
+        if remote.get("network") != self.network.id:
+            raise ConfigError(
+                "inproc peers must share one InprocNetwork (pass the same network= to both "
+                "contexts)"
+            )
+        self.peer = int(remote["endpoint"])
+
+    def bind(
+        self,
+        generation: int,
+        slot: int,
+        region: MemoryRegion,
+        offset: int,
+        length: int,
+        msg_id: int,
+    ) -> None:
+        self.keys.bind(generation, slot, region, offset, length, msg_id)
+
+    def unbind(self, generation: int, slot: int) -> None:
+        self.keys.unbind(generation, slot)
+
+    def send_budget(self, now: float) -> int:
+        return self.pacer.budget(now, self.attr.mtu * 8)
+
+    def post_writes(self, batch: WriteBatch) -> None:
+        if self.peer is None:
+            raise TransportError("QP is not connected")
+        view, send, peer, gen = batch.region.view, self.network.send, self.peer, batch.generation
+        for ch, roff, imm, src, n in zip(
+            batch.channels.tolist(),
+            batch.remote_offsets.tolist(),
+            batch.imms.tolist(),
+            batch.src_offsets.tolist(),
+            batch.lengths.tolist(),
+            strict=True,
+        ):
+            send(peer, (gen, ch, roff, imm, bytes(view[src : src + n])))
+        self.pacer.consume(self.transport.now(), batch.payload_bytes * 8)
+
+    def poll_completions(self, max_packets: int) -> CompletionBatch:
+        inbox = self.network.inbox(self.eid)
+        rows = []
+        resolve, counters = self.keys.resolve, self._counters
+        while inbox and len(rows) < max_packets:
+            item = inbox.popleft()
+            if isinstance(item, bytes):  # control message
+                self._control.append(item)
+                continue
+            gen, ch, roff, imm, payload = item
+            where = resolve(gen, roff, len(payload), imm)
+            if not isinstance(where, Placement):
+                counters[where] += 1
+                continue
+            where.region.view[where.offset : where.offset + len(payload)] = payload
+            rows.append((ch, gen, imm, len(payload), roff))
+        return CompletionBatch.from_rows(rows)
+
+    def send_control(self, data: bytes) -> None:
+        if len(data) > MAX_CONTROL_SIZE:
+            raise ProtocolError(f"control message of {len(data)} bytes > {MAX_CONTROL_SIZE}")
+        if self.peer is None:
+            raise TransportError("QP is not connected")
+        self.network.send(self.peer, bytes(data), control=True)
+
+    def poll_control(self) -> list[bytes]:
+        inbox = self.network.inbox(self.eid)
+        # control messages are taken in order; data stays queued for poll_completions
+        kept = []
+        while inbox:
+            item = inbox.popleft()
+            (self._control if isinstance(item, bytes) else kept).append(item)
+        inbox.extend(kept)
+        out, self._control = self._control, []
+        return out
+
+    def counters(self) -> dict[str, int]:
+        return dict(self._counters)
+
+    def close(self) -> None:
+        self.network.detach(self.eid)
+
+
+class InprocTransport(Transport):
+    """Backend ``inproc``: contexts in one process sharing an :class:`InprocNetwork`.
+
+    network: the wire to attach to (default: a process-wide lossless one).
+    """
+
+    name: ClassVar[str] = "inproc"
+    _keys = itertools.count(1)
+
+    def __init__(self, network: InprocNetwork | None = None) -> None:
+        self.network = network or default_network()
+
+    def now(self) -> float:
+        return self.network.clock()
+
+    def register(self, buffer: object) -> MemoryRegion:
+        return MemoryRegion(key=next(self._keys), view=as_byte_view(buffer), owner=buffer)
+
+    def create_qp(self, attr: QPAttr) -> InprocQP:
+        return InprocQP(self, attr)
+
+    def wait(self, timeout: float) -> None:
+        """Let time pass until the next packet lands (a ManualClock jumps there)."""
+        nxt = self.network.next_delivery()
+        now = self.now()
+        step = timeout if nxt is None else min(timeout, max(0.0, nxt - now))
+        clock = self.network.clock
+        if isinstance(clock, ManualClock):
+            clock.advance(step if step > 0 else timeout)
+        elif step > 0:
+            time.sleep(step)

@@ -1,0 +1,39 @@
+"""Actions the core hands to a driver (the driver carries them out, the core never does I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sdr.transport import MemoryRegion
+
+__all__ = ["Bind", "Unbind", "SendControl", "Action"]
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """Point key-table entry (generation, slot) at message msg_id in region[offset:+length]."""
+
+    generation: int
+    slot: int
+    region: MemoryRegion
+    offset: int
+    length: int
+    msg_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Unbind:
+    """Point key-table entry (generation, slot) at NULL: the late-packet guard."""
+
+    generation: int
+    slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendControl:
+    """Send one control message to the peer."""
+
+    data: bytes
+
+
+Action = Bind | Unbind | SendControl

@@ -1,0 +1,303 @@
+"""The public API (names mirror the paper's Table 1): Context, QP and handles.
+
+This is the thin layer that joins the sans-I/O core (:class:`QueuePairCore`) to a driver
+(:class:`Transport`). It reads time only through the driver and does no I/O of its own;
+all work happens inside :meth:`Context.progress` (CPU progress, no hidden threads)::
+
+    ctx = sdr.Context(backend="inproc")
+    qp = ctx.create_qp(sdr.QPAttr(mtu=4096, chunk_size="64KiB"))
+    qp.connect(peer_info)            # bytes from the peer's qp.info(), exchanged out of band
+    mr = ctx.register(numpy_array)
+    rh = qp.post_recv(mr)            # rh.bitmap fills as chunks land
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from sdr.actions import Bind, SendControl, Unbind
+from sdr.backend_registry import load_backend
+from sdr.chunk_bitmap import bitmap_chunk_expand
+from sdr.config import QPAttr
+from sdr.errors import ConfigError, ProtocolError, TimeoutError
+from sdr.queue_pair import QueuePairCore
+from sdr.recv_table import RecvRecord, RecvState
+from sdr.send_table import SendRecord, SendState
+from sdr.transport import MemoryRegion, Transport
+
+__all__ = ["Context", "QP", "RecvHandle", "SendHandle", "SendStream"]
+
+_INFO_VERSION = 1
+_POLL_BATCH = 4096
+_IDLE_WAIT_S = 0.001
+
+
+class Context:
+    """A device context: one backend (transport) and the QPs created on it."""
+
+    def __init__(self, backend: str | Transport = "inproc", **attrs: Any) -> None:
+        if isinstance(backend, Transport):
+            if attrs:
+                raise ConfigError("pass backend attributes to the Transport itself")
+            self.transport = backend
+        else:
+            self.transport = load_backend(backend)(**attrs)
+        self._qps: list[QP] = []
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def now(self) -> float:
+        """The backend's clock (seconds)."""
+        return self.transport.now()
+
+    def register(self, buffer: object) -> MemoryRegion:
+        """Register a writable buffer (NumPy array, bytearray, mmap ...) for SDR I/O."""
+        return self.transport.register(buffer)
+
+    def create_qp(self, attr: QPAttr | None = None) -> QP:
+        """Create an SDR queue pair with these attributes (defaults: the paper's)."""
+        qp = QP(self, attr or QPAttr())
+        self._qps.append(qp)
+        return qp
+
+    def progress(self) -> int:
+        """Drive every QP once: receive, apply, send. Returns the units of work done."""
+        return sum(qp.progress() for qp in self._qps)
+
+    def wait_until(self, condition: Any, timeout: float | None, what: str) -> None:
+        """Progress until ``condition()`` holds; sdr.TimeoutError after ``timeout`` s."""
+        deadline = None if timeout is None else self.now() + timeout
+        while not condition():
+            if self.progress() == 0:
+                if deadline is not None and self.now() >= deadline:
+                    raise TimeoutError(f"{what} did not finish within {timeout} s")
+                self.transport.wait(_IDLE_WAIT_S)
+
+    def close(self) -> None:
+        for qp in self._qps:
+            qp.close()
+        self._qps.clear()
+        self.transport.close()
+
+
+class QP:
+    """An SDR queue pair: unreliable one-packet writes with a receive chunk bitmap."""
+
+    def __init__(self, ctx: Context, attr: QPAttr) -> None:
+        self.ctx = ctx
+        self.attr = attr
+        self.core = QueuePairCore(attr)
+        self.transport_qp = ctx.transport.create_qp(attr)
+        self.connected = False
+
+    def info(self) -> bytes:
+        """Bytes to hand to the peer's :meth:`connect` (out of band)."""
+        return json.dumps(
+            {
+                "version": _INFO_VERSION,
+                "backend": self.ctx.transport.name,
+                "attr": self.attr.wire_dict(),
+                "transport": self.transport_qp.info(),
+            }
+        ).encode()
+
+    def connect(self, remote_info: bytes) -> None:
+        """Connect to the peer QP whose :meth:`info` this is; attributes must agree."""
+        try:
+            remote = json.loads(remote_info)
+            version, backend = remote["version"], remote["backend"]
+            attr, transport = remote["attr"], remote["transport"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ProtocolError(f"peer info is not valid SDR QP info: {exc}") from exc
+        if version != _INFO_VERSION:
+            raise ProtocolError(f"peer info version {version}, expected {_INFO_VERSION}")
+        if backend != self.ctx.transport.name:
+            raise ConfigError(f"peer uses backend {backend!r}, this QP {self.ctx.transport.name!r}")
+        mine = self.attr.wire_dict()
+        differ = {k: (mine[k], attr.get(k)) for k in mine if attr.get(k) != mine[k]}
+        if differ:
+            detail = ", ".join(f"{k}: ours {a}, peer {b}" for k, (a, b) in differ.items())
+            raise ConfigError(f"QP attributes differ from the peer's: {detail}")
+        self.transport_qp.connect(transport)
+        self.connected = True
+
+    def _check_connected(self) -> None:
+        if not self.connected:
+            raise ConfigError("connect the QP (qp.connect(peer_info)) before posting")
+
+    def post_recv(self, mr: MemoryRegion, offset: int = 0, length: int | None = None) -> RecvHandle:
+        """Post a receive into mr[offset:offset+length]; matched to the peer's next send."""
+        self._check_connected()
+        return RecvHandle(self, self.core.post_recv(self.ctx.now(), mr, offset, length))
+
+    def post_send(
+        self, mr: MemoryRegion, offset: int = 0, length: int | None = None, imm: int | None = None
+    ) -> SendHandle:
+        """Send mr[offset:offset+length] as one message into the peer's next posted receive."""
+        self._check_connected()
+        return SendHandle(self, self.core.post_send(self.ctx.now(), mr, offset, length, imm))
+
+    def send_stream(self, imm: int | None = None) -> SendStream:
+        """Start a streaming send: write ranges at any offset, then end()."""
+        self._check_connected()
+        return SendStream(self, self.core.stream_start(self.ctx.now(), imm))
+
+    def send_control(self, data: bytes) -> None:
+        """Queue a control message for the peer (used by reliability schemes)."""
+        self.core.queue_control(data)
+
+    def poll_control(self) -> list[bytes]:
+        """Control messages for the layer above (not SDR's own CTS)."""
+        out = list(self.core.upper_control)
+        self.core.upper_control.clear()
+        return out
+
+    def counters(self) -> dict[str, int]:
+        """Core counters plus the driver's discards (summed where both count)."""
+        merged = self.core.counters.as_dict()
+        for key, value in self.transport_qp.counters().items():
+            merged[key] = merged.get(key, 0) + value
+        return merged
+
+    def progress(self) -> int:
+        """One round of work: control in, completions in, actions out, packets out."""
+        if not self.connected:
+            return 0
+        core, tqp = self.core, self.transport_qp
+        now = self.ctx.now()
+        work = 0
+        for data in tqp.poll_control():
+            core.receive_control(now, data)
+            work += 1
+        while True:
+            batch = tqp.poll_completions(_POLL_BATCH)
+            if not len(batch):
+                break
+            core.receive_completions(now, batch)
+            work += len(batch)
+        work += self._carry_out()
+        budget = tqp.send_budget(now)
+        if budget > 0:
+            for batch in core.writes_to_send(now, budget):
+                tqp.post_writes(batch)
+                work += len(batch)
+        return work + self._carry_out()
+
+    def _carry_out(self) -> int:
+        actions = self.core.actions_to_do()
+        tqp = self.transport_qp
+        for action in actions:
+            if isinstance(action, Bind):
+                tqp.bind(
+                    action.generation,
+                    action.slot,
+                    action.region,
+                    action.offset,
+                    action.length,
+                    action.msg_id,
+                )
+            elif isinstance(action, Unbind):
+                tqp.unbind(action.generation, action.slot)
+            elif isinstance(action, SendControl):
+                tqp.send_control(action.data)
+        return len(actions)
+
+    def close(self) -> None:
+        self.transport_qp.close()
+
+
+class RecvHandle:
+    """A posted receive: its chunk bitmap, immediate and completion."""
+
+    def __init__(self, qp: QP, record: RecvRecord) -> None:
+        self.qp = qp
+        self.record = record
+
+    @property
+    def bitmap(self) -> np.ndarray:
+        """Read-only chunk bitmap: one bool per chunk, True once all its packets arrived."""
+        return self.record.bitmap.view()
+
+    @property
+    def imm(self) -> int | None:
+        """The sender's 32-bit immediate; None until all its fragments arrived."""
+        return self.record.imm
+
+    @property
+    def length(self) -> int:
+        return self.record.length
+
+    @property
+    def completed(self) -> bool:
+        return self.record.state is RecvState.COMPLETED
+
+    def poll(self) -> bool:
+        """Progress once; True when every chunk and the immediate have arrived."""
+        self.qp.ctx.progress()
+        return self.record.arrived
+
+    def wait(self, timeout: float | None = None) -> RecvHandle:
+        """Progress until everything arrived (sdr.TimeoutError after ``timeout`` s)."""
+        self.qp.ctx.wait_until(lambda: self.record.arrived, timeout, f"receive {self.record.seq}")
+        return self
+
+    def complete(self) -> None:
+        """Release the receive (early completion allowed): later packets are discarded."""
+        self.qp.core.complete_recv(self.qp.ctx.now(), self.record)
+        self.qp._carry_out()
+
+    def chunk_ranges(self, chunks: object) -> np.ndarray:
+        """Byte ranges [start, stop) of chunk indices or a chunk mask (bitmap_chunk_expand)."""
+        return bitmap_chunk_expand(chunks, self.qp.attr.chunk_size, self.record.length)
+
+    def missing_chunks(self) -> np.ndarray:
+        """Indices of chunks not yet arrived."""
+        return self.record.bitmap.missing_chunks()
+
+
+class _SendBase:
+    def __init__(self, qp: QP, record: SendRecord) -> None:
+        self.qp = qp
+        self.record = record
+
+    def _done(self) -> bool:
+        if self.record.state is SendState.FAILED:
+            assert self.record.error is not None
+            raise self.record.error
+        return self.record.done
+
+    def poll(self) -> bool:
+        """Progress once; True when every packet was handed to the transport.
+
+        Raises the message's error if it failed (e.g. it does not fit the receive).
+        """
+        self.qp.ctx.progress()
+        return self._done()
+
+    def wait(self, timeout: float | None = None) -> _SendBase:
+        """Progress until sent (sdr.TimeoutError after ``timeout`` s)."""
+        self.qp.ctx.wait_until(self._done, timeout, f"send {self.record.seq}")
+        return self
+
+
+class SendHandle(_SendBase):
+    """A one-shot send."""
+
+
+class SendStream(_SendBase):
+    """A streaming send: ranges at any (MTU-aligned) remote offset, then end()."""
+
+    def send(self, mr: MemoryRegion, src_offset: int, dst_offset: int, length: int) -> None:
+        """Write mr[src_offset:+length] to remote bytes [dst_offset, dst_offset+length)."""
+        self.qp.core.stream_send(self.qp.ctx.now(), self.record, mr, src_offset, dst_offset, length)
+
+    def end(self) -> None:
+        """No more ranges; the stream completes when what is queued is sent."""
+        self.qp.core.stream_end(self.qp.ctx.now(), self.record)

@@ -1,0 +1,117 @@
+"""Validated attributes of a queue pair (the paper's qp_create attributes).
+
+Sizes, rates and times accept the units syntax of :mod:`sdr.units` (``"64KiB"``,
+``"100Gbit/s"``); the stored values are bytes and bits per second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from sdr.errors import ConfigError
+from sdr.immediate import ImmediateLayout
+from sdr.units import format_size, parse_rate, parse_size
+
+__all__ = ["QPAttr"]
+
+MIN_MTU = 64
+MAX_MTU = 1 << 20
+MAX_CHANNELS = 256
+MAX_GENERATIONS = 16
+
+
+def _int_in(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be in [{low}, {high}], got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class QPAttr:
+    """Attributes of an SDR queue pair.
+
+    mtu: payload bytes per packet (one write-with-immediate each).
+    chunk_size: bytes per bitmap bit; a multiple of the MTU (the paper's default 64 KiB).
+    max_message_size: largest message; also the size of one slot of the remote key space.
+    max_messages: receive slots, i.e. messages in flight per direction.
+    channels: transport QPs per generation; packets go round-robin over them.
+    generations: transport QP sets per SDR QP; stale-generation packets are dropped.
+    rate_limit: sender pacing in bits/s, or None for unpaced.
+    id_bits / offset_bits / user_imm_bits: the 32-bit immediate split (10+18+4 default).
+    """
+
+    mtu: int | str = 4096
+    chunk_size: int | str = 65536
+    max_message_size: int | str = 8 << 20
+    max_messages: int = 128
+    channels: int = 1
+    generations: int = 4
+    rate_limit: float | str | None = None
+    id_bits: int = 10
+    offset_bits: int = 18
+    user_imm_bits: int = 4
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "mtu", _int_in("mtu", parse_size(self.mtu), MIN_MTU, MAX_MTU))
+        set_(self, "chunk_size", parse_size(self.chunk_size))
+        set_(self, "max_message_size", parse_size(self.max_message_size))
+        if self.rate_limit is not None:
+            rate = parse_rate(self.rate_limit)
+            if rate <= 0:
+                raise ConfigError(f"rate_limit must be > 0 or None, got {self.rate_limit!r}")
+            set_(self, "rate_limit", rate)
+        layout = self.layout  # validates the split
+        mtu, chunk = self.mtu, self.chunk_size
+        if chunk < mtu or chunk % mtu:
+            raise ConfigError(
+                f"chunk_size {format_size(chunk)} must be a whole multiple of the mtu "
+                f"({mtu} bytes), e.g. {format_size(mtu * 16)}"
+            )
+        if self.max_message_size < 1:
+            raise ConfigError(f"max_message_size must be >= 1 byte, got {self.max_message_size}")
+        limit = layout.max_packets * mtu
+        if self.max_message_size > limit:
+            raise ConfigError(
+                f"max_message_size {format_size(self.max_message_size)} exceeds what "
+                f"{layout.offset_bits} offset bits address at mtu {mtu}: {format_size(limit)}; "
+                "raise offset_bits (e.g. 8+22+2) or the mtu"
+            )
+        _int_in("max_messages", self.max_messages, 1, layout.max_message_ids)
+        _int_in("channels", self.channels, 1, MAX_CHANNELS)
+        _int_in("generations", self.generations, 1, MAX_GENERATIONS)
+
+    @property
+    def layout(self) -> ImmediateLayout:
+        """The immediate split these attributes describe."""
+        return ImmediateLayout(self.id_bits, self.offset_bits, self.user_imm_bits)
+
+    @property
+    def packets_per_chunk(self) -> int:
+        """Packets per bitmap chunk."""
+        return self.chunk_size // self.mtu
+
+    def replace(self, **changes: Any) -> QPAttr:
+        """A copy with some attributes changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def wire_dict(self) -> dict[str, Any]:
+        """The attributes both ends of a connection must agree on."""
+        return {
+            "mtu": self.mtu,
+            "max_message_size": self.max_message_size,
+            "max_messages": self.max_messages,
+            "channels": self.channels,
+            "generations": self.generations,
+            "id_bits": self.id_bits,
+            "offset_bits": self.offset_bits,
+            "user_imm_bits": self.user_imm_bits,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        """All attributes as plain values (bytes, bits/s)."""
+        return dataclasses.asdict(self)

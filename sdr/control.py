@@ -1,0 +1,61 @@
+"""Control messages of the SDR layer itself, and the type-byte ranges of the control path.
+
+Every control message starts with one type byte. Ranges:
+  1..15    the SDR core (clear-to-send)
+  16..63   reliability schemes (sdr.reliability)
+  64..255  free for users' own schemes
+
+CTS (clear-to-send), 24 bytes, network byte order:
+  type u8 = 1 | version u8 = 1 | generation u8 | pad u8 | msg_id u16 | slot u16 |
+  seq u64 (n-th posted receive) | length u64 (bytes posted)
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from sdr.errors import ProtocolError
+
+__all__ = ["CTS", "CTS_TYPE", "SDR_TYPES", "RELIABILITY_TYPES", "decode_cts", "message_type"]
+
+CTS_TYPE = 1
+SDR_TYPES = range(1, 16)
+RELIABILITY_TYPES = range(16, 64)
+_VERSION = 1
+_CTS = struct.Struct("!BBBxHHQQ")
+
+
+@dataclass(frozen=True, slots=True)
+class CTS:
+    """The receiver posted its ``seq``-th receive of ``length`` bytes in ``slot``."""
+
+    seq: int
+    msg_id: int
+    slot: int
+    generation: int
+    length: int
+
+    def encode(self) -> bytes:
+        return _CTS.pack(
+            CTS_TYPE, _VERSION, self.generation, self.msg_id, self.slot, self.seq, self.length
+        )
+
+
+def message_type(data: bytes) -> int:
+    """The type byte of a control message (ProtocolError when empty)."""
+    if not data:
+        raise ProtocolError("empty control message")
+    return data[0]
+
+
+def decode_cts(data: bytes) -> CTS:
+    """Parse a CTS; ProtocolError names what is wrong."""
+    if len(data) != _CTS.size:
+        raise ProtocolError(f"CTS must be {_CTS.size} bytes, got {len(data)}")
+    kind, version, generation, msg_id, slot, seq, length = _CTS.unpack(data)
+    if kind != CTS_TYPE:
+        raise ProtocolError(f"not a CTS: type {kind}")
+    if version != _VERSION:
+        raise ProtocolError(f"CTS version {version} not supported (expected {_VERSION})")
+    return CTS(seq, msg_id, slot, generation, length)

@@ -1,0 +1,213 @@
+"""The receive side of an SDR QP: message slots, order-based matching, generations, CTS.
+
+The n-th posted receive matches the n-th message the peer sends. Posting takes a free
+slot, advances that slot's generation, binds the key-table entry and sends a CTS. Packet
+completions are validated (message id, generation, offset, length) before they touch the
+bitmap; anything that fails is counted, never marked. Completing a receive unbinds its
+slot, so later packets of that message are discarded by the driver (late-packet guard).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+
+import numpy as np
+
+from sdr.actions import Action, Bind, SendControl, Unbind
+from sdr.chunk_bitmap import ReceiveBitmap
+from sdr.config import QPAttr
+from sdr.control import CTS
+from sdr.counters import QPCounters
+from sdr.errors import ConfigError, ResourceBusy
+from sdr.transport import CompletionBatch, MemoryRegion
+
+__all__ = ["RecvRecord", "RecvState", "RecvTable"]
+
+
+class RecvState(enum.Enum):
+    ACTIVE = "active"
+    COMPLETED = "completed"
+
+
+class RecvRecord:
+    """One posted receive: where its bytes land and what has arrived."""
+
+    __slots__ = (
+        "seq",
+        "msg_id",
+        "slot",
+        "generation",
+        "region",
+        "offset",
+        "length",
+        "bitmap",
+        "state",
+        "_fragments",
+        "_have",
+        "_user_bits",
+    )
+
+    def __init__(
+        self,
+        seq: int,
+        msg_id: int,
+        slot: int,
+        generation: int,
+        region: MemoryRegion,
+        offset: int,
+        length: int,
+        attr: QPAttr,
+    ) -> None:
+        self.seq = seq
+        self.msg_id = msg_id
+        self.slot = slot
+        self.generation = generation
+        self.region = region
+        self.offset = offset
+        self.length = length
+        self.bitmap = ReceiveBitmap(length, attr.mtu, attr.chunk_size)
+        self.state = RecvState.ACTIVE
+        fragments = attr.layout.fragments
+        self._fragments = np.zeros(fragments, dtype=np.uint32)
+        self._have = np.zeros(fragments, dtype=bool)
+        self._user_bits = attr.user_imm_bits
+
+    @property
+    def imm(self) -> int | None:
+        """The sender's 32-bit immediate, or None until all its fragments arrived."""
+        if not self._have.all():
+            return None
+        value = 0
+        for index, fragment in enumerate(self._fragments.tolist()):
+            value |= fragment << (index * self._user_bits)
+        return value & 0xFFFFFFFF
+
+    @property
+    def arrived(self) -> bool:
+        """Every chunk and the whole immediate have arrived."""
+        return self.bitmap.complete and bool(self._have.all())
+
+    def _take_fragments(self, index: np.ndarray, values: np.ndarray) -> None:
+        fresh = ~self._have[index]
+        if fresh.any():
+            index, values = index[fresh], values[fresh]
+            # the first arrival of a fragment wins; later copies are duplicates
+            first = np.unique(index, return_index=True)[1]
+            self._fragments[index[first]] = values[first]
+            self._have[index[first]] = True
+
+
+class RecvTable:
+    """All receives of one QP, keyed by message id."""
+
+    def __init__(self, attr: QPAttr, counters: QPCounters) -> None:
+        self.attr = attr
+        self.counters = counters
+        self._free_slots: deque[int] = deque(range(attr.max_messages))
+        self._next_generation = [0] * attr.max_messages
+        self._active: dict[int, RecvRecord] = {}
+        self._next_seq = 0
+
+    @property
+    def active(self) -> int:
+        return len(self._active)
+
+    def records(self) -> list[RecvRecord]:
+        return list(self._active.values())
+
+    def post(
+        self, region: MemoryRegion, offset: int, length: int | None
+    ) -> tuple[RecvRecord, list[Action]]:
+        """Post the next receive; returns its record and the actions (bind, CTS)."""
+        length = region.check_range(offset, length)
+        if length > self.attr.max_message_size:
+            raise ConfigError(
+                f"receive of {length} bytes exceeds max_message_size "
+                f"{self.attr.max_message_size}; raise QPAttr.max_message_size"
+            )
+        msg_id = self._next_seq % self.attr.layout.max_message_ids
+        if msg_id in self._active:
+            raise ResourceBusy(
+                f"message id {msg_id} is still held by receive seq "
+                f"{self._active[msg_id].seq}; complete it before posting more"
+            )
+        if not self._free_slots:
+            raise ResourceBusy(
+                f"all {self.attr.max_messages} receive slots are in use; complete a receive first"
+            )
+        slot = self._free_slots.popleft()
+        generation = self._next_generation[slot]
+        self._next_generation[slot] = (generation + 1) % self.attr.generations
+        rec = RecvRecord(
+            self._next_seq, msg_id, slot, generation, region, offset, length, self.attr
+        )
+        self._active[msg_id] = rec
+        self._next_seq += 1
+        self.counters.cts_sent += 1
+        cts = CTS(rec.seq, msg_id, slot, generation, length)
+        return rec, [
+            Bind(generation, slot, region, offset, length, msg_id),
+            SendControl(cts.encode()),
+        ]
+
+    def complete(self, rec: RecvRecord) -> list[Action]:
+        """Finish a receive (early or not): unbind its slot and free it."""
+        if rec.state is RecvState.COMPLETED:
+            return []
+        rec.state = RecvState.COMPLETED
+        del self._active[rec.msg_id]
+        self._free_slots.append(rec.slot)
+        if rec.arrived:
+            self.counters.messages_received += 1
+        return [Unbind(rec.generation, rec.slot)]
+
+    def on_completions(self, batch: CompletionBatch) -> set[RecvRecord]:
+        """Validate and apply a batch of packet completions; returns the receives touched."""
+        touched: set[RecvRecord] = set()
+        if not len(batch):
+            return touched
+        layout = self.attr.layout
+        ids, packets, fragments = layout.decode_many(batch.imms)
+        for msg_id in np.unique(ids).tolist():
+            rows = np.flatnonzero(ids == msg_id)
+            rec = self._active.get(msg_id)
+            if rec is None:
+                self.counters.late += len(rows)
+                continue
+            good_gen = batch.generations[rows] == rec.generation
+            self.counters.stale_generation += int((~good_gen).sum())
+            rows = rows[good_gen]
+            if len(rows):
+                self._apply(rec, rows, batch, packets, fragments)
+                touched.add(rec)
+        return touched
+
+    def _apply(
+        self,
+        rec: RecvRecord,
+        rows: np.ndarray,
+        batch: CompletionBatch,
+        packets: np.ndarray,
+        fragments: np.ndarray,
+    ) -> None:
+        layout, attr, c = self.attr.layout, self.attr, self.counters
+        pkt = packets[rows].astype(np.int64)
+        byte_len = batch.byte_lens[rows]
+        remote = batch.remote_offsets[rows]
+        imm_only = byte_len == 0
+        in_range = pkt < rec.bitmap.n_packets
+        expected = np.where(in_range, rec.bitmap.expected_lengths(np.where(in_range, pkt, 0)), -1)
+        offset_ok = (remote < 0) | (remote == rec.slot * attr.max_message_size + pkt * attr.mtu)
+        data_ok = ~imm_only & in_range & (byte_len == expected) & offset_ok
+        imm_ok = imm_only & (pkt < layout.fragments)
+        c.out_of_range += int((~imm_only & ~in_range).sum())
+        c.malformed += int((~imm_only & in_range & ~data_ok).sum() + (imm_only & ~imm_ok).sum())
+        c.imm_only_packets += int(imm_ok.sum())
+        if data_ok.any():
+            new, dup, _ = rec.bitmap.mark(pkt[data_ok])
+            c.packets_accepted += new
+            c.duplicates += dup
+        carrier = data_ok | imm_ok
+        if carrier.any():
+            rec._take_fragments(pkt[carrier] % layout.fragments, fragments[rows][carrier])

@@ -1,0 +1,285 @@
+"""The send side of an SDR QP: queued messages, CTS matching and packetization.
+
+A message waits until the receiver's CTS for the same sequence number arrives (order-based
+matching), then is cut into one write-with-immediate per MTU packet, round-robin over the
+channels, on the generation the CTS names. One-shot sends cover the whole message;
+streams write ranges at any MTU-aligned offset (retransmissions, parity) until ended.
+If the immediate's fragments were not all carried by data packets (short messages,
+sparse streams), immediate-only packets of zero length carry the rest.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from sdr.config import QPAttr
+from sdr.control import CTS
+from sdr.counters import QPCounters
+from sdr.errors import ConfigError, ProtocolError, ResourceBusy, SDRError
+from sdr.transport import MemoryRegion, WriteBatch
+
+__all__ = ["SendRecord", "SendState", "SendTable"]
+
+_NO_REGION = MemoryRegion(key=-1, view=memoryview(bytearray(0)))
+
+
+class SendState(enum.Enum):
+    QUEUED = "queued"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(slots=True)
+class _Range:
+    region: MemoryRegion
+    src_offset: int
+    dst_offset: int
+    length: int
+    next_packet: int  # first packet (in message packet units) not yet emitted
+
+
+class SendRecord:
+    """One message (one-shot or stream) on its way out."""
+
+    __slots__ = (
+        "seq",
+        "msg_id",
+        "imm",
+        "stream",
+        "state",
+        "error",
+        "remote",
+        "ended",
+        "length",
+        "packets_sent",
+        "bytes_sent",
+        "_ranges",
+        "_covered",
+    )
+
+    def __init__(self, seq: int, msg_id: int, imm: int, stream: bool, fragments: int) -> None:
+        self.seq = seq
+        self.msg_id = msg_id
+        self.imm = imm
+        self.stream = stream
+        self.state = SendState.QUEUED
+        self.error: SDRError | None = None
+        self.remote: CTS | None = None
+        self.ended = not stream
+        self.length = 0  # one-shot: message length; stream: highest byte written
+        self.packets_sent = 0
+        self.bytes_sent = 0
+        self._ranges: deque[_Range] = deque()
+        self._covered = np.zeros(fragments, dtype=bool)
+
+    @property
+    def done(self) -> bool:
+        return self.state is SendState.DONE
+
+    def fail(self, error: SDRError) -> None:
+        self.state = SendState.FAILED
+        self.error = error
+        self._ranges.clear()
+
+
+class SendTable:
+    """All outgoing messages of one QP, in posting order."""
+
+    def __init__(self, attr: QPAttr, counters: QPCounters) -> None:
+        self.attr = attr
+        self.counters = counters
+        self._queue: deque[SendRecord] = deque()
+        self._cts: dict[int, CTS] = {}
+        self._next_seq = 0
+        self._next_channel = 0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._queue)
+
+    def _new(self, imm: int | None, stream: bool) -> SendRecord:
+        if imm is not None and not 0 <= imm < 1 << 32:
+            raise ConfigError(f"imm must be a 32-bit unsigned integer or None, got {imm!r}")
+        if len(self._queue) >= self.attr.max_messages:
+            raise ResourceBusy(
+                f"{len(self._queue)} messages already in flight (max_messages="
+                f"{self.attr.max_messages}); poll sends to completion first"
+            )
+        seq = self._next_seq
+        rec = SendRecord(
+            seq,
+            seq % self.attr.layout.max_message_ids,
+            imm or 0,
+            stream,
+            self.attr.layout.fragments,
+        )
+        self._next_seq += 1
+        self._queue.append(rec)
+        rec.remote = self._cts.pop(seq, None)
+        return rec
+
+    def post_send(
+        self, region: MemoryRegion, offset: int, length: int | None, imm: int | None
+    ) -> SendRecord:
+        """Queue a one-shot message of region[offset:offset+length]."""
+        length = region.check_range(offset, length)
+        self._check_size(length)
+        rec = self._new(imm, stream=False)
+        rec.length = length
+        if length:
+            rec._ranges.append(_Range(region, offset, 0, length, 0))
+        return rec
+
+    def stream_start(self, imm: int | None) -> SendRecord:
+        """Open a streaming send; ranges follow with :meth:`stream_send`."""
+        return self._new(imm, stream=True)
+
+    def stream_send(
+        self, rec: SendRecord, region: MemoryRegion, src_offset: int, dst_offset: int, length: int
+    ) -> None:
+        """Queue region[src_offset:+length] for remote bytes [dst_offset, dst_offset+length)."""
+        if not rec.stream or rec.ended:
+            raise ConfigError("stream_send on a stream that is ended (or not a stream)")
+        region.check_range(src_offset, length)
+        if dst_offset < 0 or dst_offset % self.attr.mtu:
+            raise ConfigError(
+                f"dst_offset {dst_offset} must be >= 0 and a multiple of the mtu ({self.attr.mtu})"
+            )
+        self._check_size(dst_offset + length)
+        if length:
+            rec._ranges.append(
+                _Range(region, src_offset, dst_offset, length, dst_offset // self.attr.mtu)
+            )
+            rec.length = max(rec.length, dst_offset + length)
+
+    def stream_end(self, rec: SendRecord) -> None:
+        """No more ranges: the stream finishes once what is queued is out."""
+        rec.ended = True
+
+    def _check_size(self, length: int) -> None:
+        if length > self.attr.max_message_size:
+            raise ConfigError(
+                f"message of {length} bytes exceeds max_message_size {self.attr.max_message_size}"
+            )
+
+    def on_cts(self, cts: CTS) -> None:
+        """Match a CTS to the message with the same sequence number."""
+        attr = self.attr
+        first = self._queue[0].seq if self._queue else self._next_seq
+        valid = (
+            cts.msg_id == cts.seq % attr.layout.max_message_ids
+            and cts.slot < attr.max_messages
+            and cts.generation < attr.generations
+            and cts.length <= attr.max_message_size
+            and first <= cts.seq < self._next_seq + attr.max_messages  # bounded look-ahead
+        )
+        if not valid:
+            self.counters.control_malformed += 1
+            return
+        self.counters.cts_received += 1
+        for rec in self._queue:
+            if rec.seq == cts.seq:
+                if rec.remote is None:
+                    rec.remote = cts
+                return
+        self._cts.setdefault(cts.seq, cts)
+
+    def writes(self, budget: int) -> list[WriteBatch]:
+        """Up to ``budget`` packets to put on the wire now, in posting order."""
+        batches: list[WriteBatch] = []
+        for rec in list(self._queue):
+            if budget <= 0:
+                break
+            if rec.state is SendState.QUEUED and rec._ranges and rec.remote is None:
+                break  # order-based matching: later messages wait for this CTS
+            if rec.remote is None or rec.state is not SendState.QUEUED:
+                continue
+            budget -= self._emit(rec, budget, batches)
+            if rec.ended and not rec._ranges and rec.state is SendState.QUEUED:
+                budget -= self._finish(rec, budget, batches)
+        while self._queue and self._queue[0].state is not SendState.QUEUED:
+            self._queue.popleft()
+        return batches
+
+    def _emit(self, rec: SendRecord, budget: int, out: list[WriteBatch]) -> int:
+        attr, cts = self.attr, rec.remote
+        assert cts is not None
+        sent = 0
+        while rec._ranges and sent < budget:
+            rng = rec._ranges[0]
+            end = rng.dst_offset + rng.length
+            misaligned = end % attr.mtu and end != cts.length
+            if end > cts.length or (not rec.stream and rec.length != cts.length) or misaligned:
+                rec.fail(
+                    ProtocolError(
+                        f"message seq {rec.seq}: writing bytes up to {end} (length {rec.length}) "
+                        f"does not fit the matching receive of {cts.length} bytes"
+                        + (
+                            "; ranges must end on an mtu boundary or at the end"
+                            if misaligned
+                            else ""
+                        )
+                    )
+                )
+                return sent
+            last_packet = -(-end // attr.mtu)
+            n = min(budget - sent, last_packet - rng.next_packet)
+            packets = np.arange(rng.next_packet, rng.next_packet + n, dtype=np.int64)
+            starts = packets * attr.mtu
+            lengths = np.minimum(attr.mtu, end - starts)
+            channels = (self._next_channel + np.arange(n)) % attr.channels
+            self._next_channel = (self._next_channel + n) % attr.channels
+            out.append(
+                WriteBatch(
+                    region=rng.region,
+                    generation=cts.generation,
+                    channels=channels.astype(np.uint16),
+                    remote_offsets=cts.slot * attr.max_message_size + starts,
+                    imms=attr.layout.encode_many(rec.msg_id, packets, rec.imm),
+                    src_offsets=rng.src_offset + (starts - rng.dst_offset),
+                    lengths=lengths,
+                )
+            )
+            rec._covered[packets % attr.layout.fragments] = True
+            rec.packets_sent += n
+            rec.bytes_sent += int(lengths.sum())
+            self.counters.packets_sent += n
+            self.counters.bytes_sent += int(lengths.sum())
+            rng.next_packet += n
+            sent += n
+            if rng.next_packet >= last_packet:
+                rec._ranges.popleft()
+        return sent
+
+    def _finish(self, rec: SendRecord, budget: int, out: list[WriteBatch]) -> int:
+        """Carry uncovered immediate fragments, then mark the message done."""
+        missing = np.flatnonzero(~rec._covered)
+        if len(missing) > budget:
+            return 0
+        cts, attr = rec.remote, self.attr
+        assert cts is not None
+        if len(missing):
+            n = len(missing)
+            channels = (self._next_channel + np.arange(n)) % attr.channels
+            self._next_channel = (self._next_channel + n) % attr.channels
+            out.append(
+                WriteBatch(
+                    region=_NO_REGION,
+                    generation=cts.generation,
+                    channels=channels.astype(np.uint16),
+                    remote_offsets=np.full(n, cts.slot * attr.max_message_size, dtype=np.int64),
+                    imms=attr.layout.encode_many(rec.msg_id, missing, rec.imm),
+                    src_offsets=np.zeros(n, dtype=np.int64),
+                    lengths=np.zeros(n, dtype=np.int64),
+                )
+            )
+            rec._covered[:] = True
+            rec.packets_sent += n
+            self.counters.packets_sent += n
+        rec.state = SendState.DONE
+        self.counters.messages_sent += 1
+        return len(missing)

@@ -1,0 +1,219 @@
+"""The transport interface drivers implement, and the records that cross it.
+
+A driver is the NIC of this design (core-interfaces.md): it registers memory, keeps the
+receive key table, puts single-packet writes-with-immediate on the wire (paced), places
+arriving payload into registered memory and reports one completion per accepted packet.
+The core decides *what* to send and keeps message state; it never copies payload.
+
+Records are column batches (NumPy arrays) so that neither side pays a Python object per
+packet: a driver loops over plain lists in its own tight loop, the core processes whole
+batches with vectorized code.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from sdr.config import QPAttr
+from sdr.errors import ConfigError
+
+__all__ = [
+    "MemoryRegion",
+    "WriteBatch",
+    "CompletionBatch",
+    "Transport",
+    "TransportQP",
+    "MAX_CONTROL_SIZE",
+    "as_byte_view",
+]
+
+MAX_CONTROL_SIZE = 4096
+"""Largest control message in bytes (CTS, ACK, NACK ...); a small-message channel."""
+
+
+def as_byte_view(buffer: object) -> memoryview:
+    """A writable, flat byte view of any buffer-protocol object (NumPy first).
+
+    Raises ConfigError for read-only or non-contiguous buffers, which cannot be
+    registered as RDMA memory either.
+    """
+    try:
+        view = memoryview(buffer)  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise ConfigError(
+            f"cannot register {type(buffer).__name__}: not a buffer-protocol object "
+            "(use a NumPy array, bytearray, mmap or memoryview)"
+        ) from exc
+    if view.readonly:
+        raise ConfigError(f"cannot register a read-only {type(buffer).__name__} buffer")
+    if not view.c_contiguous:
+        raise ConfigError(f"cannot register a non-contiguous {type(buffer).__name__} buffer")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+@dataclass(eq=False)
+class MemoryRegion:
+    """Registered memory: a key, a length and a writable byte view (the paper's mr_reg)."""
+
+    key: int
+    view: memoryview
+    owner: object = field(default=None, repr=False)
+
+    @property
+    def length(self) -> int:
+        return len(self.view)
+
+    def check_range(self, offset: int, length: int | None) -> int:
+        """Validate [offset, offset+length) against the region; returns the length."""
+        if length is None:
+            length = self.length - offset
+        if offset < 0 or length < 0 or offset + length > self.length:
+            raise ConfigError(
+                f"range [{offset}, {offset + length}) is outside the registered region "
+                f"of {self.length} bytes"
+            )
+        return length
+
+
+@dataclass(frozen=True, eq=False)
+class WriteBatch:
+    """Single-packet writes-with-immediate from one source region on one generation.
+
+    remote_offsets address the receiver's zero-based key space: slot * max_message_size
+    + byte offset in the message. A zero length is an immediate-only packet.
+    """
+
+    region: MemoryRegion
+    generation: int
+    channels: np.ndarray  # uint16
+    remote_offsets: np.ndarray  # int64
+    imms: np.ndarray  # uint32
+    src_offsets: np.ndarray  # int64
+    lengths: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.imms)
+
+    @property
+    def payload_bytes(self) -> int:
+        return int(self.lengths.sum())
+
+
+@dataclass(frozen=True, eq=False)
+class CompletionBatch:
+    """Receive completions, one row per packet whose payload was placed.
+
+    remote_offset is -1 where the transport cannot tell (verbs completions do not carry
+    it); when known, the core cross-checks it against the immediate.
+    """
+
+    channels: np.ndarray  # uint16
+    generations: np.ndarray  # uint8
+    imms: np.ndarray  # uint32
+    byte_lens: np.ndarray  # int64
+    remote_offsets: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.imms)
+
+    @classmethod
+    def empty(cls) -> CompletionBatch:
+        return cls.from_rows([])
+
+    @classmethod
+    def from_rows(cls, rows: list[tuple[int, int, int, int, int]]) -> CompletionBatch:
+        """Build from (channel, generation, imm, byte_len, remote_offset) tuples."""
+        if not rows:
+            cols: list[list[int]] = [[], [], [], [], []]
+        else:
+            cols = [list(c) for c in zip(*rows, strict=True)]
+        return cls(
+            np.array(cols[0], dtype=np.uint16),
+            np.array(cols[1], dtype=np.uint8),
+            np.array(cols[2], dtype=np.uint32),
+            np.array(cols[3], dtype=np.int64),
+            np.array(cols[4], dtype=np.int64),
+        )
+
+
+class TransportQP(ABC):
+    """One SDR QP's transport side: channels x generations of endpoints plus a control path."""
+
+    @abstractmethod
+    def info(self) -> dict[str, Any]:
+        """JSON-serialisable addressing info for the peer (QPNs, addresses, keys)."""
+
+    @abstractmethod
+    def connect(self, remote: dict[str, Any]) -> None:
+        """Connect to the peer described by its :meth:`info`."""
+
+    @abstractmethod
+    def bind(
+        self,
+        generation: int,
+        slot: int,
+        region: MemoryRegion,
+        offset: int,
+        length: int,
+        msg_id: int,
+    ) -> None:
+        """Point key-table entry (generation, slot) at message msg_id in region[offset:+length]."""
+
+    @abstractmethod
+    def unbind(self, generation: int, slot: int) -> None:
+        """Point key-table entry (generation, slot) at NULL: later payloads are discarded."""
+
+    @abstractmethod
+    def send_budget(self, now: float) -> int:
+        """Packets the sender may post now without exceeding the rate limit."""
+
+    @abstractmethod
+    def post_writes(self, batch: WriteBatch) -> None:
+        """Put these packets on the wire (round-robin channels are already assigned)."""
+
+    @abstractmethod
+    def poll_completions(self, max_packets: int) -> CompletionBatch:
+        """Completions of packets placed since the last poll, at most ``max_packets``."""
+
+    @abstractmethod
+    def send_control(self, data: bytes) -> None:
+        """Send one small control message (unreliable, like the paper's control QP)."""
+
+    @abstractmethod
+    def poll_control(self) -> list[bytes]:
+        """Control messages received since the last poll."""
+
+    def counters(self) -> dict[str, int]:
+        """Driver-side discards (late, out_of_range, malformed ...), merged into QP counters."""
+        return {}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release sockets and keys."""
+
+
+class Transport(ABC):
+    """A backend: owns memory registration, endpoints, sockets and the clock."""
+
+    name: ClassVar[str] = "abstract"
+
+    @abstractmethod
+    def now(self) -> float:
+        """The driver's clock in seconds (monotonic, or simulated)."""
+
+    @abstractmethod
+    def register(self, buffer: object) -> MemoryRegion:
+        """Register a writable buffer for sending from and receiving into."""
+
+    @abstractmethod
+    def create_qp(self, attr: QPAttr) -> TransportQP:
+        """Create the transport side of one SDR QP."""
+
+    def wait(self, timeout: float) -> None:  # noqa: B027 - optional hook
+        """Block up to ``timeout`` seconds until I/O may be ready (default: return at once)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release every resource of this transport."""
