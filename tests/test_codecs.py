@@ -89,7 +89,7 @@ def test_parity_out_is_written_in_place(codec_cls: type[Codec]) -> None:
     assert all(np.shares_memory(r, o) for r, o in zip(returned, out, strict=True))
 
 
-@pytest.mark.parametrize(("k", "m"), [(4, 2), (5, 3), (6, 2)])
+@pytest.mark.parametrize(("k", "m"), [(4, 2), (5, 3), (6, 2), (6, 4)])  # 4: the decode() path
 def test_mds_every_pattern_of_up_to_m_losses(k: int, m: int) -> None:
     codec = MDSCodec(k, m, 33)
     data = random_chunks(k, 33)

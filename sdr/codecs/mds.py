@@ -17,7 +17,9 @@ How chunks map onto pyeclib fragments (verified by the tests):
 Copies: encode reads the data in place when the ``k`` chunks are full size and contiguous
 (one buffer, as a submessage of a user's send buffer is), else it gathers them once;
 pyeclib itself copies into its fragments. Decode copies ``k`` payloads once (pyeclib only
-accepts ``bytes`` fragments) and writes each recovered chunk into the caller's buffer.
+accepts ``bytes`` fragments) and writes each recovered chunk into the caller's buffer. A
+few losses go through ``ECDriver.reconstruct`` (per missing fragment), more through
+``ECDriver.decode`` (the whole submessage at once, then the missing slices are copied).
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ HEADER_SIZE = 80
 #: Vandermonde-based matrix so that every k of k+m fragments decode (plain
 #: ``isa_l_rs_vand`` does not guarantee that for larger k and m).
 DEFAULT_EC_TYPE = "isa_l_rs_vand_inv"
+
+#: Up to this many lost data chunks, ``ECDriver.reconstruct`` (which rebuilds one fragment
+#: per call into liberasurecode) beats ``ECDriver.decode`` (which rebuilds the whole
+#: submessage); measured at (32, 8) with 64 KiB chunks, see docs/codecs.md.
+RECONSTRUCT_MAX_LOST = 3
 
 
 class MDSCodec(Codec):
@@ -102,12 +109,18 @@ class MDSCodec(Codec):
             if p is not None:
                 fragments.append(self._fragment(headers[self.k + j], p))
         try:
-            rebuilt = self._driver.reconstruct(fragments, list(missing))
+            if len(missing) <= RECONSTRUCT_MAX_LOST:
+                rebuilt = self._driver.reconstruct(fragments, list(missing))
+                payloads = [memoryview(f)[HEADER_SIZE:] for f in rebuilt]
+            else:
+                whole = memoryview(self._driver.decode(fragments))
+                cs = self.chunk_size
+                payloads = [whole[i * cs : (i + 1) * cs] for i in missing]
         except ECDriverError as exc:  # can_recover said yes, so this is a backend failure
             raise TooManyLosses(f"{self!r}: pyeclib could not rebuild {missing}: {exc}") from exc
-        for i, frag in zip(missing, rebuilt, strict=True):
+        for i, payload in zip(missing, payloads, strict=True):
             target = data[i]
-            target[:] = np.frombuffer(frag, dtype=np.uint8, count=target.size, offset=HEADER_SIZE)
+            target[:] = np.frombuffer(payload, dtype=np.uint8, count=target.size)
 
     def _fragment(self, header: bytes, chunk: np.ndarray) -> bytes:
         if chunk.size == self.chunk_size:
