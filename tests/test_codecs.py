@@ -66,9 +66,16 @@ def test_encode_is_deterministic_and_reads_in_place(codec_cls: type[Codec]) -> N
     p1 = codec.encode(contiguous)
     p2 = codec.encode(scattered)
     p3 = codec.encode([memoryview(c.tobytes()) for c in buf])
-    for a, b, c in zip(p1, p2, p3, strict=True):
-        assert np.array_equal(a, b) and np.array_equal(a, c)
+    p4 = codec.encode(buf)  # one (k, chunk_size) array: the zero-copy form
+    for a, b, c, d in zip(p1, p2, p3, p4, strict=True):
+        assert np.array_equal(a, b) and np.array_equal(a, c) and np.array_equal(a, d)
     assert any(p.any() for p in p1)
+    short = codec.encode(buf[:3])  # a 2-D array of fewer rows: the last submessage
+    assert all(
+        np.array_equal(a, b) for a, b in zip(short, codec.encode(list(buf[:3])), strict=True)
+    )
+    with pytest.raises(ConfigError, match="2-D"):
+        codec.encode(buf.reshape(-1))
 
 
 def test_xor_parity_definition() -> None:

@@ -42,7 +42,11 @@ def as_u8(buf: Buffer, *, writable: bool = False, what: str = "chunk") -> np.nda
     Raises :class:`ConfigError` if the buffer is not contiguous, or is read-only while
     ``writable`` is requested.
     """
-    if isinstance(buf, np.ndarray):
+    if type(buf) is np.ndarray and buf.dtype == np.uint8 and buf.ndim == 1:
+        if not buf.flags.c_contiguous:
+            raise ConfigError(f"{what}: expected a C-contiguous array, got strides {buf.strides}")
+        arr = buf  # the common case: a 1-D uint8 view, used as is
+    elif isinstance(buf, np.ndarray):
         if not buf.flags.c_contiguous:
             raise ConfigError(f"{what}: expected a C-contiguous array, got strides {buf.strides}")
         arr = buf.reshape(-1).view(np.uint8)
@@ -84,15 +88,30 @@ class Codec(ABC):
 
     # ----------------------------------------------------------------- public API
     def encode(
-        self, data_chunks: Sequence[Buffer], parity_out: Sequence[Buffer] | None = None
+        self,
+        data_chunks: Sequence[Buffer] | np.ndarray,
+        parity_out: Sequence[Buffer] | None = None,
     ) -> list[np.ndarray]:
         """Compute the ``m`` parity chunks of ``1..k`` data chunks.
 
         ``data_chunks`` are read in place (each at most ``chunk_size`` bytes, shorter ones
-        zero padded). With ``parity_out`` (``m`` writable buffers of ``chunk_size`` bytes)
-        parity is written there and those buffers are returned as arrays; otherwise new
-        arrays are allocated.
+        zero padded). A C-contiguous ``(k, chunk_size)`` array (one row per chunk) is the
+        fastest form: codecs that need the submessage as one buffer use it without copying.
+        With ``parity_out`` (``m`` writable buffers of ``chunk_size`` bytes) parity is
+        written there and those buffers are returned as arrays; otherwise new arrays are
+        allocated.
         """
+        whole = None
+        if isinstance(data_chunks, np.ndarray):
+            if data_chunks.ndim != 2 or not data_chunks.flags.c_contiguous:
+                raise ConfigError(
+                    f"data_chunks: expected a C-contiguous 2-D array (chunks x bytes), "
+                    f"got shape {data_chunks.shape}"
+                )
+            rows = data_chunks.view(np.uint8)
+            if rows.shape == (self.k, self.chunk_size):
+                whole = rows.reshape(-1)
+            data_chunks = list(rows)
         data = self._check_data(data_chunks, role="data chunk")
         if parity_out is None:
             parity = [np.empty(self.chunk_size, dtype=np.uint8) for _ in range(self.m)]
@@ -103,7 +122,7 @@ class Codec(ABC):
                 self._check_len(as_u8(p, writable=True, what=f"parity_out[{i}]"), exact=True)
                 for i, p in enumerate(parity_out)
             ]
-        self._encode(data, parity)
+        self._encode(data, parity, whole)
         return parity
 
     def decode(self, chunks: Sequence[Buffer | None], present: Sequence[bool]) -> list[int]:
@@ -164,8 +183,14 @@ class Codec(ABC):
 
     # ----------------------------------------------------------------- subclass hooks
     @abstractmethod
-    def _encode(self, data: list[np.ndarray], parity: list[np.ndarray]) -> None:
-        """Write parity of ``data`` (1..k arrays, each <= chunk_size) into ``parity``."""
+    def _encode(
+        self, data: list[np.ndarray], parity: list[np.ndarray], whole: np.ndarray | None
+    ) -> None:
+        """Write parity of ``data`` (1..k arrays, each <= chunk_size) into ``parity``.
+
+        ``whole`` is the submessage as one ``k * chunk_size`` buffer when the caller passed
+        it that way (``data`` are then views of it), else ``None``.
+        """
 
     @abstractmethod
     def _decode(

@@ -69,8 +69,10 @@ class MDSCodec(Codec):
         return sum(1 for p in present if not p) <= self.m
 
     # ----------------------------------------------------------------- encode
-    def _encode(self, data: list[np.ndarray], parity: list[np.ndarray]) -> None:
-        fragments = self._encode_payload(self._payload(data))
+    def _encode(
+        self, data: list[np.ndarray], parity: list[np.ndarray], whole: np.ndarray | None
+    ) -> None:
+        fragments = self._encode_payload(whole if whole is not None else self._payload(data))
         for j, out in enumerate(parity):
             frag = fragments[self.k + j]
             out[:] = np.frombuffer(frag, dtype=np.uint8, offset=HEADER_SIZE)
@@ -80,8 +82,8 @@ class MDSCodec(Codec):
         cs = self.chunk_size
         if len(data) == self.k and all(c.size == cs for c in data):
             first = data[0]
-            base = first.__array_interface__["data"][0]
-            if all(c.__array_interface__["data"][0] == base + i * cs for i, c in enumerate(data)):
+            base = first.ctypes.data
+            if all(c.ctypes.data == base + i * cs for i, c in enumerate(data)):
                 # The chunks tile one buffer: view it whole (no copy).
                 return np.lib.stride_tricks.as_strided(first, shape=(self.k * cs,), strides=(1,))
         out = np.zeros(self.k * cs, dtype=np.uint8)

@@ -28,7 +28,9 @@ class XORCodec(Codec):
                 return False
         return True
 
-    def _encode(self, data: list[np.ndarray], parity: list[np.ndarray]) -> None:
+    def _encode(
+        self, data: list[np.ndarray], parity: list[np.ndarray], whole: np.ndarray | None
+    ) -> None:
         for g, out in enumerate(parity):
             self._xor_group(out, [data[j] for j in range(g, len(data), self.m)])
 
