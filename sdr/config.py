@@ -7,6 +7,7 @@ Sizes, rates and times accept the units syntax of :mod:`sdr.units` (``"64KiB"``,
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +86,7 @@ class QPAttr:
         _int_in("channels", self.channels, 1, MAX_CHANNELS)
         _int_in("generations", self.generations, 1, MAX_GENERATIONS)
 
-    @property
+    @functools.cached_property
     def layout(self) -> ImmediateLayout:
         """The immediate split these attributes describe."""
         return ImmediateLayout(self.id_bits, self.offset_bits, self.user_imm_bits)

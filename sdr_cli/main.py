@@ -18,6 +18,12 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
+
+@app.callback()
+def _main() -> None:
+    """SDR: software-defined reliability for RDMA-style transfers between datacenters."""
+
+
 for _module in sorted(m.name for m in pkgutil.iter_modules(sdr_cli.__path__)):
     if _module.startswith("cmd_"):
         importlib.import_module(f"sdr_cli.{_module}").register(app)
