@@ -1,0 +1,187 @@
+"""Analytic completion times of SR and EC writes: means, exact CDFs and quantiles.
+
+All functions take a per-CHUNK i.i.d. loss probability ``p`` (convert a per-packet rate
+with :meth:`simulator.link.Link.chunk_drop`).
+
+SR: ``T_SR = max_i X_i + RTT`` (see :mod:`simulator.sr_model`).
+
+EC: all ``M + ceil(M/R)`` data and parity chunks are injected back to back (``base``). If
+every submessage decodes the write completes at ``base + RTT``. Otherwise the receiver's
+fallback timer expires, it NACKs, and the failed submessages' data chunks (``n``) are
+resent with SR: ``base + RTT + beta*RTT + T_SR(n)``. With ``T_SR(0) = RTT`` this is exactly
+the paper's bound ``(M + ceil(M/R))*T_INJ + P_fb*(RTT + beta*RTT) + E[T_SR(E[failures]*k)]``
+when the number of failures is replaced by its mean; :func:`ec_mean` instead averages over
+the exact distribution of failures, and :func:`ec_mean_bound` gives the paper's formula.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from simulator.ec_model import ECLayout, retransmit_distribution
+from simulator.link import Link
+from simulator.schemes import SchemeSpec
+from simulator.sr_model import (
+    level_weights,
+    max_delay_cdf,
+    max_delay_mean,
+    max_delay_quantile,
+    retry_levels,
+)
+
+__all__ = [
+    "sr_mean",
+    "sr_cdf",
+    "sr_quantile",
+    "ec_layout",
+    "ec_mean",
+    "ec_mean_bound",
+    "ec_cdf",
+    "ec_quantile",
+    "ec_fallback_probability",
+    "scheme_mean",
+    "scheme_quantile",
+]
+
+
+def _o(link: Link, spec: SchemeSpec) -> float:
+    return link.rto_s(spec.resolved_rto_rtts(link)) + link.t_inj_s
+
+
+def sr_mean(link: Link, size: int, p: float, spec: SchemeSpec) -> float:
+    """E[T_SR] in seconds for a write of ``size`` bytes (tail integral of the product CDF)."""
+    n = link.num_chunks(size)
+    return max_delay_mean(n, p, link.t_inj_s, _o(link, spec)) + link.rtt_s
+
+
+def sr_cdf(t: float | np.ndarray, link: Link, size: int, p: float, spec: SchemeSpec) -> np.ndarray:
+    """Exact P(T_SR <= t)."""
+    n = link.num_chunks(size)
+    return max_delay_cdf(np.asarray(t) - link.rtt_s, n, p, link.t_inj_s, _o(link, spec))
+
+
+def sr_quantile(q: float, link: Link, size: int, p: float, spec: SchemeSpec) -> float:
+    """Exact q-quantile of T_SR in seconds."""
+    n = link.num_chunks(size)
+    return max_delay_quantile(q, n, p, link.t_inj_s, _o(link, spec)) + link.rtt_s
+
+
+def ec_layout(link: Link, size: int, spec: SchemeSpec) -> ECLayout:
+    """The submessage layout of a ``size``-byte write under ``spec``."""
+    return ECLayout(link.num_chunks(size), spec.k, spec.m)
+
+
+def _ec_parts(link: Link, size: int, spec: SchemeSpec) -> tuple[float, float, ECLayout]:
+    """(lossless completion time, extra delay of a fallback before SR's chunks, layout)."""
+    layout = ec_layout(link, size, spec)
+    lossless = layout.total_chunks * link.t_inj_s + link.rtt_s
+    # fallback: the timer fires beta*RTT late, then SR resends (its own RTT is in lossless)
+    penalty = (1.0 + link.beta) * link.rtt_s
+    return lossless, penalty, layout
+
+
+def ec_fallback_probability(link: Link, size: int, p: float, spec: SchemeSpec) -> float:
+    """P(at least one submessage is not recoverable), ``1 - P_EC^L``."""
+    return ec_layout(link, size, spec).fallback_probability(p, spec.code)
+
+
+def ec_mean(link: Link, size: int, p: float, spec: SchemeSpec) -> float:
+    """E[T_EC] averaged over the exact distribution of failed submessages."""
+    lossless, extra, layout = _ec_parts(link, size, spec)
+    chunks, probs = retransmit_distribution(layout, p, spec.code)
+    o = _o(link, spec)
+    total = lossless
+    for n, w in zip(chunks, probs, strict=True):
+        if n > 0:
+            total += w * (extra + max_delay_mean(int(n), p, link.t_inj_s, o))
+    return float(total)
+
+
+def _sr_mean_interpolated(link: Link, x: float, p: float, o: float) -> float:
+    """E[T_SR(x)] for a fractional chunk count: linear between floor and ceil; T_SR(0) = RTT."""
+
+    def whole(n: int) -> float:
+        return link.rtt_s + (max_delay_mean(n, p, link.t_inj_s, o) if n > 0 else 0.0)
+
+    lo = math.floor(x)
+    frac = x - lo
+    return (1 - frac) * whole(lo) + (frac * whole(lo + 1) if frac > 0 else 0.0)
+
+
+def ec_mean_bound(link: Link, size: int, p: float, spec: SchemeSpec) -> float:
+    """The paper's lower bound on E[T_EC]:
+
+    ``(M + ceil(M/R))*T_INJ + P_fallback*(RTT + beta*RTT) + E[T_SR(E[failures]*k)]``.
+    """
+    layout = ec_layout(link, size, spec)
+    base = layout.total_chunks * link.t_inj_s
+    p_fb = layout.fallback_probability(p, spec.code)
+    x = layout.expected_retransmit_chunks(p, spec.code)
+    sr_part = _sr_mean_interpolated(link, x, p, _o(link, spec))
+    return float(base + p_fb * (link.rtt_s + link.beta * link.rtt_s) + sr_part)
+
+
+def _mixture_cdf(
+    s: np.ndarray, chunks: np.ndarray, probs: np.ndarray, p: float, t: float, o: float
+):
+    """sum_n P(n) * P(max X(n) <= s), vectorized over n; s is 1-D."""
+    levels = retry_levels(int(chunks.max()), p)
+    n = chunks.astype(float)
+    base = n * math.log1p(-p)  # (N,)
+    log_cdf = np.broadcast_to(base[None, :], (s.size, n.size)).copy()
+    if levels:
+        j = np.arange(1, levels + 1, dtype=float)
+        raw = np.floor((s[:, None, None] - j[None, None, :] * o) / t + 1e-9)
+        counts = np.clip(raw, 0, n[None, :, None])
+        log_cdf += counts @ level_weights(p, levels)
+    sent = s[:, None] >= n[None, :] * t * (1 - 1e-9)
+    cdf = np.where(sent, np.exp(log_cdf), 0.0)
+    return cdf @ probs
+
+
+def ec_cdf(t: float | np.ndarray, link: Link, size: int, p: float, spec: SchemeSpec) -> np.ndarray:
+    """Exact P(T_EC <= t) under the model (a mixture over the number of failed submessages)."""
+    lossless, extra, layout = _ec_parts(link, size, spec)
+    chunks, probs = retransmit_distribution(layout, p, spec.code)
+    t = np.atleast_1d(np.asarray(t, dtype=float))
+    ok = t >= lossless
+    out = np.where(ok, probs[chunks == 0].sum(), 0.0)
+    retry = chunks > 0
+    if retry.any():
+        s = t - lossless - extra
+        out = out + _mixture_cdf(s, chunks[retry], probs[retry], p, link.t_inj_s, _o(link, spec))
+    return out
+
+
+def ec_quantile(q: float, link: Link, size: int, p: float, spec: SchemeSpec) -> float:
+    """Exact q-quantile of T_EC under the model, by bisection on :func:`ec_cdf`."""
+    lossless, extra, layout = _ec_parts(link, size, spec)
+    lo = lossless
+    if ec_cdf(lo, link, size, p, spec)[0] >= q:
+        return lo
+    chunks, _ = retransmit_distribution(layout, p, spec.code)
+    o = _o(link, spec)
+    q_hi = 1.0 - (1.0 - q) / 10.0
+    hi = lossless + extra + max_delay_quantile(q_hi, int(chunks.max()), p, link.t_inj_s, o)
+    tol = link.t_inj_s * 1e-3
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if ec_cdf(mid, link, size, p, spec)[0] >= q:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def scheme_mean(link: Link, size: int, p: float, spec: SchemeSpec) -> float:
+    """Analytic mean completion time of ``spec`` (exact failure mixture for EC)."""
+    return ec_mean(link, size, p, spec) if spec.is_ec else sr_mean(link, size, p, spec)
+
+
+def scheme_quantile(q: float, link: Link, size: int, p: float, spec: SchemeSpec) -> float:
+    """Exact q-quantile of the completion time of ``spec``."""
+    if spec.is_ec:
+        return ec_quantile(q, link, size, p, spec)
+    return sr_quantile(q, link, size, p, spec)

@@ -1,0 +1,166 @@
+"""One entry point that predicts a scheme's completion time on a link, by any method.
+
+``analytic`` gives the exact mean and quantiles under the i.i.d. chunk-loss model (the
+product CDF); ``montecarlo`` samples it and adds 95% confidence intervals to every
+quantile (and still reports the exact p99.9 beside the sampled one); ``des`` is the
+discrete-event simulation of the real protocol code and is not available yet.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from sdr.errors import ConfigError
+from simulator import analytic
+from simulator.link import DropUnit, Link
+from simulator.montecarlo import sample_scheme
+from simulator.schemes import SchemeSpec
+from simulator.stats import QUANTILES, summarize
+
+__all__ = ["Method", "Estimate", "evaluate"]
+
+log = logging.getLogger(__name__)
+
+Method = Literal["analytic", "montecarlo", "des"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted completion time of one write (all times in seconds).
+
+    ``quantile_method`` says where p50/p99/p99.9 come from: ``"analytic-cdf"`` (exact
+    quantiles of the product-formula CDF) or ``"montecarlo"`` (sampled, with ``*_ci_s``).
+    ``fallback_probability`` is P(EC needs its SR fallback), ``None`` for SR schemes.
+    """
+
+    scheme: str
+    params: dict[str, Any]
+    method: str
+    size_bytes: int
+    chunk_drop_probability: float
+    mean_s: float
+    p50_s: float | None
+    p99_s: float | None
+    p999_s: float | None
+    ideal_s: float
+    fallback_probability: float | None
+    quantile_method: str
+    samples: int | None = None
+    seed: int | None = None
+    mean_ci_s: tuple[float, float] | None = None
+    p50_ci_s: tuple[float, float] | None = None
+    p99_ci_s: tuple[float, float] | None = None
+    p999_ci_s: tuple[float, float] | None = None
+    analytic_mean_s: float | None = None
+    analytic_p999_s: float | None = None
+    mean_bound_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def slowdown_mean(self) -> float:
+        """Mean completion time over the ideal (lossless) time."""
+        return self.mean_s / self.ideal_s
+
+    @property
+    def slowdown_p999(self) -> float | None:
+        """p99.9 completion time over the ideal time."""
+        return None if self.p999_s is None else self.p999_s / self.ideal_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict with the CLI's keys (``mean_s``, ``p999_s``, ``slowdown_*`` ...)."""
+        out = asdict(self)
+        out.pop("extra")
+        out.update(self.extra)
+        out["slowdown_mean"] = self.slowdown_mean
+        out["slowdown_p999"] = self.slowdown_p999
+        for key, value in out.items():
+            if isinstance(value, tuple):
+                out[key] = list(value)
+        return out
+
+
+def evaluate(
+    link: Link,
+    size_bytes: int,
+    drop: float,
+    spec: SchemeSpec,
+    *,
+    drop_unit: DropUnit = "chunk",
+    method: Method = "analytic",
+    samples: int = 10_000,
+    seed: int | None = 0,
+) -> Estimate:
+    """Predict the completion time of a ``size_bytes`` write with ``spec`` on ``link``.
+
+    Args:
+        drop: loss probability per ``drop_unit`` (``"chunk"``, the paper's model, or
+            ``"packet"``, converted with ``1 - (1 - p)^N``).
+        method: ``"analytic"`` or ``"montecarlo"``; ``"des"`` raises ConfigError for now.
+        samples, seed: Monte Carlo sample count and seed (ignored by ``analytic``).
+    """
+    p = link.chunk_drop(drop, drop_unit)
+    ideal = link.ideal_time_s(size_bytes)
+    params = spec.params(link)
+    fallback = analytic.ec_fallback_probability(link, size_bytes, p, spec) if spec.is_ec else None
+    bound = analytic.ec_mean_bound(link, size_bytes, p, spec) if spec.is_ec else None
+    common = dict(
+        scheme=spec.name,
+        params=params,
+        method=method,
+        size_bytes=int(size_bytes),
+        chunk_drop_probability=p,
+        ideal_s=ideal,
+        fallback_probability=fallback,
+        mean_bound_s=bound,
+    )
+    if method == "des":
+        raise ConfigError(
+            "method 'des' (discrete-event simulation of the protocol code) is not available "
+            "yet: use 'analytic' or 'montecarlo'"
+        )
+    if method == "analytic":
+        qs = {
+            name: analytic.scheme_quantile(q, link, size_bytes, p, spec)
+            for name, q in QUANTILES.items()
+        }
+        mean = analytic.scheme_mean(link, size_bytes, p, spec)
+        return Estimate(
+            mean_s=mean,
+            p50_s=qs["p50"],
+            p99_s=qs["p99"],
+            p999_s=qs["p999"],
+            quantile_method="analytic-cdf",
+            analytic_mean_s=mean,
+            analytic_p999_s=qs["p999"],
+            **common,  # type: ignore[arg-type]
+        )
+    if method != "montecarlo":
+        raise ConfigError(f"method must be 'analytic', 'montecarlo' or 'des', got {method!r}")
+    rng = np.random.default_rng(seed)
+    times, fell_back = sample_scheme(rng, link, size_bytes, p, spec, samples)
+    summary = summarize(times)
+    log.debug("sampled %d completion times of %s", samples, spec.name)
+    extra: dict[str, Any] = {}
+    if fell_back is not None:
+        extra["sampled_fallback_fraction"] = float(np.mean(fell_back))
+    return Estimate(
+        mean_s=summary.mean,
+        p50_s=summary.quantiles["p50"],
+        p99_s=summary.quantiles["p99"],
+        p999_s=summary.quantiles["p999"],
+        quantile_method="montecarlo",
+        samples=samples,
+        seed=seed,
+        mean_ci_s=summary.mean_ci,
+        p50_ci_s=summary.quantile_cis["p50"],
+        p99_ci_s=summary.quantile_cis["p99"],
+        p999_ci_s=summary.quantile_cis["p999"],
+        analytic_mean_s=analytic.scheme_mean(link, size_bytes, p, spec),
+        analytic_p999_s=analytic.scheme_quantile(0.999, link, size_bytes, p, spec),
+        extra=extra,
+        **common,  # type: ignore[arg-type]
+    )

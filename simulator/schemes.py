@@ -1,0 +1,83 @@
+"""The four reliability schemes the models know, and their parameters.
+
+``sr-rto`` and ``sr-nack`` are Selective Repeat with an RTO of ``rto_rtts`` RTTs (default
+``1 + alpha`` = 3 for sr-rto, the paper's "SR RTO"; 1 for sr-nack, which approximates
+negative acknowledgements). ``ec-mds`` and ``ec-xor`` are erasure coding with ``k`` data and
+``m`` parity chunks per submessage (default 32, 8); their SR fallback uses ``rto_rtts``
+(default ``1 + alpha``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sdr.errors import ConfigError
+from simulator.ec_model import Code
+from simulator.link import Link
+
+__all__ = ["SCHEMES", "SR_SCHEMES", "EC_SCHEMES", "SchemeSpec", "parse_ec"]
+
+SR_SCHEMES = ("sr-rto", "sr-nack")
+EC_SCHEMES = ("ec-mds", "ec-xor")
+SCHEMES = SR_SCHEMES + EC_SCHEMES
+
+
+def parse_ec(text: str) -> tuple[int, int]:
+    """Parse ``"K,M"`` (e.g. ``"32,8"``) into ``(k, m)``."""
+    try:
+        k_text, m_text = text.split(",")
+        k, m = int(k_text), int(m_text)
+    except ValueError:
+        raise ConfigError(
+            f"EC parameters must look like 'K,M' (e.g. '32,8'), got {text!r}"
+        ) from None
+    if k < 1 or m < 1:
+        raise ConfigError(f"EC needs k >= 1 and m >= 1, got {text!r}")
+    return k, m
+
+
+@dataclass(frozen=True)
+class SchemeSpec:
+    """A scheme name with its parameters; ``None`` means "the scheme's default"."""
+
+    name: str
+    rto_rtts: float | None = None
+    k: int = 32
+    m: int = 8
+
+    def __post_init__(self) -> None:
+        if self.name not in SCHEMES:
+            raise ConfigError(f"unknown scheme {self.name!r}: expected one of {', '.join(SCHEMES)}")
+        if self.rto_rtts is not None and not self.rto_rtts > 0:
+            raise ConfigError(f"RTO must be > 0 RTTs, got {self.rto_rtts!r}")
+        if self.k < 1 or self.m < 1:
+            raise ConfigError(f"EC needs k >= 1 and m >= 1, got k={self.k}, m={self.m}")
+
+    @property
+    def is_ec(self) -> bool:
+        """True for the erasure-coding schemes."""
+        return self.name in EC_SCHEMES
+
+    @property
+    def code(self) -> Code:
+        """``"mds"`` or ``"xor"`` for EC schemes."""
+        if not self.is_ec:
+            raise ConfigError(f"scheme {self.name!r} has no erasure code")
+        return "mds" if self.name == "ec-mds" else "xor"
+
+    def resolved_rto_rtts(self, link: Link) -> float:
+        """The RTO in RTTs this scheme uses on ``link``."""
+        if self.rto_rtts is not None:
+            return float(self.rto_rtts)
+        if self.name == "sr-nack":
+            return 1.0
+        return link.default_rto_rtts
+
+    def params(self, link: Link) -> dict[str, Any]:
+        """The parameters that define this scheme on ``link`` (for reports and configs)."""
+        out: dict[str, Any] = {"rto_rtts": self.resolved_rto_rtts(link)}
+        if self.is_ec:
+            out.update(k=self.k, m=self.m)
+        out["chunk_size"] = link.chunk_size
+        return out

@@ -1,0 +1,144 @@
+"""Analytic Selective Repeat completion time (paper section 4.2).
+
+Chunk ``i`` (1-based, ``i = 1..n``) finishes its first injection at ``i * T`` (``T = T_INJ``);
+every loss costs ``O = RTO + T``. With ``Z_i = Y_i - 1`` lost attempts, ``Y_i ~ Geometric(1-p)``,
+the last copy leaves at ``X_i = i*T + O*Z_i`` and
+
+    T_SR = max_i X_i + RTT.
+
+Chunks are numbered from 1 so that a lossless write takes ``M*T_INJ + RTT``, the ideal time.
+
+The CDF is the paper's product formula, evaluated exactly:
+``P(max X <= s) = prod_i P(Z_i <= floor((s - i*T)/O)) = prod_i (1 - p^(j_i(s)+1))``. Grouping
+chunks by ``j`` makes one evaluation cost O(retry levels), not O(n). The mean is the tail
+integral of the same product; inside a chunk step we count chunks continuously (midpoint
+rule), which makes the log-CDF piecewise linear and the integral closed-form. The error is
+far below one ``T_INJ`` per retry level (checked against the discrete sum in the tests).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sdr.errors import ConfigError
+
+__all__ = [
+    "level_weights",
+    "retry_levels",
+    "max_delay_cdf",
+    "max_delay_mean",
+    "max_delay_quantile",
+]
+
+# Retry levels whose total probability mass n * p^j falls below this are ignored.
+_NEGLIGIBLE = 1e-17
+_EPS = 1e-9
+
+
+def _check(n: int, p: float, t: float, o: float) -> None:
+    if n < 0:
+        raise ConfigError(f"number of chunks must be >= 0, got {n!r}")
+    if not 0.0 <= p < 1.0:
+        raise ConfigError(f"chunk drop probability must be in [0, 1), got {p!r}")
+    if not (t > 0 and o > 0):
+        raise ConfigError(f"T_INJ and O must be > 0 s, got {t!r} and {o!r}")
+
+
+def retry_levels(n: int, p: float) -> int:
+    """Number of retry levels J that matter: the smallest J with ``n * p^(J+1)`` negligible."""
+    if p <= 0.0 or n == 0:
+        return 0
+    j = math.ceil((math.log(_NEGLIGIBLE) - math.log(n)) / math.log(p))
+    return max(1, j)
+
+
+def level_weights(p: float, levels: int) -> np.ndarray:
+    """``d_j = log(1 - p^(j+1)) - log(1 - p^j)`` for ``j = 1..levels``."""
+    j = np.arange(1, levels + 1, dtype=float)
+    return np.log1p(-(p ** (j + 1))) - np.log1p(-(p**j))
+
+
+def max_delay_cdf(s: float | np.ndarray, n: int, p: float, t: float, o: float) -> np.ndarray:
+    """Exact ``P(max_i X_i <= s)`` for ``n`` chunks (the product formula).
+
+    Args:
+        s: time(s) in seconds since the first chunk started.
+        n: chunks; p: per-chunk loss probability; t: T_INJ; o: RTO + T_INJ.
+    """
+    _check(n, p, t, o)
+    s = np.atleast_1d(np.asarray(s, dtype=float))
+    if n == 0:
+        return (s >= 0).astype(float)
+    all_sent = s >= n * t * (1 - _EPS)
+    levels = retry_levels(n, p)
+    base = n * math.log1p(-p)
+    if levels:
+        j = np.arange(1, levels + 1, dtype=float)
+        counts = np.clip(np.floor((s[:, None] - j[None, :] * o) / t + _EPS), 0, n)
+        log_cdf = base + counts @ level_weights(p, levels)
+    else:
+        log_cdf = np.full(s.shape, base)
+    return np.where(all_sent, np.exp(log_cdf), 0.0)
+
+
+def _continuous_log_cdf(s: np.ndarray, n: int, p: float, t: float, o: float, levels: int):
+    j = np.arange(1, levels + 1, dtype=float)
+    counts = np.clip((s[:, None] - j[None, :] * o) / t - 0.5, 0, n)
+    return n * math.log1p(-p) + counts @ level_weights(p, levels)
+
+
+def max_delay_mean(n: int, p: float, t: float, o: float) -> float:
+    """``E[max_i X_i]``: ``n*T`` plus the integral of the survival function beyond it."""
+    _check(n, p, t, o)
+    if n == 0:
+        return 0.0
+    start = n * t
+    levels = retry_levels(n, p)
+    if levels == 0:
+        return start
+    j = np.arange(1, levels + 1, dtype=float)
+    kinks = np.concatenate((j * o + 0.5 * t, j * o + (n + 0.5) * t))
+    points = np.unique(np.concatenate(([start], kinks[kinks > start])))
+    log_f = _continuous_log_cdf(points, n, p, t, o, levels)
+    width = np.diff(points)
+    la, lb = log_f[:-1], log_f[1:]
+    delta = lb - la
+    # integral over a piece of 1 - exp(la + (lb - la) x / w)
+    big = np.abs(delta) > 1e-12
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_cdf = np.where(
+            big, (np.exp(lb) - np.exp(la)) / np.where(big, delta, 1.0), np.exp(la) * (1 + delta / 2)
+        )
+    survival_integral = width * (1.0 - mean_cdf)
+    return float(start + survival_integral.sum())
+
+
+def max_delay_quantile(q: float, n: int, p: float, t: float, o: float) -> float:
+    """Exact ``q``-quantile of ``max_i X_i``: the smallest ``s`` with ``CDF(s) >= q``.
+
+    The CDF is a step function (jumps at ``i*T + j*O``), so quantiles are found by bisection
+    to well below one ``T_INJ`` and are not subject to sampling noise.
+    """
+    _check(n, p, t, o)
+    if not 0.0 < q < 1.0:
+        raise ConfigError(f"quantile must be in (0, 1), got {q!r}")
+    if n == 0:
+        return 0.0
+    lo = n * t
+    if max_delay_cdf(lo, n, p, t, o)[0] >= q:
+        return lo
+    # F(n*T + j*O) = (1 - p^(j+1))^n: find the first level whose saturation reaches q.
+    j = 1
+    while -math.expm1(n * math.log1p(-(p ** (j + 1)))) > 1.0 - q and j < 10_000:
+        j += 1
+    hi = n * t + j * o
+    tol = t * 1e-3
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if max_delay_cdf(mid, n, p, t, o)[0] >= q:
+            hi = mid
+        else:
+            lo = mid
+    return hi
