@@ -1,0 +1,19 @@
+"""CPU collective backend: shared memory + NumPy, one process per rank.
+
+It runs the same plans as the GPU backend, so the whole collective layer is tested
+without a GPU.
+"""
+
+from backends.shm.bootstrap import TcpBootstrap, free_port
+from backends.shm.communicator import ShmCommunicator
+from backends.shm.group import LocalGroup
+from backends.shm.memory import Region, ShmMemoryChannel
+
+__all__ = [
+    "LocalGroup",
+    "Region",
+    "ShmCommunicator",
+    "ShmMemoryChannel",
+    "TcpBootstrap",
+    "free_port",
+]

@@ -1,0 +1,74 @@
+"""Runs a plan on one CPU rank: each lowered op becomes NumPy work on shared memory."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from backends.shm.memory import Region, ShmMemoryChannel, read_packets
+from sdr.collectives.dtypes import from_f32, to_f32
+from sdr.collectives.layout import LoweredOp, Span
+from sdr.errors import ConfigError
+
+
+class ShmExecutor:
+    """Interprets lowered ops for one rank; ``seq`` numbers calls (flags and parity)."""
+
+    def __init__(self, rank: int, region: Region, channels: dict[int, ShmMemoryChannel]):
+        self.rank = rank
+        self.region = region
+        self.channels = channels
+        self.seq = 0
+
+    def run(
+        self, ops: list[LoweredOp], inp: np.ndarray, out: np.ndarray, dtype: str, timeout: float
+    ) -> None:
+        """Execute ``ops`` on byte views ``inp``/``out`` (elements of ``dtype``)."""
+        parity, flag = self.seq & 1, self.seq + 1
+        for ch in self.channels.values():
+            ch.parity = parity
+        local = {
+            "input": inp,
+            "output": out,
+            "scratch": self.region.scratch(parity),
+            "packets": self.region.packets(parity),
+        }
+
+        def read(span: Span, nbytes: int) -> np.ndarray:
+            if span.buffer == "packets":
+                return read_packets(local["packets"][span.offset :], nbytes, flag, timeout)
+            return local[span.buffer][span.offset : span.offset + nbytes]
+
+        for op in ops:
+            kind = op.kind
+            if kind == "put":
+                ch = self._channel(op.peer)
+                src = read(op.srcs[0], op.nbytes)
+                if op.dst.buffer == "packets":
+                    ch.put_packets(op.dst.offset, src, 0, op.nbytes, flag)
+                else:
+                    ch.put(op.dst.offset, src, 0, op.nbytes)
+            elif kind == "get":
+                dst = local[op.dst.buffer]
+                self._channel(op.peer).get(dst, op.dst.offset, op.srcs[0].offset, op.nbytes)
+            elif kind == "copy":
+                data = read(op.srcs[0], op.nbytes)
+                local[op.dst.buffer][op.dst.offset : op.dst.offset + op.nbytes] = data
+            elif kind == "reduce":
+                acc = to_f32(read(op.srcs[0], op.nbytes), dtype).copy()
+                for s in op.srcs[1:]:
+                    acc += to_f32(read(s, op.nbytes), dtype)
+                res = from_f32(acc, dtype).view(np.uint8)
+                local[op.dst.buffer][op.dst.offset : op.dst.offset + op.nbytes] = res
+            elif kind == "signal":
+                self._channel(op.peer).signal()
+            elif kind == "wait":
+                self._channel(op.peer).wait(timeout)
+            elif kind == "flush":
+                self._channel(op.peer).flush()
+            # barrier: one worker per rank here, nothing to do
+        self.seq += 1
+
+    def _channel(self, peer: int | None) -> ShmMemoryChannel:
+        if peer not in self.channels:
+            raise ConfigError(f"rank {self.rank} has no channel to rank {peer}")
+        return self.channels[peer]

@@ -1,0 +1,139 @@
+"""The collective DSL, plan schema, layout and selection (pure Python, no processes)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from sdr.collectives import (
+    ALGORITHMS,
+    NCCL,
+    PLAN_VERSION,
+    Plan,
+    Program,
+    build_plan,
+    lower,
+    make_layout,
+    packet_bytes,
+    select_algorithm,
+)
+from sdr.collectives.dtypes import bf16_to_f32, f32_to_bf16
+from sdr.errors import ConfigError
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 7, 8])
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_plan_round_trips_through_json(name, world):
+    plan = build_plan(name, world)
+    again = Plan.loads(plan.dumps(indent=2))
+    assert again.to_json() == plan.to_json()
+    assert again.to_json()["version"] == PLAN_VERSION
+    assert len(again.ranks) == world
+
+
+def test_schema_and_version_are_checked():
+    obj = build_plan("allgather_ll", 2).to_json()
+    with pytest.raises(ConfigError, match="version"):
+        Plan.from_json({**obj, "version": 99})
+    with pytest.raises(ConfigError, match="schema"):
+        Plan.from_json({**obj, "schema": "other"})
+    bad = json.loads(json.dumps(obj))
+    bad["ranks"][0]["ops"][0]["peer"] = 0  # a put to itself
+    with pytest.raises(ConfigError, match="peer"):
+        Plan.from_json(bad)
+
+
+def _two_rank(scratch: int = 2, packets: int = 2) -> Program:
+    return Program("t", "allreduce", 2, input=2, output=2, scratch=scratch, packets=packets)
+
+
+def test_unmatched_signal_is_rejected():
+    prog = _two_rank()
+    prog.rank(0).signal(1)
+    with pytest.raises(ConfigError, match="signals rank 1 1 times but rank 1 waits 0"):
+        prog.compile()
+
+
+def test_read_before_wait_is_rejected():
+    prog = _two_rank()
+    r0, r1 = prog.rank(0), prog.rank(1)
+    r0.put(r0.input(0), 1, r0.scratch(0))
+    r0.signal(1)
+    r1.copy(r1.scratch(0), r1.output(0))  # before the wait
+    r1.wait(0)
+    r1.signal(0)
+    r0.wait(1)
+    with pytest.raises(ConfigError, match="before waiting"):
+        prog.compile()
+
+
+def test_read_of_a_different_range_than_written_is_rejected():
+    prog = _two_rank()
+    r0, r1 = prog.rank(0), prog.rank(1)
+    r0.put(r0.input(0, 2), 1, r0.scratch(0, 2))
+    r0.signal(1)
+    r1.wait(0)
+    r1.copy(r1.scratch(0), r1.output(0))
+    r1.signal(0)
+    r0.wait(1)
+    with pytest.raises(ConfigError, match="read exactly the chunks written"):
+        prog.compile()
+
+
+def test_unwritten_packets_and_one_way_writes_are_rejected():
+    prog = _two_rank()
+    prog.rank(1).copy(prog.rank(1).packets(0), prog.rank(1).output(0))
+    with pytest.raises(ConfigError, match="no peer wrote"):
+        prog.compile()
+    prog = _two_rank()
+    r0, r1 = prog.rank(0), prog.rank(1)
+    r0.put(r0.input(0), 1, r0.packets(0))
+    r1.copy(r1.packets(0), r1.output(0))
+    with pytest.raises(ConfigError, match="never hears"):
+        prog.compile()
+
+
+def test_barrier_inserted_between_differently_shaped_ranges():
+    prog = Program("b", "allreduce", 1, input=2, output=2)
+    r0 = prog.rank(0)
+    r0.copy(r0.input(0, 2), r0.output(0, 2))
+    r0.copy(r0.output(1), r0.output(0))
+    kinds = [op.kind for op in prog.compile().ranks[0]]
+    assert kinds == ["copy", "barrier", "copy"]
+
+
+def test_layout_of_ragged_sizes():
+    plan = build_plan("allreduce_twoshot_ll", 3)
+    layout = make_layout(plan, 1001 * 2, 1001 * 2, 2)  # 1001 float16 over 3 chunks
+    assert layout.unit == 334 * 2
+    ops = lower(plan, 2, layout)
+    puts = [op for op in ops if op.kind == "put"]
+    # rank 2 sends chunk 0 (334 elements) and chunk 1 (334) to ranks 0 and 1
+    assert [op.nbytes for op in puts[:2]] == [668, 668]
+    reduce_op = next(op for op in ops if op.kind == "reduce")
+    assert reduce_op.nbytes == (1001 - 2 * 334) * 2  # the short last chunk
+    assert packet_bytes(13) == 32
+
+
+def test_selection_is_keyed_on_size_and_ranks():
+    assert select_algorithm("allreduce", 8 * 1024, 2) == "allreduce_oneshot_ll"
+    assert select_algorithm("allreduce", 1 << 20, 2) == "allreduce_twoshot_ll"
+    assert select_algorithm("allreduce", 16 << 20, 2) == "allreduce_twoshot"
+    assert select_algorithm("allreduce", 16 << 20, 16) == "allreduce_ring"
+    assert select_algorithm("allreduce", 1 << 30, 2, nccl_available=True) == NCCL
+    assert select_algorithm("allreduce", 1 << 30, 2) == "allreduce_twoshot"
+    assert select_algorithm("allgather", 1024, 4) == "allgather_ll"
+    with pytest.raises(ConfigError, match="collective"):
+        select_algorithm("alltoall", 1024, 2)
+
+
+def test_bfloat16_conversion_rounds_to_nearest_even():
+    vals = np.array([1.0, -2.5, 3.0, 1.00390625, 1.01171875, np.inf], np.float32)
+    bits = f32_to_bf16(vals)
+    # 1.00390625 is halfway between 1.0 and 1.0078125 -> even (1.0); 1.01171875 -> 1.015625
+    np.testing.assert_array_equal(
+        bf16_to_f32(bits), np.array([1.0, -2.5, 3.0, 1.0, 1.015625, np.inf], np.float32)
+    )
+    assert np.isnan(bf16_to_f32(f32_to_bf16(np.array([np.nan], np.float32))))[0]
