@@ -1,0 +1,377 @@
+"""``sdr sim``, ``sdr select``, ``sdr sweep`` and ``sdr allreduce-sim``: the simulator's face.
+
+Sizes, rates, times and distances accept the units syntax of :mod:`sdr.units`
+("64KiB", "400Gbit/s", "25ms", "3750km").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from enum import StrEnum
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sdr.errors import ConfigError, SDRError
+from sdr.units import format_size, format_time, parse_distance, parse_rate, parse_size, parse_time
+from simulator.link import PAPER_PROPAGATION_SPEED, Link
+
+console = Console()
+err_console = Console(stderr=True)
+
+FIG9_SIZES = ",".join(f"{2**e}" for e in range(17, 34))  # 128 KiB .. 8 GiB
+FIG9_DROPS = "1e-7,1e-6,1e-5,1e-4,1e-3,1e-2,1e-1"
+
+
+class SchemeName(StrEnum):
+    sr_rto = "sr-rto"
+    sr_nack = "sr-nack"
+    ec_mds = "ec-mds"
+    ec_xor = "ec-xor"
+
+
+class DropUnitName(StrEnum):
+    chunk = "chunk"
+    packet = "packet"
+
+
+class MethodName(StrEnum):
+    analytic = "analytic"
+    montecarlo = "montecarlo"
+    des = "des"
+
+
+class ObjectiveName(StrEnum):
+    mean = "mean"
+    p999 = "p999"
+
+
+class ExecutorName(StrEnum):
+    local = "local"
+    serial = "serial"
+    dask = "dask"
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {exc}")
+    return typer.Exit(2)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _emit_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(_jsonable(obj), indent=2) + "\n")
+
+
+def _link(
+    bandwidth: str,
+    rtt: str | None,
+    distance: str | None,
+    speed: float,
+    mtu: str,
+    chunk: str,
+    alpha: float,
+) -> Link:
+    if rtt is not None and distance is not None:
+        raise ConfigError("give either --rtt or --distance, not both")
+    common = dict(mtu=parse_size(mtu), chunk_size=parse_size(chunk), alpha=alpha)
+    if rtt is not None:
+        return Link(parse_rate(bandwidth), parse_time(rtt), **common)  # type: ignore[arg-type]
+    return Link.from_distance(
+        parse_distance(distance or "3750km"),
+        parse_rate(bandwidth),
+        propagation_speed_mps=speed,
+        **common,  # type: ignore[arg-type]
+    )
+
+
+def _split(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+# Shared option declarations.
+BANDWIDTH = typer.Option("400Gbit/s", "--bandwidth", help="Line rate, e.g. 400Gbit/s.")
+RTT = typer.Option(None, "--rtt", help="Round-trip time, e.g. 25ms (or give --distance).")
+DISTANCE = typer.Option(None, "--distance", help="Path length, e.g. 3750km (default).")
+SPEED = typer.Option(PAPER_PROPAGATION_SPEED, "--speed", help="Propagation speed in m/s.")
+MTU = typer.Option("4096", "--mtu", help="Packet payload size.")
+CHUNK = typer.Option("64KiB", "--chunk", help="Chunk size (a multiple of the MTU).")
+ALPHA = typer.Option(2.0, "--alpha", help="Switch buffering in RTTs (RTO = (1 + alpha) RTT).")
+DROP_UNIT = typer.Option(DropUnitName.chunk, "--drop-unit", help="What --drop is per.")
+
+
+def sim(
+    scheme: SchemeName = typer.Option(..., "--scheme", help="Reliability scheme."),
+    size: str = typer.Option(..., "--size", help="Write size, e.g. 8MiB."),
+    drop: float = typer.Option(..., "--drop", help="Drop probability per --drop-unit."),
+    bandwidth: str = BANDWIDTH,
+    rtt: str | None = RTT,
+    distance: str | None = DISTANCE,
+    speed: float = SPEED,
+    drop_unit: DropUnitName = DROP_UNIT,
+    chunk: str = CHUNK,
+    mtu: str = MTU,
+    alpha: float = ALPHA,
+    ec: str = typer.Option("32,8", "--ec", help="EC data,parity chunks per submessage."),
+    rto_rtts: float | None = typer.Option(
+        None, "--rto-rtts", help="RTO in RTTs (default: sr-rto 1+alpha = 3, sr-nack 1)."
+    ),
+    method: MethodName = typer.Option(MethodName.analytic, "--method"),
+    samples: int = typer.Option(10_000, "--samples", help="Monte Carlo samples."),
+    seed: int = typer.Option(0, "--seed", help="Monte Carlo seed."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Predict the completion time of one write with one reliability scheme."""
+    from simulator.evaluate import evaluate
+    from simulator.schemes import SchemeSpec, parse_ec
+
+    try:
+        link = _link(bandwidth, rtt, distance, speed, mtu, chunk, alpha)
+        k, m = parse_ec(ec)
+        spec = SchemeSpec(scheme.value, rto_rtts=rto_rtts, k=k, m=m)
+        est = evaluate(
+            link,
+            parse_size(size),
+            drop,
+            spec,
+            drop_unit=drop_unit.value,  # type: ignore[arg-type]
+            method=method.value,  # type: ignore[arg-type]
+            samples=samples,
+            seed=seed,
+        )
+    except SDRError as exc:
+        raise _fail(exc) from None
+    out = est.to_dict()
+    out.update(
+        bandwidth_bps=link.bandwidth_bps, rtt_s=link.rtt_s, drop=drop, drop_unit=drop_unit.value
+    )
+    if as_json:
+        _emit_json(out)
+        return
+    table = Table(
+        title=f"{scheme.value}: {format_size(est.size_bytes)} write, "
+        f"drop {drop:g}/{drop_unit.value}"
+    )
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("95% CI", justify="right")
+    for key in ("mean", "p50", "p99", "p999"):
+        value, ci = out[f"{key}_s"], out.get(f"{key}_ci_s")
+        ci_text = f"{format_time(ci[0])} .. {format_time(ci[1])}" if ci else ""
+        table.add_row(key, format_time(value), ci_text)
+    table.add_row("ideal", format_time(est.ideal_s), "")
+    table.add_row("slowdown mean / p99.9", f"{est.slowdown_mean:.3f} / {est.slowdown_p999:.3f}", "")
+    fb = est.fallback_probability
+    table.add_row("fallback probability", "-" if fb is None else f"{fb:.3g}", "")
+    table.add_row("quantiles from", est.quantile_method, "")
+    console.print(table)
+
+
+def select(
+    size: str = typer.Option(..., "--size", help="Write size, e.g. 8MiB."),
+    drop: float = typer.Option(..., "--drop", help="Drop probability per --drop-unit."),
+    bandwidth: str = BANDWIDTH,
+    rtt: str | None = RTT,
+    distance: str | None = DISTANCE,
+    speed: float = SPEED,
+    drop_unit: DropUnitName = DROP_UNIT,
+    chunk: str = CHUNK,
+    mtu: str = MTU,
+    alpha: float = ALPHA,
+    objective: ObjectiveName = typer.Option(ObjectiveName.mean, "--objective"),
+    schemes: str = typer.Option("sr-rto,sr-nack,ec-mds,ec-xor", "--schemes"),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_toml: bool = typer.Option(False, "--toml", help="Print a [reliability] config snippet."),
+) -> None:
+    """Pick the best scheme and parameters for a link and write size."""
+    from simulator.select import select_scheme
+
+    try:
+        link = _link(bandwidth, rtt, distance, speed, mtu, chunk, alpha)
+        choice = select_scheme(
+            link,
+            parse_size(size),
+            drop,
+            drop_unit=drop_unit.value,  # type: ignore[arg-type]
+            objective=objective.value,  # type: ignore[arg-type]
+            schemes=_split(schemes),
+        )
+    except SDRError as exc:
+        raise _fail(exc) from None
+    if as_toml:
+        sys.stdout.write(choice.to_toml())
+        return
+    if as_json:
+        _emit_json(choice.to_dict())
+        return
+    table = Table(title=f"candidates by {objective.value} (best first)")
+    for col in ("scheme", "params", "mean", "p99.9"):
+        table.add_column(col)
+    for row in choice.ranking[:10]:
+        p999 = row["p999_s"]
+        table.add_row(
+            row["scheme"],
+            ", ".join(f"{k}={v}" for k, v in row["params"].items()),
+            format_time(row["mean_s"]),
+            "" if p999 is None else format_time(p999),
+        )
+    console.print(table)
+
+
+def sweep(
+    sizes: str = typer.Option(FIG9_SIZES, "--sizes", help="Comma list of write sizes."),
+    drops: str = typer.Option(FIG9_DROPS, "--drops", help="Comma list of drop probabilities."),
+    schemes: str = typer.Option("sr-rto,sr-nack,ec-mds,ec-xor", "--schemes"),
+    bandwidths: str = typer.Option("400Gbit/s", "--bandwidths", help="Comma list of rates."),
+    distances: str | None = typer.Option(None, "--distances", help="Comma list (default 3750km)."),
+    rtts: str | None = typer.Option(
+        None, "--rtts", help="Comma list of RTTs (not with distances)."
+    ),
+    speed: float = SPEED,
+    drop_unit: DropUnitName = DROP_UNIT,
+    chunk: str = CHUNK,
+    mtu: str = MTU,
+    alpha: float = ALPHA,
+    ec: str = typer.Option("32,8", "--ec", help="EC data,parity chunks per submessage."),
+    method: MethodName = typer.Option(MethodName.montecarlo, "--method"),
+    samples: int = typer.Option(1000, "--samples"),
+    seed: int = typer.Option(0, "--seed"),
+    executor: ExecutorName = typer.Option(ExecutorName.local, "--executor"),
+    scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler address."),
+    workers: int | None = typer.Option(None, "--workers", help="Local worker processes."),
+    out: str = typer.Option("sweep.csv", "--out", help="CSV file to write."),
+    plot: str | None = typer.Option(None, "--plot", help="PNG of Fig-9 style speedup heatmaps."),
+) -> None:
+    """Sweep sizes x drops x schemes (x distances, bandwidths) and write a CSV."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from simulator.plots import plot_speedup_heatmaps
+    from simulator.schemes import parse_ec
+    from simulator.sweep import make_grid, run_sweep, write_csv
+
+    try:
+        if method == MethodName.des:
+            raise ConfigError("method 'des' is not available yet: use analytic or montecarlo")
+        k, m = parse_ec(ec)
+        points = make_grid(
+            [parse_size(x) for x in _split(sizes)],
+            [float(x) for x in _split(drops)],
+            _split(schemes),
+            bandwidths=[parse_rate(x) for x in _split(bandwidths)],
+            rtts=[parse_time(x) for x in _split(rtts)] if rtts else None,
+            distances=[parse_distance(x) for x in _split(distances)] if distances else None,
+            propagation_speed_mps=speed,
+            seed=seed,
+            drop_unit=drop_unit.value,
+            chunk_size=parse_size(chunk),
+            mtu=parse_size(mtu),
+            alpha=alpha,
+            k=k,
+            m=m,
+            method=method.value,
+            samples=samples,
+        )
+        columns = [BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+        with Progress(
+            "[progress.description]{task.description}", *columns, console=err_console
+        ) as bar:
+            task = bar.add_task("sweep", total=len(points))
+            rows = run_sweep(
+                points,
+                executor=executor.value,
+                workers=workers,
+                scheduler=scheduler,
+                progress=lambda n: bar.advance(task, n),
+            )
+        path = write_csv(rows, out)
+        err_console.print(f"wrote {len(rows)} rows to {path}")
+        if plot:
+            first = rows[0]
+            same_path = [
+                r
+                for r in rows
+                if r["bandwidth_bps"] == first["bandwidth_bps"] and r["rtt_s"] == first["rtt_s"]
+            ]
+            plot_speedup_heatmaps(same_path, plot, title="speedup of EC over SR (>1: EC faster)")
+            err_console.print(f"wrote {plot}")
+    except SDRError as exc:
+        raise _fail(exc) from None
+
+
+def allreduce_sim(
+    dcs: int = typer.Option(..., "--dcs", help="Datacenters in the ring."),
+    size: str = typer.Option(..., "--size", help="Allreduce buffer size, e.g. 1GiB."),
+    drop: float = typer.Option(1e-3, "--drop", help="Drop probability per --drop-unit."),
+    bandwidth: str = BANDWIDTH,
+    rtt: str | None = RTT,
+    distance: str | None = DISTANCE,
+    speed: float = SPEED,
+    drop_unit: DropUnitName = DROP_UNIT,
+    chunk: str = CHUNK,
+    mtu: str = MTU,
+    alpha: float = ALPHA,
+    ec: str = typer.Option("32,8", "--ec"),
+    schemes: str = typer.Option("sr-rto,sr-nack,ec-mds,ec-xor", "--schemes"),
+    samples: int = typer.Option(10_000, "--samples"),
+    seed: int = typer.Option(0, "--seed"),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Monte Carlo ring allreduce over N datacenters, one row per scheme."""
+    from simulator.collective import simulate_ring_allreduce
+    from simulator.schemes import SchemeSpec, parse_ec
+
+    try:
+        link = _link(bandwidth, rtt, distance, speed, mtu, chunk, alpha)
+        k, m = parse_ec(ec)
+        results = [
+            simulate_ring_allreduce(
+                link,
+                parse_size(size),
+                dcs,
+                drop,
+                SchemeSpec(name, k=k, m=m),
+                drop_unit=drop_unit.value,  # type: ignore[arg-type]
+                samples=samples,
+                seed=seed,
+            ).to_dict()
+            for name in _split(schemes)
+        ]
+    except SDRError as exc:
+        raise _fail(exc) from None
+    if as_json:
+        _emit_json({"dcs": dcs, "size_bytes": parse_size(size), "drop": drop, "results": results})
+        return
+    table = Table(title=f"ring allreduce of {size} over {dcs} DCs, drop {drop:g}/{drop_unit.value}")
+    for col in ("scheme", "mean", "p99.9", "p99.9 95% CI", "bound", "slowdown p99.9"):
+        table.add_column(col, justify="right")
+    for r in results:
+        lo, hi = r["p999_ci_s"]
+        table.add_row(
+            r["scheme"],
+            format_time(r["mean_s"]),
+            format_time(r["p999_s"]),
+            f"{format_time(lo)} .. {format_time(hi)}",
+            format_time(r["lower_bound_s"]),
+            f"{r['slowdown_p999']:.2f}",
+        )
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the simulator commands to the ``sdr`` app."""
+    app.command("sim")(sim)
+    app.command("select")(select)
+    app.command("sweep")(sweep)
+    app.command("allreduce-sim")(allreduce_sim)
