@@ -1,0 +1,246 @@
+"""Shared-memory state of one offload QP, and the segments it lives in.
+
+One segment per QP holds, as flat arrays any process can map:
+
+- the key table, ``generations x slots`` entries of 6 int64 words
+  ``[seq, segment, offset, length, msg_id, spare]`` behind a seqlock: the application is
+  the only writer (``seq`` odd while it writes), workers only read and retry on a change;
+- per channel: discard counters, a completion ring (head written by the channel's worker,
+  tail by the application) and per-chunk arrival counts;
+- per slot: one byte per packet (1 = placed).
+
+Every word has a single writer, so no atomics are needed: aligned 8-byte stores are
+atomic on x86-64 and its stores are seen in program order (payload before record before
+head). A port to a weakly ordered CPU needs release/acquire fences at the ring head.
+The one exception is a packet byte written by two channels' workers when a retransmission
+takes another channel: both write 1, so the race is benign; the application therefore
+checks packet bytes, not only counts, before it reports a chunk (see ``chunk_bitmap``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import mmap
+import os
+from dataclasses import asdict, dataclass
+from multiprocessing import resource_tracker
+
+import numpy as np
+
+from sdr.errors import TransportError
+
+__all__ = [
+    "DISCARDS",
+    "ENTRY_WORDS",
+    "RECORD_WORDS",
+    "QPLayout",
+    "QPShared",
+    "Segment",
+    "attach_segment",
+    "segment_prefix",
+]
+
+ENTRY_WORDS = 6
+RECORD_WORDS = 4  # (channel << 8 | generation), imm, byte_len, remote_offset
+CTL_WORDS = 16  # head at word 0, tail at word 8: two cache lines, two writers
+DISCARDS = ("late", "out_of_range", "stale_generation", "malformed")
+_names = itertools.count()
+
+
+def segment_prefix() -> str:
+    """Name prefix of this process's segments in /dev/shm (for leak checks)."""
+    return f"sdr_off_{os.getpid()}_"
+
+
+class Segment:
+    """A named shared-memory segment created (and finally unlinked) by this process.
+
+    It lives in /dev/shm under :func:`segment_prefix` and is registered with
+    multiprocessing's resource tracker, so a crashed application still unlinks it.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.name = f"{segment_prefix()}{next(_names)}"
+        self.size = max(1, size)
+        try:
+            fd = os.open(f"/dev/shm/{self.name}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        except OSError as exc:
+            raise TransportError(f"cannot create shared memory of {size} bytes: {exc}") from exc
+        try:
+            os.ftruncate(fd, self.size)
+            self._map = mmap.mmap(fd, self.size)
+        except OSError as exc:
+            os.unlink(f"/dev/shm/{self.name}")
+            raise TransportError(f"cannot map shared memory of {size} bytes: {exc}") from exc
+        finally:
+            os.close(fd)
+        resource_tracker.register(f"/{self.name}", "shared_memory")
+        self.buf: memoryview = memoryview(self._map)
+        self._unlinked = False
+
+    def address(self) -> int:
+        """The segment's base address in this process (to recognise views into it)."""
+        return int(np.frombuffer(self.buf, dtype=np.uint8).ctypes.data)
+
+    def destroy(self) -> None:
+        """Unlink the name; unmap too unless views are still exported (freed with them)."""
+        if not self._unlinked:
+            self._unlinked = True
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"/dev/shm/{self.name}")
+            resource_tracker.unregister(f"/{self.name}", "shared_memory")
+        try:
+            self.buf.release()
+            self._map.close()
+        except BufferError:
+            pass  # a NumPy array still uses the mapping; the memory goes with it
+
+
+def attach_segment(name: str, size: int) -> mmap.mmap:
+    """Map a segment by name in a worker (plain mmap: no resource-tracker bookkeeping)."""
+    fd = os.open(f"/dev/shm/{name}", os.O_RDWR)
+    try:
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class QPLayout:
+    """Geometry of one QP's shared state (picklable: it travels to the workers)."""
+
+    generations: int
+    slots: int
+    channels: int
+    max_packets: int  # per message
+    max_chunks: int  # per message
+    packets_per_chunk: int
+    slot_size: int
+    mtu: int
+    id_shift: int
+    user_bits: int
+    offset_mask: int
+    fragments: int
+    ring_capacity: int = 8192
+
+    def sizes(self) -> dict[str, int]:
+        """Byte size of each array, in layout order."""
+        return {
+            "keys": self.generations * self.slots * ENTRY_WORDS * 8,
+            "discards": self.channels * len(DISCARDS) * 8,
+            "ctl": self.channels * CTL_WORDS * 8,
+            "rings": self.channels * self.ring_capacity * RECORD_WORDS * 8,
+            "counts": self.channels * self.slots * self.max_chunks * 4,
+            "packets": self.slots * self.max_packets,
+        }
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.sizes().values())
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class QPShared:
+    """Typed views of one QP's shared state over any buffer (app or worker mapping)."""
+
+    def __init__(self, buf: memoryview | mmap.mmap, layout: QPLayout) -> None:
+        self.layout = layout
+        mv = memoryview(buf)
+        views: dict[str, memoryview] = {}
+        start = 0
+        for name, size in layout.sizes().items():
+            views[name] = mv[start : start + size]
+            start += size
+        self.keys = views["keys"].cast("q")
+        self.discards = views["discards"].cast("q")
+        self.ctl = views["ctl"].cast("q")
+        self.rings = views["rings"].cast("q")
+        self.counts = views["counts"].cast("I")
+        self.packets = views["packets"]
+        self._raw = views
+
+    # --- application side (the single writer of keys, tails and slot resets) -----------
+    def write_entry(
+        self, generation: int, slot: int, segment: int, offset: int, length: int, msg_id: int
+    ) -> None:
+        """Bind a key-table entry (seqlock write: readers retry while seq is odd)."""
+        base = (generation * self.layout.slots + slot) * ENTRY_WORDS
+        keys = self.keys
+        seq = keys[base]
+        keys[base] = seq + 1
+        keys[base + 1] = segment
+        keys[base + 2] = offset
+        keys[base + 3] = length
+        keys[base + 4] = msg_id
+        keys[base] = seq + 2
+
+    def clear_entry(self, generation: int, slot: int) -> None:
+        """Point an entry at NULL (segment -1)."""
+        self.write_entry(generation, slot, -1, 0, 0, -1)
+
+    def reset_slot(self, slot: int) -> None:
+        """Zero a slot's packet bytes and chunk counts (only while the slot is unbound)."""
+        lay = self.layout
+        np.frombuffer(self._raw["packets"], dtype=np.uint8)[
+            slot * lay.max_packets : (slot + 1) * lay.max_packets
+        ] = 0
+        counts = np.frombuffer(self._raw["counts"], dtype=np.uint32).reshape(lay.channels, -1)
+        counts[:, slot * lay.max_chunks : (slot + 1) * lay.max_chunks] = 0
+
+    def pending(self, channel: int) -> int:
+        """Completion records waiting in a channel's ring."""
+        return self.ctl[channel * CTL_WORDS] - self.ctl[channel * CTL_WORDS + 8]
+
+    def read_ring(self, channel: int, max_records: int) -> np.ndarray:
+        """Take up to ``max_records`` completion records: an (n, 4) int64 copy."""
+        lay, ctl = self.layout, self.ctl
+        head, tail = ctl[channel * CTL_WORDS], ctl[channel * CTL_WORDS + 8]
+        n = min(head - tail, max_records)
+        if n <= 0:
+            return np.empty((0, RECORD_WORDS), dtype=np.int64)
+        ring = np.frombuffer(self._raw["rings"], dtype=np.int64).reshape(
+            lay.channels, lay.ring_capacity, RECORD_WORDS
+        )[channel]
+        first = tail % lay.ring_capacity
+        idx = (first + np.arange(n)) % lay.ring_capacity
+        out = ring[idx].copy()
+        ctl[channel * CTL_WORDS + 8] = tail + n
+        return out
+
+    def discard_counts(self) -> dict[str, int]:
+        """Discards summed over channels, by reason."""
+        arr = np.frombuffer(self._raw["discards"], dtype=np.int64).reshape(-1, len(DISCARDS))
+        return {name: int(v) for name, v in zip(DISCARDS, arr.sum(axis=0).tolist(), strict=True)}
+
+    def chunk_bitmap(self, slot: int, length: int) -> np.ndarray:
+        """Chunks of the message bound to ``slot`` whose packets have all been placed.
+
+        Counts (one writer per channel) are summed first; a chunk that reaches its
+        expected count is confirmed on the packet bytes, which duplicates cannot inflate.
+        """
+        lay = self.layout
+        n_packets = -(-length // lay.mtu)
+        n_chunks = -(-n_packets // lay.packets_per_chunk)
+        counts = np.frombuffer(self._raw["counts"], dtype=np.uint32).reshape(lay.channels, -1)
+        total = counts[:, slot * lay.max_chunks : slot * lay.max_chunks + n_chunks].sum(axis=0)
+        expected = np.full(n_chunks, lay.packets_per_chunk, dtype=np.int64)
+        if n_chunks:
+            expected[-1] = n_packets - (n_chunks - 1) * lay.packets_per_chunk
+        bits = total >= expected
+        packets = np.frombuffer(self._raw["packets"], dtype=np.uint8)[
+            slot * lay.max_packets : slot * lay.max_packets + n_packets
+        ]
+        for chunk in np.flatnonzero(bits).tolist():
+            start = chunk * lay.packets_per_chunk
+            bits[chunk] = bool(packets[start : start + expected[chunk]].all())
+        return bits
+
+    def release(self) -> None:
+        """Drop the typed views (so the mapping can be closed)."""
+        for view in (self.keys, self.discards, self.ctl, self.rings, self.counts, self.packets):
+            view.release()
+        for view in self._raw.values():
+            view.release()
