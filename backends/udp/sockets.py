@@ -1,0 +1,97 @@
+"""Socket and memory set-up for the UDP datapath: large buffers, no fragmentation, pre-faulting.
+
+Facts this relies on (docs/backends-udp.md): at 8-32 KiB datagrams a receiver that
+falls behind for a millisecond needs megabytes of socket buffer, which Linux caps at
+net.core.rmem_max / wmem_max unless the process may use SO_RCVBUFFORCE (root); and the
+first write to a never-touched page of a large receive buffer costs a page fault, which
+at these rates shows up as receive-side loss, so buffers are touched once up front.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import numpy as np
+
+from sdr.errors import TransportError
+
+__all__ = ["DEFAULT_SOCKET_BUFFER", "open_udp_socket", "prefault", "sysctl_value"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SOCKET_BUFFER = 64 << 20
+_SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+_SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
+_IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)
+_IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
+_PAGE = 4096
+_warned: set[str] = set()
+
+
+def sysctl_value(name: str) -> int | None:
+    """The integer value of a sysctl such as ``net.core.rmem_max`` (None if unreadable)."""
+    try:
+        with open("/proc/sys/" + name.replace(".", "/")) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _set_buffer(sock: socket.socket, opt: int, force: int, size: int, what: str) -> int:
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, force, size)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, opt, size)
+    got = sock.getsockopt(socket.SOL_SOCKET, opt) // 2  # Linux reports twice the usable size
+    if got < size and what not in _warned:
+        _warned.add(what)
+        limit = "net.core.rmem_max" if opt == socket.SO_RCVBUF else "net.core.wmem_max"
+        log.warning(
+            "UDP %s buffer is %d bytes, %d requested: not permitted to raise it (run "
+            "`make system` as root or `sysctl -w %s=%d`); expect receive-side loss at high rates",
+            what,
+            got,
+            size,
+            limit,
+            size,
+        )
+    return got
+
+
+def open_udp_socket(
+    host: str, port: int, buffer_size: int = DEFAULT_SOCKET_BUFFER
+) -> socket.socket:
+    """A non-blocking IPv4 UDP socket bound to (host, port) with large buffers and DF set.
+
+    DF (IP_PMTUDISC_DO) makes the kernel emit identification 0 and never fragment, which
+    is what the ICRC prediction assumes; a datagram larger than the path MTU fails with
+    EMSGSIZE instead of being fragmented.
+    """
+    try:
+        socket.inet_aton(host)
+    except OSError as exc:
+        raise TransportError(f"host {host!r} must be an IPv4 address such as 127.0.0.1") from exc
+    if host == "0.0.0.0":
+        raise TransportError("bind to a specific IPv4 address, not 0.0.0.0 (the ICRC covers it)")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.IPPROTO_IP, _IP_MTU_DISCOVER, _IP_PMTUDISC_DO)
+        if buffer_size:
+            _set_buffer(sock, socket.SO_RCVBUF, _SO_RCVBUFFORCE, buffer_size, "receive")
+            _set_buffer(sock, socket.SO_SNDBUF, _SO_SNDBUFFORCE, buffer_size, "send")
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise TransportError(f"cannot open UDP socket on {host}:{port}: {exc}") from exc
+    sock.setblocking(False)
+    return sock
+
+
+def prefault(view: memoryview) -> None:
+    """Touch every page of a writable buffer once (read, write back) without changing it."""
+    if len(view) == 0:
+        return
+    arr = np.frombuffer(view, dtype=np.uint8)
+    arr[::_PAGE] = arr[::_PAGE].copy()
+    arr[-1:] = arr[-1:].copy()

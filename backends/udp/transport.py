@@ -1,0 +1,245 @@
+"""Backend ``udp``: SDR packets as RoCEv2 UC writes-with-immediate over UDP sockets.
+
+One UdpTransport is one software "NIC port": a data socket on (host, port) (4791, the
+RoCEv2 port, by default) shared by all its QPs and demultiplexed by destination QPN,
+like a real RoCE NIC, and a separate control socket for small messages (CTS, ACK, NACK).
+
+Receive datapath, per packet: ``recvfrom_into`` a pre-faulted staging buffer, parse the
+32-byte header, look up the QPN, check the ICRC (one CRC call over header and payload,
+continuing from a cached IP/UDP prefix state), the rkey and the KeyTable placement, then
+one copy into the registered region. Anything that fails is counted and never written.
+All work happens inside the caller's progress calls: no threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import struct
+import time
+from typing import Any, ClassVar
+
+import numpy as np
+
+from backends.udp.qp import CONTROL_HEADER, UdpQP
+from backends.udp.roce import HEADER, HEADER_SIZE, ICRC_SIZE, ROCE_PORT, IcrcPrefix, crc32
+from backends.udp.sockets import DEFAULT_SOCKET_BUFFER, open_udp_socket, prefault
+from sdr.config import QPAttr
+from sdr.errors import TransportError
+from sdr.key_table import Placement
+from sdr.transport import MAX_CONTROL_SIZE, MemoryRegion, Transport, as_byte_view
+
+__all__ = ["UdpTransport"]
+
+log = logging.getLogger(__name__)
+
+_STAGING = 1 << 16
+_ICRC = struct.Struct("<I")
+_QPN_MASK = 0xFFFFFF
+_OPCODE = 0x2B
+_MIN_PACKET = HEADER_SIZE + ICRC_SIZE
+
+
+class UdpTransport(Transport):
+    """Backend ``udp``: software RoCEv2 (UC) over UDP.
+
+    host: IPv4 address to bind and to advertise to peers (not 0.0.0.0: the ICRC covers it).
+    port: UDP port of the data socket (4791 is the RoCEv2 port; 0 picks a free one).
+    control_port: UDP port of the control socket (0 picks a free one).
+    socket_buffer: SO_RCVBUF/SO_SNDBUF in bytes (raised with privilege when possible).
+    prefault: touch registered buffers once so first writes do not page-fault.
+    seed: seeds QPN and rkey choice (None: unpredictable, the default).
+    """
+
+    name: ClassVar[str] = "udp"
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = ROCE_PORT,
+        control_port: int = 0,
+        socket_buffer: int = DEFAULT_SOCKET_BUFFER,
+        prefault: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.data_socket = open_udp_socket(host, int(port), int(socket_buffer))
+        try:
+            self.control_socket = open_udp_socket(host, int(control_port), 1 << 20)
+        except TransportError:
+            self.data_socket.close()
+            raise
+        self.host = host
+        self.port = self.data_socket.getsockname()[1]
+        self.control_port = self.control_socket.getsockname()[1]
+        self.prefault = prefault
+        self._endpoints: dict[int, tuple[UdpQP, int, int]] = {}
+        self._controls: dict[int, UdpQP] = {}
+        self._qps: list[UdpQP] = []
+        self._prefixes: dict[tuple[str, int], IcrcPrefix] = {}
+        self._staging = bytearray(_STAGING)  # zero-filled: already faulted in
+        self._staging_view = memoryview(self._staging)
+        self.stats = {"unknown_qpn": 0, "bad_opcode": 0, "runt": 0, "control_unknown": 0}
+
+    # --- Transport interface ----------------------------------------------------------------
+    def now(self) -> float:
+        return time.monotonic()
+
+    def register(self, buffer: object) -> MemoryRegion:
+        view = as_byte_view(buffer)
+        if self.prefault:
+            prefault(view)
+        return MemoryRegion(key=int(self.rng.integers(1, 1 << 32)), view=view, owner=buffer)
+
+    def create_qp(self, attr: QPAttr) -> UdpQP:
+        qp = UdpQP(self, attr)
+        self._qps.append(qp)
+        return qp
+
+    def wait(self, timeout: float) -> None:
+        """Block until a socket is readable, a paced QP may send again, or ``timeout``."""
+        now = self.now()
+        wake = now + timeout
+        for qp in self._qps:
+            when = qp.next_send_time(now)
+            if now < when < wake:
+                wake = when
+        if wake > now:
+            select.select([self.data_socket, self.control_socket], [], [], wake - now)
+
+    def close(self) -> None:
+        for qp in list(self._qps):
+            self.forget(qp)
+        self.data_socket.close()
+        self.control_socket.close()
+
+    # --- QP bookkeeping ---------------------------------------------------------------------
+    def new_qpn(self, qp: UdpQP, generation: int, channel: int) -> int:
+        """A fresh random 24-bit QPN (0 and 1 are reserved in InfiniBand) for one endpoint."""
+        while True:
+            qpn = int(self.rng.integers(2, 1 << 24))
+            if qpn not in self._endpoints:
+                self._endpoints[qpn] = (qp, generation, channel)
+                return qpn
+
+    def new_control_id(self, qp: UdpQP) -> int:
+        """A fresh random 32-bit id addressing ``qp`` on the control socket."""
+        while True:
+            cid = int(self.rng.integers(1, 1 << 32))
+            if cid not in self._controls:
+                self._controls[cid] = qp
+                return cid
+
+    def forget(self, qp: UdpQP) -> None:
+        """Release a QP's QPNs and control id: its later packets count as unknown."""
+        for qpns in qp.qpns:
+            for qpn in qpns:
+                self._endpoints.pop(qpn, None)
+        self._controls.pop(qp.control_id, None)
+        if qp in self._qps:
+            self._qps.remove(qp)
+
+    def transport_counters(self) -> dict[str, int]:
+        """Discards that belong to no QP (unknown QPN, wrong opcode, runt datagrams)."""
+        return dict(self.stats)
+
+    # --- receive datapath -------------------------------------------------------------------
+    def _prefix(self, addr: tuple[str, int]) -> IcrcPrefix:
+        prefix = self._prefixes.get(addr)
+        if prefix is None:
+            if len(self._prefixes) > 1024:
+                self._prefixes.clear()
+            prefix = self._prefixes[addr] = IcrcPrefix(addr, (self.host, self.port))
+        return prefix
+
+    def pump(self, max_packets: int) -> int:
+        """Receive up to ``max_packets`` datagrams, validate and place them; returns the count."""
+        recv = self.data_socket.recvfrom_into
+        staging, view = self._staging, self._staging_view
+        unpack, endpoints, stats = HEADER.unpack_from, self._endpoints, self.stats
+        icrc_at, prefixes = _ICRC.unpack_from, self._prefixes
+        count = 0
+        while count < max_packets:
+            try:
+                n, addr = recv(staging)
+            except BlockingIOError:
+                break
+            except OSError as exc:  # e.g. a stray ICMP error reported on the socket
+                log.debug("receive error ignored: %s", exc)
+                continue
+            count += 1
+            if n < _MIN_PACKET:
+                stats["runt"] += 1
+                continue
+            opcode, flags, _pkey, qpn, _psn, va, rkey, dlen, imm = unpack(staging)
+            if opcode != _OPCODE:
+                stats["bad_opcode"] += 1
+                continue
+            endpoint = endpoints.get(qpn & _QPN_MASK)
+            if endpoint is None:
+                stats["unknown_qpn"] += 1
+                continue
+            qp, gen, ch = endpoint
+            end = n - ICRC_SIZE
+            pad = (flags >> 4) & 3
+            if HEADER_SIZE + dlen + pad != end or pad != -dlen & 3:
+                qp.stats["bad_length"] += 1
+                continue
+            staging[4] = 0xFF  # the ICRC sees F|B|resv6 as all ones
+            prefix = prefixes.get(addr) or self._prefix(addr)
+            if crc32(view[:end], prefix.state(n)) != icrc_at(staging, end)[0]:
+                qp.stats["bad_icrc"] += 1
+                continue
+            if rkey != qp.rkeys[gen]:
+                qp.stats["bad_rkey"] += 1
+                continue
+            where = qp.keys.resolve(gen, va, dlen, imm)
+            if type(where) is not Placement:
+                qp.stats[where] += 1  # type: ignore[index]
+                continue
+            if dlen:
+                off = where.offset
+                where.region.view[off : off + dlen] = view[HEADER_SIZE : HEADER_SIZE + dlen]
+                qp.stats["bytes_placed"] += dlen
+            qp.stats["packets_placed"] += 1
+            qp.completions.append((ch, gen, imm, dlen, va))
+        return count
+
+    # --- control path -----------------------------------------------------------------------
+    def send_control(self, address: tuple[str, int], control_id: int, data: bytes) -> None:
+        """Send one control message to the QP ``control_id`` at ``address``."""
+        try:
+            self.control_socket.sendto(CONTROL_HEADER.pack(control_id) + data, address)
+        except BlockingIOError:
+            log.debug("control message dropped: send queue full")  # unreliable, like UC
+        except OSError as exc:
+            raise TransportError(f"sending a control message to {address}: {exc}") from exc
+
+    def pump_control(self) -> None:
+        """Read every pending control datagram and queue it on the QP it names."""
+        recv = self.control_socket.recv
+        while True:
+            try:
+                data = recv(MAX_CONTROL_SIZE + CONTROL_HEADER.size)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                log.debug("control receive error ignored: %s", exc)
+                continue
+            qp = None
+            if len(data) >= CONTROL_HEADER.size:
+                qp = self._controls.get(CONTROL_HEADER.unpack_from(data)[0])
+            if qp is None:
+                self.stats["control_unknown"] += 1
+                continue
+            qp.control_in.append(data[CONTROL_HEADER.size :])
+
+    def info(self) -> dict[str, Any]:
+        """Where this transport listens (for logs and tools)."""
+        return {"host": self.host, "port": self.port, "control_port": self.control_port}
+
+
+def loopback_pair(**kwargs: Any) -> tuple[UdpTransport, UdpTransport]:
+    """Two transports on 127.0.0.1 with free ports (tests, demos)."""
+    kwargs.setdefault("port", 0)
+    return UdpTransport(**kwargs), UdpTransport(**kwargs)
