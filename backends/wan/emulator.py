@@ -1,0 +1,163 @@
+"""The emulated long-haul link as a context manager, its forwarder in its own process.
+
+    with TunLink(LinkSpec(rate="1Gbit/s", rtt="25ms", loss=1e-3)) as link:   # root
+        run something in link.ns_a talking to link.addr_b ...
+    link.summary   # what the link did (drops by cause, forwarded, lateness)
+
+    with RelayLink(spec, a_ports=[...], b_ports=[...]) as relay:             # no root
+        A sends to relay.for_a(i), B to relay.for_b(i)
+
+The forwarder runs in a forked child so it has a core to itself; the parent only sets up
+and tears down (always: on exit, exception and Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing as mp
+from typing import Any
+
+from backends.wan.forwarder import Forwarder, Port
+from backends.wan.impairment import LinkSpec
+from backends.wan.namespaces import NamespacePair
+from backends.wan.udp_relay import Address, RelayEnd, relay_pairs
+from sdr.errors import TransportError
+
+__all__ = ["TunLink", "RelayLink", "reverse_of"]
+
+log = logging.getLogger(__name__)
+_STOP_TIMEOUT_S = 5.0
+
+
+def reverse_of(spec: LinkSpec) -> LinkSpec:
+    """The other direction: same link, independent random draws."""
+    return dataclasses.replace(spec, seed=spec.seed + 1)
+
+
+def _serve(
+    pairs: list[tuple[Port, Port]],
+    a_to_b: LinkSpec,
+    b_to_a: LinkSpec,
+    stop: Any,
+    conn: Any,
+    corrupt_skip: int,
+) -> None:
+    forwarder = Forwarder(pairs, a_to_b, b_to_a, corrupt_skip=corrupt_skip)
+    try:
+        forwarder.run(stop.is_set)
+    finally:
+        summary = forwarder.summary()
+        summary["bad_icrc"] = sum(getattr(p, "bad_icrc", 0) for pair in pairs for p in pair)
+        conn.send(summary)
+
+
+class _ForwardingLink:
+    def __init__(self, spec: LinkSpec, reverse: LinkSpec | None, corrupt_skip: int) -> None:
+        self.spec = spec
+        self.reverse = reverse or reverse_of(spec)
+        self.corrupt_skip = corrupt_skip
+        self.summary: dict[str, Any] = {}
+        self._proc: Any = None
+
+    def _start(self, pairs: list[tuple[Port, Port]]) -> None:
+        ctx = mp.get_context("fork")
+        self._stop = ctx.Event()
+        self._recv, send = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(
+            target=_serve,
+            daemon=True,
+            name="sdr-wan-forwarder",
+            args=(pairs, self.spec, self.reverse, self._stop, send, self.corrupt_skip),
+        )
+        self._proc.start()
+
+    def _stop_forwarder(self) -> None:
+        if self._proc is None:
+            return
+        self._stop.set()
+        self._proc.join(_STOP_TIMEOUT_S)
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join(_STOP_TIMEOUT_S)
+        if self._recv.poll(0.5):
+            self.summary = self._recv.recv()
+        self._proc = None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+
+class TunLink(_ForwardingLink):
+    """A link between two new network namespaces, carrying any IP traffic (root)."""
+
+    def __init__(self, spec: LinkSpec, reverse: LinkSpec | None = None, mtu: int = 9000) -> None:
+        super().__init__(spec, reverse, corrupt_skip=28)  # keep IPv4 + UDP/ICMP headers intact
+        self.pair = NamespacePair(mtu=mtu)
+        self.ns_a, self.ns_b = self.pair.a, self.pair.b
+        self.addr_a, self.addr_b = self.pair.addr_a, self.pair.addr_b
+
+    def __enter__(self) -> TunLink:
+        self.pair.__enter__()
+        try:
+            assert self.pair.tun_a is not None and self.pair.tun_b is not None
+            self._start([(self.pair.tun_a, self.pair.tun_b)])
+        except BaseException:
+            self.pair.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._stop_forwarder()
+        finally:
+            self.pair.close()
+
+
+class RelayLink(_ForwardingLink):
+    """A link through a UDP relay on loopback (no root). See backends.wan.udp_relay."""
+
+    def __init__(
+        self,
+        spec: LinkSpec,
+        a_ports: list[Address],
+        b_ports: list[Address],
+        reverse: LinkSpec | None = None,
+        reseal: bool = True,
+    ) -> None:
+        super().__init__(spec, reverse, corrupt_skip=0)
+        self.pairs: list[tuple[RelayEnd, RelayEnd]] = relay_pairs(a_ports, b_ports, reseal=reseal)
+
+    def for_a(self, index: int) -> Address:
+        """Where A sends what it means for B's ``index``-th port."""
+        return self.pairs[index][0].address
+
+    def for_b(self, index: int) -> Address:
+        """Where B sends what it means for A's ``index``-th port."""
+        return self.pairs[index][1].address
+
+    def __enter__(self) -> RelayLink:
+        try:
+            self._start(self.pairs)  # type: ignore[arg-type]
+        except BaseException:
+            self._close_sockets()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._stop_forwarder()
+        finally:
+            self._close_sockets()
+
+    def _close_sockets(self) -> None:
+        for pair in self.pairs:
+            for end in pair:
+                end.close()
+
+
+def require_alive(link: _ForwardingLink) -> None:
+    """Raise if the forwarder process died (a broken link must not look like loss)."""
+    if not link.alive:
+        raise TransportError("the WAN emulator's forwarder process is not running")
