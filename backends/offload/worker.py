@@ -59,11 +59,19 @@ class _Worker:
         if kind == "attach":
             _, qp, name, layout, channels = msg
             lay = QPLayout(**layout)
-            mapping = attach_segment(name, lay.nbytes)
+            sources: list[PacketSource] = []
+            try:
+                for _, spec in channels:
+                    sources.append(make_source(spec))
+                mapping = attach_segment(name, lay.nbytes)
+            except BaseException:
+                for source in sources:
+                    source.close()
+                raise
             shared = QPShared(mapping, lay)
             pairs = [
-                (ChannelEngine(shared, ch, self.segments), make_source(spec))
-                for ch, spec in channels
+                (ChannelEngine(shared, ch, self.segments), src)
+                for (ch, _), src in zip(channels, sources, strict=True)
             ]
             self.qps[qp] = (mapping, shared, pairs)
             return {ch: src.address() for (ch, _), (_, src) in zip(channels, pairs, strict=True)}
