@@ -137,3 +137,19 @@ def test_bfloat16_conversion_rounds_to_nearest_even():
         bf16_to_f32(bits), np.array([1.0, -2.5, 3.0, 1.0, 1.015625, np.inf], np.float32)
     )
     assert np.isnan(bf16_to_f32(f32_to_bf16(np.array([np.nan], np.float32))))[0]
+
+
+def test_gpu_backend_imports_and_encodes_without_cuda():
+    import backends.gpu as gpu
+    from backends.gpu.executor import blocks_for, encode
+    from backends.gpu.kernels import OP_CODES, kernel_source
+
+    assert isinstance(gpu.cuda_available(), bool)
+    plan = build_plan("allreduce_twoshot", 2)
+    ops = lower(plan, 0, make_layout(plan, 4096, 4096, 2))
+    rec = encode(ops)
+    assert rec.shape[0] == len(ops)
+    assert rec[0, 0] == OP_CODES["put"] and rec[0, 2] == 4 + 2 * 1  # to peer 1's scratch
+    assert rec[3, 0] == OP_CODES["reduce"] and rec[3, 5] == 2
+    assert blocks_for(ops) == 1
+    assert "sdr_exec" in kernel_source()
