@@ -57,7 +57,7 @@ class ExecutorName(StrEnum):
 
 
 def _fail(exc: Exception) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {exc}")
+    err_console.print(f"error: {exc}", style="red", markup=False, soft_wrap=True)
     return typer.Exit(2)
 
 

@@ -93,9 +93,10 @@ def ec_mean(link: Link, size: int, p: float, spec: SchemeSpec) -> float:
     chunks, probs = retransmit_distribution(layout, p, spec.code)
     o = _o(link, spec)
     total = lossless
+    limit = 50_000 // max(len(chunks), 1)  # share one exact-sum budget across the mixture
     for n, w in zip(chunks, probs, strict=True):
         if n > 0:
-            total += w * (extra + max_delay_mean(int(n), p, link.t_inj_s, o))
+            total += w * (extra + max_delay_mean(int(n), p, link.t_inj_s, o, limit))
     return float(total)
 
 

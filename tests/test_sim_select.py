@@ -1,0 +1,72 @@
+"""Scheme selection (what `scheme = "auto"` calls)."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from sdr.errors import ConfigError
+from simulator import analytic
+from simulator.link import Link
+from simulator.schemes import SchemeSpec, parse_ec
+from simulator.select import Selection, select_scheme
+
+LINK = Link.from_distance(3.75e6, 400e9)
+
+
+def test_ec_wins_mid_size_lossy_writes() -> None:
+    choice = select_scheme(LINK, 8 * 2**20, 1e-3)
+    assert isinstance(choice, Selection)
+    assert choice.scheme in ("ec-mds", "ec-xor")
+    assert {"k", "m", "rto_rtts", "chunk_size"} <= set(choice.params)
+    spec = SchemeSpec(choice.scheme, k=choice.params["k"], m=choice.params["m"])
+    assert choice.mean_s == pytest.approx(analytic.scheme_mean(LINK, 8 * 2**20, 1e-3, spec))
+    best_sr = min(
+        analytic.sr_mean(LINK, 8 * 2**20, 1e-3, SchemeSpec(s)) for s in ("sr-rto", "sr-nack")
+    )
+    assert choice.mean_s < best_sr
+
+
+def test_sr_wins_huge_writes_on_clean_links() -> None:
+    # the paper: SR wins for writes >= ~1 GiB at drop < 1e-6 (EC pays its parity)
+    choice = select_scheme(LINK, 8 * 2**30, 1e-8)
+    assert choice.scheme.startswith("sr-")
+
+
+def test_ranking_is_sorted_by_objective() -> None:
+    choice = select_scheme(LINK, 64 * 2**20, 1e-2, objective="p999")
+    values = [row["p999_s"] for row in choice.ranking]
+    assert values == sorted(values)
+    assert choice.p999_s == values[0]
+    assert choice.to_dict().keys() == {"scheme", "params", "mean_s", "p999_s"}
+
+
+def test_packet_drop_unit_varies_chunk_size() -> None:
+    choice = select_scheme(LINK, 8 * 2**20, 1e-4, drop_unit="packet")
+    sizes = {row["params"]["chunk_size"] for row in choice.ranking}
+    assert sizes == {4096, 16384, 65536, 262144, 1048576}
+    fixed = select_scheme(LINK, 8 * 2**20, 1e-4)
+    assert {row["params"]["chunk_size"] for row in fixed.ranking} == {65536}
+
+
+def test_toml_snippet_parses() -> None:
+    choice = select_scheme(LINK, 8 * 2**20, 1e-3, schemes=["ec-mds"], ec_codes=[(32, 8)])
+    config = tomllib.loads(choice.to_toml())
+    assert config["reliability"] == {
+        "scheme": "ec-mds",
+        "rto_rtts": 3.0,
+        "k": 32,
+        "m": 8,
+        "chunk_size": "64KiB",
+    }
+
+
+def test_bad_inputs() -> None:
+    with pytest.raises(ConfigError, match="objective"):
+        select_scheme(LINK, 2**20, 1e-3, objective="p50")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="unknown scheme"):
+        select_scheme(LINK, 2**20, 1e-3, schemes=["tcp"])
+    with pytest.raises(ConfigError, match="K,M"):
+        parse_ec("32")
+    assert parse_ec("16,4") == (16, 4)
