@@ -108,7 +108,7 @@ class LinkDirection:
         stats["bytes"] += size
         if self._start is None:
             self._start = now
-        if self.queued_bytes(now) + size > spec.queue:
+        if self.queued_bytes(now) + size > spec.queue + 1e-6:  # tolerate float rounding
             stats["queue_drops"] += 1
             return Verdict((), reason="queue")
         self._free_at = max(now, self._free_at) + size * 8 / spec.rate
