@@ -1,0 +1,135 @@
+"""``sdr emulate``: run the WAN emulator standalone (TUN namespaces or a UDP relay)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+import typer
+from rich.console import Console
+
+from backends.wan import LinkSpec, RelayLink, TunLink
+from backends.wan.loss_options import loss_model
+from sdr.units import parse_time
+
+console = Console()
+emulate_app = typer.Typer(help="Emulate a long-haul link in user space.", no_args_is_help=True)
+
+
+def _spec(
+    rate: str,
+    rtt: str,
+    loss: float,
+    burst: float,
+    per_size: bool,
+    trace: str | None,
+    queue: str | None,
+    reorder: float,
+    duplicate: float,
+    corrupt: float,
+    seed: int,
+) -> LinkSpec:
+    return LinkSpec(
+        rate=rate,
+        rtt=rtt,
+        queue=queue,
+        reorder=reorder,
+        duplicate=duplicate,
+        corrupt=corrupt,
+        seed=seed,
+        loss=loss_model(loss, burst, per_size, trace),
+    )
+
+
+def _wait(duration: str | None) -> None:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    deadline = None if duration is None else time.monotonic() + parse_time(duration)
+    try:
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            stop.wait(0.2)
+    except KeyboardInterrupt:
+        pass
+
+
+RATE = typer.Option("1Gbit/s", help="link rate")
+RTT = typer.Option("25ms", help="round-trip time (half each way)")
+LOSS = typer.Option(0.0, help="packet loss probability (long-run rate with --burst)")
+BURST = typer.Option(0.0, help="mean loss burst length in packets (Gilbert-Elliott)")
+PER_SIZE = typer.Option(False, help="loss grows with packet size (reference 4 KiB)")
+TRACE = typer.Option(None, help="replay a loss trace file of 0/1 values")
+QUEUE = typer.Option(None, help="drop-tail queue size (default one BDP)")
+REORDER = typer.Option(0.0, help="probability a packet is delayed 1 ms extra")
+DUP = typer.Option(0.0, help="probability a packet is duplicated")
+CORRUPT = typer.Option(0.0, help="probability one bit of a packet is flipped")
+SEED = typer.Option(0, help="seed of the random draws")
+DURATION = typer.Option(None, help="stop after this long (default: until Ctrl-C)")
+
+
+@emulate_app.command("tun")
+def tun(
+    rate: str = RATE,
+    rtt: str = RTT,
+    loss: float = LOSS,
+    burst: float = BURST,
+    per_size: bool = PER_SIZE,
+    trace: str = TRACE,
+    queue: str = QUEUE,
+    reorder: float = REORDER,
+    duplicate: float = DUP,
+    corrupt: float = CORRUPT,
+    seed: int = SEED,
+    mtu: int = typer.Option(9000, help="MTU of the TUN devices"),
+    duration: str = DURATION,
+) -> None:
+    """Two network namespaces joined by the emulated link (root). Any IP traffic crosses."""
+    spec = _spec(rate, rtt, loss, burst, per_size, trace, queue, reorder, duplicate, corrupt, seed)
+    with TunLink(spec, mtu=mtu) as link:
+        console.print(
+            f"[bold]link up[/]: {link.ns_a} ({link.addr_a}) <-> {link.ns_b} "
+            f"({link.addr_b}), {rate}, RTT {rtt}, loss {loss:g}"
+        )
+        console.print(f"run programs with: ip netns exec {link.ns_a} <command>   (Ctrl-C stops)")
+        _wait(duration)
+    console.print_json(json.dumps(link.summary))
+
+
+@emulate_app.command("relay")
+def relay(
+    a: list[str] = typer.Option(..., help="A's real HOST:PORT (repeat for more ports)"),
+    b: list[str] = typer.Option(..., help="B's real HOST:PORT, same order as --a"),
+    rate: str = RATE,
+    rtt: str = RTT,
+    loss: float = LOSS,
+    burst: float = BURST,
+    per_size: bool = PER_SIZE,
+    trace: str = TRACE,
+    queue: str = QUEUE,
+    reorder: float = REORDER,
+    duplicate: float = DUP,
+    corrupt: float = CORRUPT,
+    seed: int = SEED,
+    reseal: bool = typer.Option(True, help="fix RoCE ICRCs (NAT)"),
+    duration: str = DURATION,
+) -> None:
+    """A UDP relay on loopback (no root): A and B send to the printed stand-in ports."""
+    spec = _spec(rate, rtt, loss, burst, per_size, trace, queue, reorder, duplicate, corrupt, seed)
+
+    def parse(items: list[str]) -> list[tuple[str, int]]:
+        return [(h, int(p)) for h, p in (item.rsplit(":", 1) for item in items)]
+
+    with RelayLink(spec, parse(a), parse(b), reseal=reseal) as link:
+        for i, (ra, rb) in enumerate(zip(a, b, strict=True)):
+            sa, sb = link.for_a(i), link.for_b(i)
+            console.print(
+                f"A sends to {sa[0]}:{sa[1]} (stands for {rb}); "
+                f"B sends to {sb[0]}:{sb[1]} (stands for {ra})"
+            )
+        _wait(duration)
+    console.print_json(json.dumps(link.summary))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(emulate_app, name="emulate")
