@@ -77,6 +77,11 @@ class Verdict:
     reason: str = ""
 
 
+_QUEUE_FULL = Verdict((), reason="queue")
+_BLACKOUT = Verdict((), reason="blackout")
+_LOST = Verdict((), reason="loss")
+
+
 class LinkDirection:
     """State of one direction: when the wire is free, and the random draws."""
 
@@ -110,15 +115,16 @@ class LinkDirection:
             self._start = now
         if self.queued_bytes(now) + size > spec.queue + 1e-6:  # tolerate float rounding
             stats["queue_drops"] += 1
-            return Verdict((), reason="queue")
+            return _QUEUE_FULL
         self._free_at = max(now, self._free_at) + size * 8 / spec.rate
-        elapsed = now - self._start
-        if any(lo <= elapsed < hi for lo, hi in spec.blackouts):
-            stats["blackout_drops"] += 1
-            return Verdict((), reason="blackout")
+        if spec.blackouts:
+            elapsed = now - self._start
+            if any(lo <= elapsed < hi for lo, hi in spec.blackouts):
+                stats["blackout_drops"] += 1
+                return _BLACKOUT
         if spec.loss.drop(rng, size):
             stats["loss_drops"] += 1
-            return Verdict((), reason="loss")
+            return _LOST
         arrive = self._free_at + spec.one_way_delay
         if spec.reorder and rng.random() < spec.reorder:
             stats["reordered"] += 1

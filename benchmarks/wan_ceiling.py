@@ -1,0 +1,108 @@
+"""The WAN emulator's own ceiling: packets/s and Gbit/s it forwards on one core.
+
+iperf3 UDP (unlimited rate) from namespace A to B through a TUN link with no impairment
+(a 100 Gbit/s link with zero delay), at several datagram sizes. What B receives is what
+the forwarder can carry; any result quoted through the emulator must stay well below it.
+Needs root and iperf3.
+
+    python benchmarks/wan_ceiling.py [--seconds 3] [--json out/wan_ceiling.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from backends.wan import LinkSpec, TunLink, can_use_namespaces, netns_exec
+
+
+def run(size: int, seconds: float, rate: str, rtt: str, offered: str) -> dict[str, float]:
+    with TunLink(LinkSpec(rate=rate, rtt=rtt, queue="64MiB")) as link:
+        server = subprocess.Popen(
+            netns_exec(link.ns_b, "iperf3", "-s", "-1", "-J"), stdout=subprocess.PIPE, text=True
+        )
+        time.sleep(0.5)
+        subprocess.run(
+            netns_exec(
+                link.ns_a,
+                "iperf3",
+                "-c",
+                link.addr_b,
+                "-u",
+                "-b",
+                "0",
+                "-l",
+                str(size),
+                "-t",
+                str(seconds),
+                "-w",
+                "32M",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=seconds + 30,
+        )
+        report = json.loads(server.communicate(timeout=30)[0])
+    end = report["end"]["sum"]
+    received_pkts = end["packets"] - end["lost_packets"]
+    return {
+        "datagram": size,
+        "offered": offered,
+        "received_gbps": received_pkts * size * 8 / end["seconds"] / 1e9,
+        "received_kpps": received_pkts / end["seconds"] / 1e3,
+        "sender_loss_pct": end["lost_percent"],
+        "forwarded": link.summary["forwarded"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--sizes", default="1400,8900")
+    parser.add_argument("--rate", default="100Gbit/s")
+    parser.add_argument("--rtt", default="0ms")
+    parser.add_argument("--offered", default="1G,2G,0", help="iperf3 -b values (0: unlimited)")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if reason := can_use_namespaces():
+        sys.exit(f"cannot run: {reason}")
+    rows = [
+        run(int(s), args.seconds, args.rate, args.rtt, b)
+        for s in args.sizes.split(",")
+        for b in args.offered.split(",")
+    ]
+    table = Table(
+        title=f"WAN emulator ceiling (one forwarder core, link {args.rate}, RTT {args.rtt})"
+    )
+    for col in ("datagram B", "offered", "received Gbit/s", "received kpkt/s", "iperf3 loss %"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            str(r["datagram"]),
+            r["offered"] if r["offered"] != "0" else "max",
+            f"{r['received_gbps']:.2f}",
+            f"{r['received_kpps']:.1f}",
+            f"{r['sender_loss_pct']:.1f}",
+        )
+    Console().print(table)
+    if args.json:
+        meta = {
+            "python": sys.version.split()[0],
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "command": " ".join(sys.argv),
+        }
+        with open(args.json, "w") as fh:
+            json.dump({"meta": meta, "results": rows}, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
