@@ -2,7 +2,10 @@
 
 One :class:`Link` describes a point-to-point path between two datacenters. It is shared by
 the analytic models, the Monte Carlo samplers, the scheme selector and (later) the
-discrete-event simulator and the WAN emulator, so "the link" is defined once.
+discrete-event simulator and the WAN emulator, so "the link" is defined once. The chunk-level
+models use ``t_inj_s`` and ``rtt_s``; a packet-level user (a simpy process in
+``simulator/des.py``, the emulator) uses ``serialization_s``, ``one_way_delay_s``,
+``buffer_bytes`` and a loss model from :mod:`simulator.loss` called once per packet.
 
 Units are the SDK's internal ones: bytes, bits per second, seconds, metres.
 """
@@ -110,6 +113,20 @@ class Link:
     def t_inj_s(self) -> float:
         """Injection time of one chunk: chunk bits / bandwidth (T_INJ)."""
         return self.chunk_size * 8.0 / self.bandwidth_bps
+
+    @property
+    def one_way_delay_s(self) -> float:
+        """Propagation delay in one direction, ``RTT / 2`` (what a per-packet model delays by)."""
+        return self.rtt_s / 2.0
+
+    def serialization_s(self, nbytes: int) -> float:
+        """Time to put ``nbytes`` on the wire at the line rate (per packet in a DES/emulator)."""
+        return nbytes * 8.0 / self.bandwidth_bps
+
+    @property
+    def buffer_bytes(self) -> float:
+        """Switch buffering along the path, ``alpha`` RTTs of line rate, in bytes."""
+        return self.alpha * self.bdp_bytes
 
     @property
     def packets_per_chunk(self) -> int:
