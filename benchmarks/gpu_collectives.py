@@ -234,7 +234,12 @@ def main() -> None:
     doc = {
         "command": " ".join([sys.executable, *sys.argv]),
         "machine": {"host": platform.node(), **meta, "world": args.world},
-        "parameters": {"dtype": "bfloat16", "sizes": sizes, "nvls": 0},
+        "parameters": {
+            "dtype": "bfloat16",
+            "sizes": sizes,
+            "nvls": 0,
+            "knobs": {k: v for k, v in os.environ.items() if k.startswith("SDR_GPU_")},
+        },
         "seconds": time.time() - t0,
         "results": rows,
     }

@@ -30,15 +30,21 @@ from sdr.errors import ConfigError, TransportError
 
 log = logging.getLogger(__name__)
 
-#: Bytes of the largest op per thread block before another block is added.
+#: Bytes an op gives each thread block before another block is added: LL packet ops want
+#: about one 8-byte word per thread (each word is a flag poll), plain copies more.
+LL_BYTES_PER_BLOCK = int(os.environ.get("SDR_GPU_LL_BYTES_PER_BLOCK", 4 * 1024))
 BYTES_PER_BLOCK = int(os.environ.get("SDR_GPU_BYTES_PER_BLOCK", 16 * 1024))
-BLOCKS_MAX = int(os.environ.get("SDR_GPU_MAX_BLOCKS", 64))
+BLOCKS_MAX = int(os.environ.get("SDR_GPU_MAX_BLOCKS", MAX_BLOCKS))
 
 
 def blocks_for(ops: list[LoweredOp]) -> int:
-    """Thread blocks for a call: one per BYTES_PER_BLOCK of its largest op (same on all ranks)."""
-    largest = max((op.nbytes for op in ops), default=0)
-    return max(1, min(BLOCKS_MAX, MAX_BLOCKS, -(-largest // BYTES_PER_BLOCK)))
+    """Thread blocks for one call (a function of the ops only, so equal on every rank)."""
+    want = 1
+    for op in ops:
+        if op.nbytes:
+            pk = any(s.buffer == "packets" for s in (op.dst, *op.srcs) if s is not None)
+            want = max(want, -(-op.nbytes // (LL_BYTES_PER_BLOCK if pk else BYTES_PER_BLOCK)))
+    return max(1, min(BLOCKS_MAX, MAX_BLOCKS, want))
 
 
 def buffer_id(span: Span) -> int:

@@ -154,17 +154,53 @@ sdr_exec(const long long* ops, int nops, u64 in_p, u64 out_p, const u64* tab,
     int dpk = (did >= 2) && (did & 1);
     if (!dpk) align |= (u64)dst;
     if (!any_pk && !dpk && (align & 15) == 0 && kind == 0) {
-      /* plain copy: 16-byte vectors */
-      long long vhi = lo + ((hi - lo) / 16) * 16;
-#pragma unroll 4
-      for (long long i = lo + tid * 16LL; i < vhi; i += nt * 16LL)
-        *(uint4*)(dst + i) = ld_cg4(srcs[0] + i);
-      for (long long i = vhi + tid; i < hi; i += nt) dst[i] = srcs[0][i];
+      /* plain copy: 16-byte vectors, four loads in flight per thread */
+      const long long step = nt * 16LL, vhi = lo + ((hi - lo) / 16) * 16;
+      long long i = lo + tid * 16LL;
+      for (; i + 3 * step < vhi; i += 4 * step) {
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = ld_cg4(srcs[0] + i + u * step);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) *(uint4*)(dst + i + u * step) = v[u];
+      }
+      for (; i < vhi; i += step) *(uint4*)(dst + i) = ld_cg4(srcs[0] + i);
+      for (long long j = vhi + tid; j < hi; j += nt) dst[j] = srcs[0][j];
     } else if (!any_pk && !dpk && (align & 15) == 0) {
-      /* plain reduce: 16-byte vectors, float accumulation */
+      /* plain reduce: 16-byte vectors, float accumulation, four vectors per thread */
       const int E = 16 / sizeof(elem_t);
-      long long vhi = lo + ((hi - lo) / 16) * 16;
-      for (long long i = lo + tid * 16LL; i < vhi; i += nt * 16LL) {
+      const long long step = nt * 16LL, vhi = lo + ((hi - lo) / 16) * 16;
+      long long i = lo + tid * 16LL;
+      for (; i + 3 * step < vhi; i += 4 * step) {
+        float acc[4][16 / sizeof(elem_t)];
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = ld_cg4(srcs[0] + i + u * step);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const elem_t* e = (const elem_t*)&v[u];
+#pragma unroll
+          for (int k = 0; k < E; ++k) acc[u][k] = ld_f(e[k]);
+        }
+        for (int s = 1; s < nsrc; ++s) {
+#pragma unroll
+          for (int u = 0; u < 4; ++u) v[u] = ld_cg4(srcs[s] + i + u * step);
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const elem_t* e = (const elem_t*)&v[u];
+#pragma unroll
+            for (int k = 0; k < E; ++k) acc[u][k] += ld_f(e[k]);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          uint4 r; elem_t* g = (elem_t*)&r;
+#pragma unroll
+          for (int k = 0; k < E; ++k) g[k] = st_f(acc[u][k]);
+          *(uint4*)(dst + i + u * step) = r;
+        }
+      }
+      for (; i < vhi; i += step) {
         float acc[16 / sizeof(elem_t)];
         uint4 v = ld_cg4(srcs[0] + i); const elem_t* e = (const elem_t*)&v;
 #pragma unroll
@@ -180,10 +216,25 @@ sdr_exec(const long long* ops, int nops, u64 in_p, u64 out_p, const u64* tab,
         *(uint4*)(dst + i) = r;
       }
       const long long es = sizeof(elem_t);
-      for (long long i = vhi + tid * es; i < hi; i += nt * es) {
-        float a = 0.f;
-        for (int s = 0; s < nsrc; ++s) a += ld_f(*(const elem_t*)(srcs[s] + i));
-        *(elem_t*)(dst + i) = st_f(a);
+      for (long long j = vhi + tid * es; j < hi; j += nt * es) {
+        float a = ld_f(*(const elem_t*)(srcs[0] + j));
+        for (int s = 1; s < nsrc; ++s) a += ld_f(*(const elem_t*)(srcs[s] + j));
+        *(elem_t*)(dst + j) = st_f(a);
+      }
+    } else if (kind == 0 && !spk[0] && dpk && (align & 7) == 0) {
+      /* put as LL packets from plain memory: four words in flight per thread */
+      const long long step = nt * 8LL;
+      long long w = lo + tid * 8LL;
+      for (; w + 3 * step + 8 <= hi; w += 4 * step) {
+        uint2 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = ld_cg2(srcs[0] + w + u * step);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) st_pk(dst + ((w + u * step) / 8) * 16, v[u], flag);
+      }
+      for (; w < hi; w += step) {
+        int wb = (int)((hi - w) < 8 ? (hi - w) : 8);
+        st_word(dst, w, 1, 1, wb, ld_word(srcs[0], w, 0, 1, wb, flag, err), flag);
       }
     } else {
       /* 8-byte words: LL packets on either side, or unaligned plain memory */
