@@ -28,4 +28,15 @@ for key in net.core.rmem_max net.core.wmem_max; do
       || warn "cannot raise $key (now $cur): UDP receive buffers stay small and may drop at high rates"
   fi
 done
+# pyverbs (rdma-core's Python bindings) for the verbs backend's unit tests; the backend adds
+# Debian's dist-packages to sys.path itself when the venv cannot import it.
+if ! /usr/bin/python3 -c "import pyverbs" >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing python3-pyverbs"
+    (export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq python3-pyverbs) >/dev/null 2>&1 \
+      || warn "could not install python3-pyverbs; verbs unit tests will skip"
+  else
+    warn "not root or no apt-get: python3-pyverbs missing; verbs unit tests will skip"
+  fi
+fi
 exit 0
