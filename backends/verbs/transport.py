@@ -89,7 +89,11 @@ class VerbsQP(TransportQP):
                     max_send_wr=SEND_DEPTH, max_recv_wr=RECV_DEPTH, max_send_sge=1, max_recv_sge=1
                 )
                 init = pv.qp.QPInitAttr(
-                    qp_type=int(e.IBV_QPT_UC), scq=self.cqs[ch], rcq=self.cqs[ch], cap=cap
+                    qp_type=int(e.IBV_QPT_UC),
+                    scq=self.cqs[ch],
+                    rcq=self.cqs[ch],
+                    cap=cap,
+                    sq_sig_all=0,  # selective signaling: see post_writes
                 )
                 row.append(pv.qp.QP(transport.pd, init))
             self.qps.append(row)
