@@ -74,6 +74,17 @@ class ReceiveBitmap:
         self.chunks[done] = True
         return len(fresh), duplicates, done
 
+    def mark_one(self, packet: int) -> bool:
+        """Record one arrival (offset < n_packets); False when it is a duplicate."""
+        if self.packets[packet]:
+            return False
+        self.packets[packet] = True
+        chunk = packet // (self.chunk_size // self.mtu)
+        self._counts[chunk] += 1
+        if self._counts[chunk] == self._expected[chunk]:
+            self.chunks[chunk] = True
+        return True
+
     def view(self) -> np.ndarray:
         """Read-only view of the chunk bitmap (one bool per chunk)."""
         view = self.chunks.view()

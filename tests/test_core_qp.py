@@ -107,8 +107,16 @@ def test_late_packets_after_early_completion_are_never_written():
 
 
 def test_id_wraparound_stragglers_hit_a_stale_generation():
-    attr = sdr.QPAttr(mtu=1024, chunk_size=1024, max_message_size=16384, max_messages=4,
-                      id_bits=2, offset_bits=26, user_imm_bits=4, generations=2)  # fmt: skip
+    attr = sdr.QPAttr(
+        mtu=1024,
+        chunk_size=1024,
+        max_message_size=16384,
+        max_messages=4,
+        id_bits=2,
+        offset_bits=26,
+        user_imm_bits=4,
+        generations=2,
+    )
     pair = make_pair(attr)
     captured = []
     send = pair.net.send
@@ -231,8 +239,10 @@ def test_rate_limit_paces_the_sender():
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.integers(0, 9000), st.booleans()), min_size=1, max_size=12),
-       st.integers(0, 2**31))  # fmt: skip
+@given(
+    st.lists(st.tuples(st.integers(0, 9000), st.booleans()), min_size=1, max_size=12),
+    st.integers(0, 2**31),
+)
 def test_writes_stay_inside_posted_ranges(messages, seed):
     """Random sizes, early completions and a lossy, duplicating, reordering wire: bytes
     land only inside posted ranges, and every receive that reports arrival is exact."""
@@ -251,3 +261,55 @@ def test_writes_stay_inside_posted_ranges(messages, seed):
         if rh.record.arrived:
             assert np.array_equal(dst[guard : guard + size], src) and rh.imm == size
         rh.complete()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 3),
+            st.integers(0, 12),
+            st.integers(0, 2),
+            st.sampled_from([0, 1, 500, 999, 1000]),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=120,
+    )
+)
+def test_row_and_vectorized_paths_agree(rows):
+    """Both receive paths apply the same rules to the same (partly forged) completions."""
+    from sdr import recv_table
+
+    attr = sdr.QPAttr(mtu=1000, chunk_size=2000, max_message_size=10_000, generations=3)
+    results = []
+    for small in (0, 10_000):
+        recv_table.SMALL_BATCH, saved = small, recv_table.SMALL_BATCH
+        try:
+            core = sdr.QueuePairCore(attr)
+            mr = sdr.MemoryRegion(key=1, view=memoryview(bytearray(20_000)))
+            recs = [core.post_recv(0.0, mr, 0, 9_500), core.post_recv(0.0, mr, 10_000, 3_000)]
+            enc = attr.layout.encode
+            batch = [
+                (
+                    0,
+                    gen,
+                    enc(msg, pkt, pkt % 16),
+                    length,
+                    (recs[msg].slot * 10_000 + pkt * 1000) if (msg < 2 and honest) else -1,
+                )
+                for msg, pkt, gen, length, honest in rows
+            ]
+            core.receive_completions(0.0, CompletionBatch.from_rows(batch[: len(batch) // 2]))
+            core.receive_completions(0.0, CompletionBatch.from_rows(batch[len(batch) // 2 :]))
+            results.append(
+                (
+                    core.counters.as_dict(),
+                    [r.bitmap.packets.tolist() for r in recs],
+                    [r.bitmap.chunks.tolist() for r in recs],
+                    [r.imm for r in recs],
+                )
+            )
+        finally:
+            recv_table.SMALL_BATCH = saved
+    assert results[0] == results[1]

@@ -1,0 +1,217 @@
+"""The interface every reliability scheme implements: sans-I/O sender and receiver machines.
+
+A scheme is a pair of state machines per message, built by a :class:`Scheme`. They never
+touch a socket, a clock or a QP: a driver (sdr.reliability.ReliableQP over an SDR QP, or a
+simulator) feeds them events with an explicit ``now`` and carries out the actions they
+return, exactly like the SDR core one level down::
+
+    machine.start(now)                      # sender only
+    machine.on_sent(now, lane, chunks)      # sender: these chunks left (after pacing)
+    machine.on_chunks(now, lane, chunks)    # receiver: these chunk bits became set
+    machine.on_control(now, message)        # a control message for this message
+    machine.do_work(now)                    # one step of CPU work (checksums, coding)
+    machine.handle_timer(now)               # when now >= machine.next_timer()
+    for action in machine.actions(): ...    # SendChunks, SendControl, Finished
+
+Lanes: each reliable message travels as one SDR stream per lane, matched by order. Lane 0
+(DATA) is the user's buffer at its natural offsets; schemes may add lanes whose buffers
+they own (EC: lane 1, PARITY). Both ends derive the same lane lengths from the message
+length, so the n-th message is always SDR messages n*lanes .. n*lanes+lanes-1.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from sdr.errors import SDRError
+from sdr.reliability.config import ReliabilityConfig
+from sdr.reliability.geometry import MessageGeometry
+from sdr.reliability.integrity import fingerprint
+from sdr.reliability.messages import ControlMessage
+
+__all__ = [
+    "Lane",
+    "SendChunks",
+    "SendControl",
+    "Finished",
+    "SchemeAction",
+    "Status",
+    "Machine",
+    "SchemeSender",
+    "SchemeReceiver",
+    "Scheme",
+    "earliest",
+]
+
+
+class Lane(enum.IntEnum):
+    """The SDR streams of one reliable message."""
+
+    DATA = 0
+    PARITY = 1
+
+
+@dataclass(frozen=True, eq=False)
+class SendChunks:
+    """Stream these chunks of ``lane`` (sorted indices); ``retransmit`` for repairs."""
+
+    lane: int
+    chunks: np.ndarray
+    retransmit: bool = False
+
+
+@dataclass(frozen=True)
+class SendControl:
+    """Send this control message to the peer."""
+
+    message: ControlMessage
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The message is over: verified and complete (``error`` None) or failed."""
+
+    error: SDRError | None = None
+
+
+SchemeAction = SendChunks | SendControl | Finished
+
+
+class Status(enum.Enum):
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+def earliest(*times: float | None) -> float | None:
+    """The smallest of the finite times given, or None."""
+    finite = [t for t in times if t is not None and math.isfinite(t)]
+    return min(finite) if finite else None
+
+
+class Machine(ABC):
+    """Common state of a sender or receiver machine of one message."""
+
+    def __init__(self, scheme: Scheme, seq: int, data: memoryview) -> None:
+        self.scheme = scheme
+        self.config = scheme.config
+        self.seq = seq
+        self.data = data
+        self.geometry = MessageGeometry(len(data), scheme.chunk_size)
+        self.status = Status.ACTIVE
+        self.error: SDRError | None = None
+        self.stats: dict[str, int] = {}
+        self._actions: list[SchemeAction] = []
+
+    @property
+    def active(self) -> bool:
+        return self.status is Status.ACTIVE
+
+    def actions(self) -> list[SchemeAction]:
+        """Drain the actions produced since the last call."""
+        out, self._actions = self._actions, []
+        return out
+
+    def lane_buffer(self, lane: int) -> np.ndarray | None:
+        """The buffer this machine owns for ``lane`` (>= 1), registered by the driver."""
+        return None
+
+    def has_work(self) -> bool:
+        """Whether :meth:`do_work` has CPU work to do (checksums, encoding, decoding)."""
+        return False
+
+    def do_work(self, now: float) -> None:  # noqa: B027 - optional hook
+        """Do one bounded step of CPU work (drivers interleave it with sending)."""
+
+    @abstractmethod
+    def next_timer(self) -> float | None:
+        """When :meth:`handle_timer` must be called next (None: no timer armed)."""
+
+    @abstractmethod
+    def handle_timer(self, now: float) -> None:
+        """Handle every timer that expired at or before ``now``."""
+
+    @abstractmethod
+    def on_control(self, now: float, message: ControlMessage) -> None:
+        """A control message about this message arrived from the peer."""
+
+    # --- helpers for subclasses ---------------------------------------------------------
+    def count(self, key: str, n: int = 1) -> None:
+        self.stats[key] = self.stats.get(key, 0) + n
+
+    def send(self, message: ControlMessage) -> None:
+        self.count(f"sent_{type(message).__name__.lower()}")
+        self._actions.append(SendControl(message))
+
+    def finish(self, error: SDRError | None = None) -> None:
+        """End the machine (once): completed when ``error`` is None, else failed."""
+        if not self.active:
+            return
+        self.status = Status.COMPLETED if error is None else Status.FAILED
+        self.error = error
+        self._actions.append(Finished(error))
+
+
+class SchemeSender(Machine):
+    """Sender side of one message."""
+
+    @abstractmethod
+    def start(self, now: float) -> None:
+        """The receiver is ready (its CTS arrived): begin sending."""
+
+    @abstractmethod
+    def on_sent(self, now: float, lane: int, chunks: np.ndarray) -> None:
+        """These chunks of ``lane`` were handed to the wire at ``now`` (after pacing)."""
+
+
+class SchemeReceiver(Machine):
+    """Receiver side of one message; ``data`` is the writable receive buffer."""
+
+    @abstractmethod
+    def on_chunks(self, now: float, lane: int, chunks: np.ndarray) -> None:
+        """These chunks of ``lane`` became complete in the receive bitmap."""
+
+
+class Scheme(ABC):
+    """A reliability scheme: lane layout plus the sender and receiver machine classes.
+
+    Subclass it (or a built-in one), set ``sender_class`` / ``receiver_class``, and make
+    it available with :func:`sdr.reliability.register_scheme`. ``config`` is resolved:
+    ``chunk_size`` is set.
+    """
+
+    sender_class: ClassVar[type[SchemeSender]]
+    receiver_class: ClassVar[type[SchemeReceiver]]
+
+    def __init__(self, config: ReliabilityConfig) -> None:
+        if config.chunk_size is None:
+            raise SDRError("a Scheme needs a resolved config (chunk_size set)")
+        self.config = config
+        self.chunk_size: int = config.chunk_size  # type: ignore[assignment]
+        self.fingerprint = fingerprint(self.describe())
+
+    @property
+    def name(self) -> str:
+        return self.config.scheme
+
+    def describe(self) -> str:
+        """What both ends must agree on (hashed into the DIGEST's fingerprint)."""
+        return f"{self.name} chunk_size={self.config.chunk_size}"
+
+    def lanes(self, length: int) -> tuple[int, ...]:
+        """Byte lengths of the lanes of a message of ``length`` bytes (lane 0 = data)."""
+        return (length,)
+
+    def sender(self, seq: int, data: memoryview) -> SchemeSender:
+        """The sender machine of message ``seq`` whose bytes are ``data``."""
+        return self.sender_class(self, seq, data)
+
+    def receiver(self, seq: int, data: memoryview) -> SchemeReceiver:
+        """The receiver machine of message ``seq`` landing in ``data``."""
+        return self.receiver_class(self, seq, data)

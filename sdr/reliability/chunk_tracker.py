@@ -1,0 +1,66 @@
+"""Per-chunk send state of one message's data lane: queued, sent, acknowledged, RTO."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["ChunkTracker"]
+
+
+class ChunkTracker:
+    """What the sender knows about each data chunk, as NumPy arrays (cheap for 10^4 chunks).
+
+    A chunk is *queued* from the moment it is handed to the SDR stream until the driver
+    reports it left (pacing may hold it); its RTO runs from its departure, never from the
+    queueing, so a slow pacer does not cause spurious retransmissions.
+    """
+
+    def __init__(self, n_chunks: int) -> None:
+        self.acked = np.zeros(n_chunks, dtype=bool)
+        self.queued = np.zeros(n_chunks, dtype=bool)
+        self.sends = np.zeros(n_chunks, dtype=np.int32)
+        self.last_sent = np.full(n_chunks, -np.inf)
+        self.deadline = np.full(n_chunks, np.inf)
+
+    def queue(self, chunks: np.ndarray) -> None:
+        """The chunks were handed to the stream (their timers stop until they leave)."""
+        self.queued[chunks] = True
+        self.deadline[chunks] = np.inf
+
+    def sent(self, now: float, chunks: np.ndarray, rto: float | None) -> None:
+        """The chunks left at ``now``; arm their RTO (unless ``rto`` is None or acked)."""
+        self.queued[chunks] = False
+        self.sends[chunks] += 1
+        self.last_sent[chunks] = now
+        if rto is not None:
+            live = chunks[~self.acked[chunks]]
+            self.deadline[live] = now + rto
+
+    def arm(self, now: float, chunks: np.ndarray, rto: float) -> None:
+        """Arm the RTO of chunks that are neither acknowledged nor queued."""
+        live = chunks[~self.acked[chunks] & ~self.queued[chunks]]
+        self.deadline[live] = now + rto
+
+    def ack(self, chunks: np.ndarray) -> np.ndarray:
+        """Mark chunks acknowledged; returns those that were not before."""
+        fresh = chunks[~self.acked[chunks]]
+        self.acked[fresh] = True
+        self.deadline[fresh] = np.inf
+        return fresh
+
+    def unack(self, chunks: np.ndarray) -> None:
+        """The receiver lost these chunks after all (failed checksum): not acknowledged."""
+        self.acked[chunks] = False
+
+    def due(self, now: float) -> np.ndarray:
+        """Chunks whose RTO expired at or before ``now``."""
+        return np.flatnonzero(self.deadline <= now)
+
+    def next_deadline(self) -> float:
+        """The earliest armed RTO (inf when none)."""
+        return float(self.deadline.min()) if len(self.deadline) else np.inf
+
+    @property
+    def retransmissions(self) -> int:
+        """Chunk sends beyond the first of each chunk."""
+        return int(np.maximum(self.sends - 1, 0).sum())

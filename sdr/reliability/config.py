@@ -1,0 +1,205 @@
+"""Validated parameters of a reliability scheme, and the ``[reliability]`` TOML table.
+
+Times accept the units syntax of :mod:`sdr.units` (``"25ms"``), rates ``"100Gbit/s"``,
+sizes ``"64KiB"``. Stored values are seconds, bits/s and bytes. Both ends of a
+connection must use the same scheme, k, m and chunk size (the DIGEST carries a
+fingerprint of them and a mismatch fails the message with a ProtocolError).
+
+Example ``sdr.toml``::
+
+    [reliability]
+    scheme = "ec-mds"
+    rtt = "25ms"
+    alpha = 2.0
+    k = 32
+    m = 8
+    link_rate = "400Gbit/s"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sdr.errors import ConfigError
+from sdr.units import parse_rate, parse_size, parse_time
+
+__all__ = ["ReliabilityConfig", "load_config"]
+
+_MIN_TIMEOUT_S = 1.0
+_TIMEOUT_RTOS = 100
+_TIMEOUT_TX = 4
+
+
+def _number(name: str, value: object, low: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    if value < low:
+        raise ConfigError(f"{name} must be >= {low}, got {value!r}")
+    return float(value)
+
+
+def _integer(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ReliabilityConfig:
+    """Parameters of a reliability scheme (see docs/reliability-schemes.md).
+
+    scheme: registered name: ``sr-rto``, ``sr-nack``, ``ec-mds``, ``ec-xor`` or your own.
+    rtt: round-trip time of the link in seconds (the user knows the link).
+    alpha: queueing allowance; per-chunk RTO = rtt + alpha * rtt.
+    beta: EC fallback margin; FTO = (M + ceil(M/R)) * T_INJ + beta * rtt (default alpha/2).
+    k, m: EC data and parity chunks per submessage.
+    chunk_size: bytes per chunk; None takes the QP's bitmap chunk size (it must match it).
+    link_rate: bits/s for T_INJ = chunk bits / link_rate; None takes the QP's rate_limit
+        (T_INJ = 0 when neither is set).
+    ack_interval: how long a receiver may delay a SACK to coalesce arrivals (default rtt/10).
+    global_timeout: seconds after which a stuck message fails with sdr.TimeoutError;
+        None: max(1 s, 100 RTOs) + 4x the message's transmit time at link_rate.
+    max_in_flight: reliable messages in flight per direction (more writes wait).
+    params: extra parameters for user-registered schemes.
+    """
+
+    scheme: str = "sr-rto"
+    rtt: float | str = 0.001
+    alpha: float = 2.0
+    beta: float | None = None
+    k: int = 32
+    m: int = 8
+    chunk_size: int | str | None = None
+    link_rate: float | str | None = None
+    ack_interval: float | str | None = None
+    global_timeout: float | str | None = None
+    max_in_flight: int = 16
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if not isinstance(self.scheme, str) or not self.scheme:
+            raise ConfigError(f"scheme must be a scheme name like 'sr-rto', got {self.scheme!r}")
+        rtt = parse_time(self.rtt)
+        if rtt <= 0:
+            raise ConfigError(f"rtt must be > 0 s (e.g. '25ms'), got {self.rtt!r}")
+        set_(self, "rtt", rtt)
+        set_(self, "alpha", _number("alpha", self.alpha, 0.0))
+        if self.beta is not None:
+            set_(self, "beta", _number("beta", self.beta, 0.0))
+        set_(self, "k", _integer("k", self.k, 1, 255))
+        set_(self, "m", _integer("m", self.m, 1, 255))
+        if self.chunk_size is not None:
+            size = parse_size(self.chunk_size)
+            if size < 1:
+                raise ConfigError(f"chunk_size must be >= 1 byte, got {self.chunk_size!r}")
+            set_(self, "chunk_size", size)
+        if self.link_rate is not None:
+            rate = parse_rate(self.link_rate)
+            if rate <= 0:
+                raise ConfigError(f"link_rate must be > 0 bits/s, got {self.link_rate!r}")
+            set_(self, "link_rate", rate)
+        for name in ("ack_interval", "global_timeout"):
+            value = getattr(self, name)
+            if value is not None:
+                seconds = parse_time(value)
+                if name == "global_timeout" and seconds <= 0:
+                    raise ConfigError(f"global_timeout must be > 0 s, got {value!r}")
+                set_(self, name, seconds)
+        set_(self, "max_in_flight", _integer("max_in_flight", self.max_in_flight, 1, 1 << 16))
+        if not isinstance(self.params, Mapping):
+            raise ConfigError(f"params must be a table/mapping, got {self.params!r}")
+        set_(self, "params", dict(self.params))
+
+    # --- derived values (all in seconds) -----------------------------------------------
+    @property
+    def rto(self) -> float:
+        """Per-chunk retransmission timeout: rtt + alpha * rtt."""
+        return self.rtt * (1.0 + self.alpha)  # type: ignore[operator]
+
+    @property
+    def beta_value(self) -> float:
+        """beta, defaulting to alpha / 2 as in the paper."""
+        return self.alpha / 2 if self.beta is None else self.beta  # type: ignore[return-value]
+
+    @property
+    def ack_delay(self) -> float:
+        """Longest a receiver holds back a SACK."""
+        if self.ack_interval is not None:
+            return self.ack_interval  # type: ignore[return-value]
+        return self.rtt / 10  # type: ignore[operator]
+
+    @property
+    def t_inj(self) -> float:
+        """Injection time of one chunk at link_rate (0 when the rate is unknown)."""
+        if self.link_rate is None or self.chunk_size is None:
+            return 0.0
+        return self.chunk_size * 8 / self.link_rate  # type: ignore[operator]
+
+    def fto(self, data_chunks: int, parity_chunks: int) -> float:
+        """EC fallback timeout, armed at the first chunk: (M + P) * T_INJ + beta * rtt."""
+        return (data_chunks + parity_chunks) * self.t_inj + self.beta_value * self.rtt  # type: ignore[operator]
+
+    def timeout_for(self, length: int) -> float:
+        """Global timeout of one message of ``length`` bytes."""
+        if self.global_timeout is not None:
+            return self.global_timeout  # type: ignore[return-value]
+        tx = length * 8 / self.link_rate if self.link_rate else 0.0  # type: ignore[operator]
+        return max(_MIN_TIMEOUT_S, _TIMEOUT_RTOS * self.rto) + _TIMEOUT_TX * tx
+
+    def replace(self, **changes: Any) -> ReliabilityConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def resolved(self, chunk_size: int, rate_limit: float | None) -> ReliabilityConfig:
+        """Fill chunk_size and link_rate from the QP; ConfigError if chunk_size disagrees."""
+        if self.chunk_size is not None and self.chunk_size != chunk_size:
+            raise ConfigError(
+                f"reliability chunk_size {self.chunk_size} must equal the QP's chunk_size "
+                f"{chunk_size} (one bitmap bit per chunk); leave it unset to inherit it"
+            )
+        rate = self.link_rate if self.link_rate is not None else rate_limit
+        return self.replace(chunk_size=chunk_size, link_rate=rate)
+
+    @classmethod
+    def from_mapping(cls, table: Mapping[str, Any]) -> ReliabilityConfig:
+        """Build from a mapping (a parsed ``[reliability]`` table); unknown keys are errors."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown [reliability] keys {unknown}; expected some of {sorted(known)} "
+                "(put parameters of your own scheme under [reliability.params])"
+            )
+        return cls(**dict(table))
+
+
+def load_config(source: str | Path | Mapping[str, Any]) -> ReliabilityConfig:
+    """Load the ``[reliability]`` table from a TOML file path, TOML text or a parsed mapping.
+
+    A mapping or document without a ``reliability`` key is taken as the table itself.
+    """
+    if isinstance(source, Mapping):
+        doc: Mapping[str, Any] = source
+    else:
+        text = source
+        path = Path(source) if isinstance(source, Path) or "\n" not in source else None
+        if path is not None and path.suffix == ".toml":
+            try:
+                text = path.read_text()
+            except OSError as exc:
+                raise ConfigError(f"cannot read reliability config {str(path)!r}: {exc}") from exc
+        try:
+            doc = tomllib.loads(str(text))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"reliability config is not valid TOML: {exc}") from exc
+    table = doc.get("reliability", doc)
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"[reliability] must be a table, got {table!r}")
+    return ReliabilityConfig.from_mapping(table)

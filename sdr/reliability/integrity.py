@@ -1,0 +1,132 @@
+"""End-to-end integrity: per-chunk CRC-32s carried on the control path (DIGEST messages).
+
+The sender computes one CRC-32 per data chunk (zlib's, ~3 GB/s on one core) in small
+steps that overlap sending, and sends them with the message length and a fingerprint of
+the scheme. The receiver checks every chunk (arrived or decoded) against its checksum
+before it reports the message complete; a chunk that fails is re-requested on its own,
+so one bad chunk never fails the whole message.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from sdr.errors import ProtocolError
+from sdr.reliability.geometry import MessageGeometry
+from sdr.reliability.messages import DIGEST_PER_MESSAGE, Digest
+
+__all__ = ["chunk_crc", "fingerprint", "DigestBuilder", "DigestStore"]
+
+
+def chunk_crc(data: memoryview, geometry: MessageGeometry, chunk: int) -> int:
+    """CRC-32 of one chunk of ``data``."""
+    start, stop = geometry.bounds(chunk)
+    return zlib.crc32(data[start:stop])
+
+
+def fingerprint(description: str) -> int:
+    """A 32-bit fingerprint of a scheme description (both ends must agree on it)."""
+    return zlib.crc32(description.encode())
+
+
+class DigestBuilder:
+    """Sender side: computes the chunk checksums step by step and cuts them into DIGESTs."""
+
+    def __init__(self, seq: int, data: memoryview, geometry: MessageGeometry, scheme: int) -> None:
+        self.seq = seq
+        self.data = data
+        self.geometry = geometry
+        self.scheme = scheme
+        self.crcs = np.zeros(geometry.n_chunks, dtype=np.uint32)
+        self._next = 0
+        self.pieces = max(1, -(-geometry.n_chunks // DIGEST_PER_MESSAGE))
+        self._ready: list[Digest] = []
+
+    @property
+    def done(self) -> bool:
+        return len(self._ready) == self.pieces
+
+    def step(self, max_chunks: int) -> list[Digest]:
+        """Checksum up to ``max_chunks`` more chunks; returns the DIGESTs that became ready."""
+        n = self.geometry.n_chunks
+        stop = min(n, self._next + max_chunks)
+        for c in range(self._next, stop):
+            self.crcs[c] = chunk_crc(self.data, self.geometry, c)
+        self._next = stop
+        fresh = []
+        while len(self._ready) < self.pieces:
+            first = len(self._ready) * DIGEST_PER_MESSAGE
+            last = min(n, first + DIGEST_PER_MESSAGE)
+            if last > self._next:
+                break
+            piece = Digest(
+                self.seq,
+                self.geometry.length,
+                self.scheme,
+                self.geometry.chunk_size,
+                first,
+                self.crcs[first:last].copy(),
+            )
+            self._ready.append(piece)
+            fresh.append(piece)
+        return fresh
+
+    def ready(self) -> list[Digest]:
+        """Every DIGEST built so far (for a resend)."""
+        return list(self._ready)
+
+
+class DigestStore:
+    """Receiver side: the checksums received so far, and chunk verification against them."""
+
+    def __init__(self, geometry: MessageGeometry, scheme: int, description: str) -> None:
+        self.geometry = geometry
+        self.scheme = scheme
+        self.description = description
+        self.crcs = np.zeros(geometry.n_chunks, dtype=np.uint32)
+        self.known = np.zeros(geometry.n_chunks, dtype=bool)
+        self._any = False
+
+    @property
+    def complete(self) -> bool:
+        """Every chunk's checksum (and the message length) is known."""
+        return self._any and bool(self.known.all())
+
+    def add(self, msg: Digest) -> np.ndarray:
+        """Take one DIGEST; returns the chunks whose checksum became known.
+
+        ProtocolError when the peer's length, scheme or chunk size differ from ours.
+        """
+        g = self.geometry
+        if msg.scheme != self.scheme:
+            raise ProtocolError(
+                f"message seq {msg.seq}: the peer's reliability scheme differs (fingerprint "
+                f"{msg.scheme:#010x}, ours {self.scheme:#010x} for {self.description}); "
+                "configure both ends with the same scheme, k, m and chunk size"
+            )
+        if msg.length != g.length or msg.chunk_size != g.chunk_size:
+            raise ProtocolError(
+                f"message seq {msg.seq}: the sender wrote {msg.length} bytes in "
+                f"{msg.chunk_size}-byte chunks, but the posted receive is {g.length} bytes in "
+                f"{g.chunk_size}-byte chunks; write exactly the posted length"
+            )
+        stop = msg.first + len(msg.crcs)
+        if stop > g.n_chunks:
+            raise ProtocolError(
+                f"message seq {msg.seq}: DIGEST covers chunks up to {stop}, message has "
+                f"{g.n_chunks}"
+            )
+        self._any = True
+        fresh = msg.first + np.flatnonzero(~self.known[msg.first : stop])
+        self.crcs[msg.first : stop] = msg.crcs
+        self.known[msg.first : stop] = True
+        return fresh
+
+    def check(self, data: memoryview, chunks: np.ndarray) -> np.ndarray:
+        """Whether each of ``chunks`` (all with known checksums) matches its checksum."""
+        g, crcs = self.geometry, self.crcs
+        return np.array(
+            [chunk_crc(data, g, int(c)) == int(crcs[c]) for c in chunks.tolist()], dtype=bool
+        )

@@ -1,0 +1,212 @@
+"""Selective Repeat, receiver side: watch the chunk bitmap, verify, acknowledge.
+
+Arrivals are coalesced into one SACK per ``ack_interval`` (cumulative ACK plus as much
+selective bitmap as fits). With ``nack_holes`` (the ``sr-nack`` scheme) a hole is NACKed
+as soon as a later chunk shows it, and again at most once per RTO. Every chunk is checked
+against its CRC-32 from the DIGEST; a chunk that fails is NACKed on its own and checked
+again when its retransmission should have landed (duplicates do not change the bitmap,
+so the check is timer driven). The message completes, with a positive ACK, only when
+every chunk is verified. A global timeout (armed at the first sign of the message) fails
+it with sdr.TimeoutError and tells the sender (ACK with the FAILED flag).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sdr.errors import MessageFailed, ProtocolError, SDRError, TimeoutError
+from sdr.reliability.base import Lane, Scheme, SchemeReceiver, earliest
+from sdr.reliability.integrity import DigestStore
+from sdr.reliability.messages import Abort, Ack, ControlMessage, Digest, Nack, Probe, Sack
+
+__all__ = ["SelectiveRepeatReceiver"]
+
+
+class SelectiveRepeatReceiver(SchemeReceiver):
+    """SR receiver of one message (also the base of the Erasure Coding receiver)."""
+
+    def __init__(self, scheme: Scheme, seq: int, data: memoryview) -> None:
+        super().__init__(scheme, seq, data)
+        n = self.n_chunks = self.geometry.n_chunks
+        self.nack_holes = bool(getattr(scheme, "nack_holes", False))
+        self.digests = DigestStore(self.geometry, scheme.fingerprint, scheme.describe())
+        self.arrived = np.zeros(n, dtype=bool)
+        self.verified = np.zeros(n, dtype=bool)
+        self.bad = np.zeros(n, dtype=bool)
+        self.last_nack = np.full(n, -np.inf)
+        self._deadline = np.inf
+        self._ack_at: float | None = None
+        self._hi = -1  # highest chunk index that arrived
+
+    # --- state views (EC extends them) ----------------------------------------------------
+    def landed(self) -> np.ndarray:
+        """Chunks whose bytes are in the buffer (arrived; EC adds decoded ones)."""
+        return self.arrived
+
+    def have(self) -> np.ndarray:
+        """Chunks the sender may consider delivered (landed and not known bad)."""
+        return self.landed() & ~self.bad
+
+    # --- events -------------------------------------------------------------------------
+    def begin(self, now: float) -> None:
+        """First sign of the message: arm the global timeout."""
+        if not np.isfinite(self._deadline):
+            self._deadline = now + self.config.timeout_for(self.geometry.length)
+
+    def on_chunks(self, now: float, lane: int, chunks: np.ndarray) -> None:
+        if not self.active:
+            return
+        self.begin(now)
+        if lane == Lane.DATA:
+            chunks = chunks[chunks < self.n_chunks]
+            self.arrived[chunks] = True
+            self.count("chunks_arrived", len(chunks))
+            if len(chunks):
+                self._hi = max(self._hi, int(chunks.max()))
+            self.verify(now, chunks)
+            self.after_data(now, chunks)
+        else:
+            self.on_lane(now, lane, chunks)
+        self.check_done(now)
+
+    def on_lane(self, now: float, lane: int, chunks: np.ndarray) -> None:
+        """Chunks of a scheme-owned lane arrived (SR has none)."""
+        self.count("ignored_lane_chunks", len(chunks))
+
+    def after_data(self, now: float, chunks: np.ndarray) -> None:
+        """Schedule the SACK; NACK holes at once in the NACK variant."""
+        if self._ack_at is None:
+            self._ack_at = now + self.config.ack_delay
+        if self.nack_holes:
+            self.nack_holes_below(now, self._hi)
+
+    def on_control(self, now: float, message: ControlMessage) -> None:
+        if not self.active:
+            return
+        if isinstance(message, Digest):
+            self.begin(now)
+            try:
+                fresh = self.digests.add(message)
+            except ProtocolError as exc:
+                self.fail(exc)
+                return
+            self.verify(now, fresh)
+            self.check_done(now)
+        elif isinstance(message, Probe):
+            self.begin(now)
+            self.count("received_probe")
+            self.report(now)
+            self.check_done(now)
+        elif isinstance(message, Abort):
+            self.fail(
+                MessageFailed(
+                    f"receive seq {self.seq}: the sender gave the message up (its global "
+                    "timeout); the buffer holds partial data"
+                ),
+                tell=False,
+            )
+        else:
+            self.count("ignored_control")
+
+    def report(self, now: float) -> None:
+        """Answer a PROBE: SACK, plus NACKs of bad chunks (and holes, in the NACK variant)."""
+        self.recheck_bad(now)
+        self.send_sack()
+        bad = np.flatnonzero(self.bad)
+        self.nack(now, bad[now - self.last_nack[bad] >= self.config.rtt])
+        if self.nack_holes:
+            self.nack_holes_below(now, self._hi)
+
+    # --- timers -------------------------------------------------------------------------
+    def next_timer(self) -> float | None:
+        if not self.active:
+            return None
+        recheck = None
+        if self.bad.any():
+            recheck = float(self.last_nack[self.bad].min()) + self.config.rto
+        return earliest(self._deadline, self._ack_at, recheck)
+
+    def handle_timer(self, now: float) -> None:
+        if not self.active:
+            return
+        if now >= self._deadline:
+            self.fail_timeout()
+            return
+        if self._ack_at is not None and now >= self._ack_at:
+            self._ack_at = None
+            self.send_sack()
+        if self.bad.any() and now >= float(self.last_nack[self.bad].min()) + self.config.rto:
+            self.recheck_bad(now)
+        self.check_done(now)
+
+    # --- verification -------------------------------------------------------------------
+    def verify(self, now: float, chunks: np.ndarray) -> None:
+        """Check landed chunks with known checksums; NACK those that fail."""
+        landed = self.landed()
+        cand = chunks[self.digests.known[chunks] & landed[chunks] & ~self.verified[chunks]]
+        if not len(cand):
+            return
+        ok = self.digests.check(self.data, cand)
+        good, failed = cand[ok], cand[~ok]
+        self.verified[good] = True
+        self.bad[good] = False
+        fresh = failed[~self.bad[failed]]
+        self.bad[failed] = True
+        if len(fresh):
+            self.count("bad_chunks", len(fresh))
+            self.on_bad(now, fresh)
+
+    def on_bad(self, now: float, chunks: np.ndarray) -> None:
+        """Chunks failed their checksum: ask for them again."""
+        self.nack(now, chunks)
+
+    def recheck_bad(self, now: float) -> None:
+        """Check bad chunks again (their retransmission may have landed); re-NACK the rest."""
+        bad = np.flatnonzero(self.bad)
+        if not len(bad):
+            return
+        ok = self.digests.check(self.data, bad)
+        self.verified[bad[ok]] = True
+        self.bad[bad[ok]] = False
+        still = bad[~ok]
+        self.nack(now, still[now - self.last_nack[still] >= self.config.rto])
+
+    def check_done(self, now: float) -> None:
+        """Complete (positive ACK) once the checksums are known and every chunk verified."""
+        if self.active and self.digests.complete and self.verified.all():
+            self.send(Ack(self.seq))
+            self.finish(None)
+
+    # --- helpers ------------------------------------------------------------------------
+    def send_sack(self) -> None:
+        self.send(Sack.build(self.seq, self.have(), self.digests.complete))
+
+    def nack(self, now: float, chunks: np.ndarray) -> None:
+        if not len(chunks):
+            return
+        self.last_nack[chunks] = now
+        self.count("nacked_chunks", len(chunks))
+        for message in Nack.build(self.seq, np.sort(chunks)):
+            self.send(message)
+
+    def nack_holes_below(self, now: float, hi: int) -> None:
+        """NACK missing chunks below ``hi`` not NACKed within the last RTO."""
+        holes = np.flatnonzero(~self.have()[: max(hi, 0)])
+        self.nack(now, holes[now - self.last_nack[holes] >= self.config.rto])
+
+    def fail(self, error: SDRError, tell: bool = True) -> None:
+        """Give the message up; ``tell`` the sender with a failed ACK."""
+        if tell and self.active:
+            self.send(Ack(self.seq, failed=True))
+        self.finish(error)
+
+    def fail_timeout(self) -> None:
+        missing = int((~self.verified).sum())
+        digest = "" if self.digests.complete else "; checksums incomplete"
+        self.fail(
+            TimeoutError(
+                f"receive seq {self.seq}: not complete within the global timeout of "
+                f"{self.config.timeout_for(self.geometry.length):.3g} s after its first chunk; "
+                f"{missing} of {self.n_chunks} chunks missing or unverified{digest}"
+            )
+        )

@@ -1,0 +1,119 @@
+"""Per-message bookkeeping of the reliable QP: a scheme machine bound to its SDR lanes.
+
+An :class:`Outgoing` message owns one SDR stream per lane. It turns SendChunks actions into
+stream ranges and turns the stream's packet counter back into departures (``on_sent``):
+ranges leave in queue order, so the k-th queued chunk has left once the stream has sent
+as many packets as the first k chunks hold. An :class:`Incoming` message owns one SDR
+receive per lane and turns new bits of their chunk bitmaps into ``on_chunks`` events.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sdr.api import RecvHandle, SendStream
+from sdr.reliability.base import SchemeReceiver, SchemeSender
+from sdr.reliability.geometry import MessageGeometry, chunk_runs
+from sdr.reliability.handles import ReceiveHandle, WriteHandle
+from sdr.send_table import SendState
+from sdr.transport import MemoryRegion
+
+__all__ = ["OutLane", "Outgoing", "Incoming"]
+
+
+@dataclass
+class OutLane:
+    """One SDR stream of an outgoing message: where its bytes come from, what is queued."""
+
+    index: int
+    stream: SendStream
+    region: MemoryRegion
+    base: int  # offset of the lane's byte 0 in region
+    geometry: MessageGeometry
+    mtu: int
+    created: float
+    pending: deque[tuple[int, int]] = field(default_factory=deque)  # (cum packets, chunk)
+    queued_packets: int = 0
+    cts_checked: bool = False
+    last_cts_request: float = 0.0
+    cts_requests: int = 0
+
+    def __post_init__(self) -> None:
+        self.last_cts_request = self.created
+
+    def queue(self, chunks: np.ndarray) -> None:
+        """Hand chunks to the stream, as few ranges as possible."""
+        g, mtu = self.geometry, self.mtu
+        for first, count in chunk_runs(np.sort(chunks)):
+            start = first * g.chunk_size
+            stop = g.bounds(first + count - 1)[1]
+            self.stream.send(self.region, self.base + start, start, stop - start)
+            for c in range(first, first + count):
+                lo, hi = g.bounds(c)
+                self.queued_packets += -(-(hi - lo) // mtu)
+                self.pending.append((self.queued_packets, c))
+
+    def departed(self) -> np.ndarray:
+        """Chunks that left since the last call."""
+        sent = self.stream.record.packets_sent
+        out = []
+        while self.pending and self.pending[0][0] <= sent:
+            out.append(self.pending.popleft()[1])
+        return np.array(out, dtype=np.int64)
+
+    @property
+    def has_cts(self) -> bool:
+        return self.stream.record.remote is not None
+
+    def close(self, cancel_reason: Exception) -> None:
+        """End the stream; drop what was never sent (it could block later messages)."""
+        rec = self.stream.record
+        if rec.state is not SendState.QUEUED:
+            return
+        if rec.remote is None or rec.packets_sent < self.queued_packets:
+            rec.fail(cancel_reason)  # type: ignore[arg-type]
+        elif not rec.ended:
+            self.stream.end()
+
+
+@dataclass
+class Outgoing:
+    """A reliable write in flight."""
+
+    handle: WriteHandle
+    machine: SchemeSender
+    lanes: list[OutLane]
+    started: bool = False
+
+
+@dataclass
+class Incoming:
+    """A reliable receive: its machine and the SDR receives of its lanes (posted in order)."""
+
+    handle: ReceiveHandle
+    region: MemoryRegion
+    offset: int
+    lengths: tuple[int, ...]
+    machine: SchemeReceiver | None = None
+    lane_regions: list[tuple[MemoryRegion, int]] = field(default_factory=list)
+    posted: list[RecvHandle] = field(default_factory=list)
+    seen: list[np.ndarray] = field(default_factory=list)
+    over: bool = False  # the machine finished; lanes still to post are completed at once
+
+    @property
+    def fully_posted(self) -> bool:
+        return len(self.posted) == len(self.lengths)
+
+    def arrivals(self) -> list[tuple[int, np.ndarray]]:
+        """(lane, chunks) whose bitmap bits became set since the last call."""
+        out = []
+        for lane, (h, seen) in enumerate(zip(self.posted, self.seen, strict=True)):
+            bits = h.record.bitmap.chunks
+            new = np.flatnonzero(bits & ~seen)
+            if len(new):
+                seen[new] = True
+                out.append((lane, new))
+        return out
