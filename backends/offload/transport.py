@@ -25,6 +25,7 @@ import itertools
 import select
 import socket
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -102,7 +103,7 @@ class OffloadQP(TransportQP):
         self._workers: list[int] = []
         self.qp_id = transport.new_id()
         host = transport.host
-        spec = ("udp", host)
+        specs = [transport.source(attr, ch) for ch in range(attr.channels)]
         self.data_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.data_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
         self.control_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -111,7 +112,7 @@ class OffloadQP(TransportQP):
         try:
             if transport.pool is None:
                 for ch in range(attr.channels):
-                    src = make_source(spec)
+                    src = make_source(specs[ch])
                     self._engines.append(
                         (ChannelEngine(self.shared, ch, transport.local_segments), src)
                     )
@@ -120,7 +121,7 @@ class OffloadQP(TransportQP):
                 self._workers = transport.pool.assign(attr.channels)
                 addresses: dict[int, Any] = {}
                 for worker in sorted(set(self._workers)):
-                    chans = [(ch, spec) for ch, w in enumerate(self._workers) if w == worker]
+                    chans = [(ch, specs[ch]) for ch, w in enumerate(self._workers) if w == worker]
                     msg = ("attach", self.qp_id, self.segment.name, self.layout.as_dict(), chans)
                     addresses.update(transport.pool.call([worker], msg)[worker])
                 self.addresses = [addresses[ch] for ch in range(attr.channels)]
@@ -264,6 +265,8 @@ class OffloadTransport(Transport):
     workers: worker processes to start (ignored with ``progress="cpu"`` or ``pool``).
     pool: an existing :class:`WorkerPool` to share (not stopped by :meth:`close`).
     host: the address the UDP wire binds to.
+    source: ``(attr, channel) -> spec`` of each channel's packet source (default: a UDP
+        socket on ``host``); e.g. ``("synthetic", packets)`` to measure the engine alone.
     """
 
     name: ClassVar[str] = "offload"
@@ -274,11 +277,13 @@ class OffloadTransport(Transport):
         workers: int = 1,
         pool: WorkerPool | None = None,
         host: str = "127.0.0.1",
+        source: Callable[[QPAttr, int], tuple[Any, ...]] | None = None,
     ) -> None:
         if progress not in PROGRESS_MODES:
             raise ConfigError(f"progress must be one of {PROGRESS_MODES}, got {progress!r}")
         self.progress = progress
         self.host = host
+        self.source = source or (lambda _attr, _ch: ("udp", host))
         self._own_pool = progress == "offload" and pool is None
         self.pool = None if progress == "cpu" else (pool or WorkerPool(workers))
         self.local_segments: dict[int, memoryview] = {}
