@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from sdr.actions import Bind, SendControl, Unbind
+from sdr.auth import check_secret, sign_info, verify_info
 from sdr.backend_registry import load_backend
 from sdr.chunk_bitmap import bitmap_chunk_expand
 from sdr.config import QPAttr
@@ -38,7 +39,15 @@ _IDLE_WAIT_S = 0.001
 class Context:
     """A device context: one backend (transport) and the QPs created on it."""
 
-    def __init__(self, backend: str | Transport = "inproc", **attrs: Any) -> None:
+    def __init__(
+        self,
+        backend: str | Transport = "inproc",
+        *,
+        secret: bytes | str | None = None,
+        **attrs: Any,
+    ) -> None:
+        """``secret``: shared key that authenticates connection set-up (sdr/auth.py)."""
+        self.secret = check_secret(secret)
         if isinstance(backend, Transport):
             if attrs:
                 raise ConfigError("pass backend attributes to the Transport itself")
@@ -99,22 +108,23 @@ class QP:
 
     def info(self) -> bytes:
         """Bytes to hand to the peer's :meth:`connect` (out of band)."""
-        return json.dumps(
-            {
-                "version": _INFO_VERSION,
-                "backend": self.ctx.transport.name,
-                "attr": self.attr.wire_dict(),
-                "transport": self.transport_qp.info(),
-            }
-        ).encode()
+        body = {
+            "version": _INFO_VERSION,
+            "backend": self.ctx.transport.name,
+            "attr": self.attr.wire_dict(),
+            "transport": self.transport_qp.info(),
+        }
+        return json.dumps(sign_info(body, self.ctx.secret)).encode()
 
     def connect(self, remote_info: bytes) -> None:
         """Connect to the peer QP whose :meth:`info` this is; attributes must agree."""
         try:
-            remote = json.loads(remote_info)
+            remote = verify_info(json.loads(remote_info), self.ctx.secret)
             version, backend = remote["version"], remote["backend"]
             attr, transport = remote["attr"], remote["transport"]
-        except (ValueError, KeyError, TypeError) as exc:
+        except ProtocolError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ProtocolError(f"peer info is not valid SDR QP info: {exc}") from exc
         if version != _INFO_VERSION:
             raise ProtocolError(f"peer info version {version}, expected {_INFO_VERSION}")

@@ -313,3 +313,33 @@ def test_row_and_vectorized_paths_agree(rows):
         finally:
             recv_table.SMALL_BATCH = saved
     assert results[0] == results[1]
+
+
+def test_authenticated_setup_refuses_forged_or_unsigned_info():
+    import json
+
+    from backends.inproc import InprocNetwork
+
+    net = InprocNetwork()
+    secret = "a shared secret of the job"
+    a, b = (
+        sdr.Context("inproc", network=net, secret=secret),
+        sdr.Context("inproc", network=net, secret=secret),
+    )
+    qa, qb = a.create_qp(), b.create_qp()
+    info = qb.info()
+    forged = json.loads(info)
+    forged["transport"]["endpoint"] += 1
+    with pytest.raises(sdr.ProtocolError, match="failed authentication"):
+        qa.connect(json.dumps(forged).encode())
+    outsider = sdr.Context("inproc", network=net).create_qp()
+    with pytest.raises(sdr.ProtocolError, match="not authenticated"):
+        qa.connect(outsider.info())
+    wrong = sdr.Context("inproc", network=net, secret="another secret, 16+ bytes").create_qp()
+    with pytest.raises(sdr.ProtocolError, match="failed authentication"):
+        qa.connect(wrong.info())
+    qa.connect(info)
+    qb.connect(qa.info())
+    assert qa.connected and qb.connected
+    with pytest.raises(sdr.ConfigError, match="16 bytes"):
+        sdr.Context("inproc", network=net, secret="short")
