@@ -16,6 +16,7 @@ from sdr.reliability.base import (
     Status,
 )
 from sdr.reliability.config import ReliabilityConfig, load_config
+from sdr.reliability.erasure_coding import ErasureCoding, ErasureCodingMDS, ErasureCodingXOR
 from sdr.reliability.handles import ReceiveHandle, WriteHandle, drive, wait_all
 from sdr.reliability.registry import available_schemes, create_scheme, register_scheme
 from sdr.reliability.reliable_qp import ReliableQP
@@ -25,8 +26,13 @@ from sdr.reliability.sr_sender import SelectiveRepeatSender
 
 register_scheme("sr-rto", SelectiveRepeat)
 register_scheme("sr-nack", SelectiveRepeatNack)
+register_scheme("ec-mds", ErasureCodingMDS)
+register_scheme("ec-xor", ErasureCodingXOR)
 
 __all__ = [
+    "ErasureCoding",
+    "ErasureCodingMDS",
+    "ErasureCodingXOR",
     "Finished",
     "Lane",
     "ReceiveHandle",
