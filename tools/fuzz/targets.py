@@ -1,0 +1,116 @@
+"""Fuzz targets: every parser and decoder that takes bytes from the network or a file.
+
+Each target takes raw bytes and must either accept them or raise an ``sdr.SDRError``
+(or ``ValueError`` where the API documents it); anything else is a crash. Targets that
+touch memory also assert that nothing is written outside a posted buffer. The same
+targets run under atheris (``tools/fuzz/run.py``, millions of inputs) and, briefly, in
+the test suite (tests/test_fuzz_targets.py).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+
+import sdr
+from sdr.control import decode_cts
+from sdr.key_table import KeyTable, Placement
+from sdr.transport import CompletionBatch, MemoryRegion
+
+__all__ = ["TARGETS", "target"]
+
+TARGETS: dict[str, Callable[[bytes], None]] = {}
+EXPECTED: tuple[type[BaseException], ...] = (sdr.SDRError,)
+
+
+def target(name: str) -> Callable[[Callable[[bytes], None]], Callable[[bytes], None]]:
+    """Register a fuzz target under ``name``."""
+
+    def wrap(fn: Callable[[bytes], None]) -> Callable[[bytes], None]:
+        TARGETS[name] = fn
+        return fn
+
+    return wrap
+
+
+_ATTR = sdr.QPAttr(
+    mtu=256, chunk_size=512, max_message_size=4096, max_messages=8, generations=2, channels=2
+)
+_ROW = struct.Struct("<BBIHq")  # channel, generation, imm, byte_len, remote offset
+
+
+@target("cts")
+def fuzz_cts(data: bytes) -> None:
+    try:
+        cts = decode_cts(data)
+    except sdr.ProtocolError:
+        return
+    assert cts.encode() == data
+
+
+@target("qp_info")
+def fuzz_qp_info(data: bytes) -> None:
+    ctx = sdr.Context("inproc")
+    qp = ctx.create_qp(_ATTR)
+    try:
+        qp.connect(data)
+    except (sdr.ProtocolError, sdr.ConfigError):
+        assert not qp.connected
+    finally:
+        ctx.close()
+
+
+@target("qp_attr")
+def fuzz_qp_attr(data: bytes) -> None:
+    try:
+        values = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return
+    if not isinstance(values, dict):
+        return
+    try:
+        sdr.QPAttr(**{str(k): v for k, v in values.items()})
+    except (sdr.ConfigError, TypeError):
+        return
+
+
+@target("completions")
+def fuzz_completions(data: bytes) -> None:
+    """Forged completion rows against two posted receives: only valid rows mark bits."""
+    core = sdr.QueuePairCore(_ATTR)
+    memory = bytearray(3 * 4096)
+    mr = MemoryRegion(key=1, view=memoryview(memory))
+    recs = [core.post_recv(0.0, mr, 0, 1000), core.post_recv(0.0, mr, 4096, 4096)]
+    n = len(data) // _ROW.size
+    rows = [_ROW.unpack_from(data, i * _ROW.size) for i in range(n)]
+    core.receive_completions(0.0, CompletionBatch.from_rows(rows))
+    c = core.counters
+    handled = (
+        c.packets_accepted
+        + c.duplicates
+        + c.late
+        + c.stale_generation
+        + c.malformed
+        + c.out_of_range
+        + c.imm_only_packets
+    )
+    assert handled == n
+    for rec in recs:
+        assert rec.bitmap.packets.sum() <= rec.bitmap.n_packets
+
+
+@target("key_table")
+def fuzz_key_table(data: bytes) -> None:
+    """Forged packet headers: a placement never leaves its binding."""
+    table = KeyTable(_ATTR)
+    mr = MemoryRegion(key=1, view=memoryview(bytearray(8192)))
+    table.bind(1, 3, mr, offset=1000, length=1500, msg_id=5)
+    table.bind(0, 0, mr, offset=5000, length=256, msg_id=0)
+    bounds = {1000: 2500, 5000: 5256}
+    for i in range(len(data) // 16):
+        gen, roff, length, imm = struct.unpack_from("<BqHI", data, i * 16)
+        where = table.resolve(gen, roff, length, imm)
+        if isinstance(where, Placement):
+            start = max(s for s in bounds if s <= where.offset)
+            assert where.offset + length <= bounds[start]
