@@ -34,10 +34,10 @@ def candidates(coll: str, size: int) -> list[str]:
         algs = []
         if size <= 2 * MiB:
             algs.append("allreduce_oneshot_ll")
-        if 64 * KiB <= size <= 32 * MiB:
+        if 256 * KiB <= size <= 8 * MiB:
             algs.append("allreduce_twoshot_ll")
         if size >= 256 * KiB:
-            algs.append("allreduce_twoshot")
+            algs += ["allreduce_oneshot", "allreduce_twoshot"]
         return algs
     algs = []
     if size <= 32 * MiB:

@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 
 #: Bytes an op gives each thread block before another block is added: LL packet ops want
 #: about one 8-byte word per thread (each word is a flag poll), plain copies more.
-LL_BYTES_PER_BLOCK = int(os.environ.get("SDR_GPU_LL_BYTES_PER_BLOCK", 4 * 1024))
-BYTES_PER_BLOCK = int(os.environ.get("SDR_GPU_BYTES_PER_BLOCK", 16 * 1024))
+LL_BYTES_PER_BLOCK = int(os.environ.get("SDR_GPU_LL_BYTES_PER_BLOCK", 2 * 1024))
+BYTES_PER_BLOCK = int(os.environ.get("SDR_GPU_BYTES_PER_BLOCK", 8 * 1024))
 BLOCKS_MAX = int(os.environ.get("SDR_GPU_MAX_BLOCKS", MAX_BLOCKS))
 
 

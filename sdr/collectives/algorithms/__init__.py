@@ -6,6 +6,7 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from sdr.collectives.algorithms.allreduce import (
+    allreduce_oneshot,
     allreduce_oneshot_ll,
     allreduce_ring,
     allreduce_twoshot,
@@ -25,6 +26,7 @@ from sdr.errors import ConfigError
 #: name -> (collective, generator(world_size) or generator(world_size, root))
 ALGORITHMS: dict[str, tuple[str, Callable[..., Plan]]] = {
     "allreduce_oneshot_ll": ("allreduce", allreduce_oneshot_ll),
+    "allreduce_oneshot": ("allreduce", allreduce_oneshot),
     "allreduce_twoshot_ll": ("allreduce", allreduce_twoshot_ll),
     "allreduce_twoshot": ("allreduce", allreduce_twoshot),
     "allreduce_ring": ("allreduce", allreduce_ring),

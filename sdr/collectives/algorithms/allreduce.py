@@ -2,6 +2,9 @@
 
 - ``allreduce_oneshot_ll``: every rank sends its whole input to every peer as LL packets
   and reduces locally. One step, no semaphores: the latency choice for small messages.
+- ``allreduce_oneshot``: the same through scratch with put + one signal/wait round; with
+  two ranks it moves as many bytes over the link as the two-shot but synchronises once
+  and needs no copy-out phase.
 - ``allreduce_twoshot_ll``: reduce-scatter then allgather, both over LL packets; each rank
   moves 2 (n-1)/n of the data twice as packets. Medium messages.
 - ``allreduce_twoshot``: the same two phases through scratch with put + signal/wait;
@@ -29,6 +32,22 @@ def allreduce_oneshot_ll(n: int) -> Plan:
         for p in prog.peers(r):
             rp.put(rp.input(0), p, rp.packets(slot(r, p)))
         rp.reduce(rp.output(0), [rp.input(0)] + [rp.packets(slot(p, r)) for p in prog.peers(r)])
+    return prog.compile()
+
+
+def allreduce_oneshot(n: int) -> Plan:
+    """One-shot allreduce through scratch: put everything, one signal round, reduce."""
+    prog = Program("allreduce_oneshot", "allreduce", n, input=1, output=1, scratch=n - 1)
+    for rp in prog.ranks():
+        r = rp.rank
+        peers = prog.peers(r)
+        for p in peers:
+            rp.put(rp.input(0), p, rp.scratch(slot(r, p)))
+        for p in peers:
+            rp.signal(p)
+        for p in peers:
+            rp.wait(p)
+        rp.reduce(rp.output(0), [rp.input(0)] + [rp.scratch(slot(p, r)) for p in peers])
     return prog.compile()
 
 
