@@ -158,6 +158,7 @@ class QPShared:
         self.discards = views["discards"].cast("q")
         self.ctl = views["ctl"].cast("q")
         self.rings = views["rings"].cast("q")
+        self.ring_bytes = views["rings"]  # the same records as raw bytes (struct.pack_into)
         self.counts = views["counts"].cast("I")
         self.packets = views["packets"]
         self._raw = views
