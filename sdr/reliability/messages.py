@@ -18,7 +18,8 @@ dropped (ProtocolError), never acted on. Types (the 16..63 range of sdr.control)
 20  EC_NACK      r -> s     k u16 | count u16 | count x (submessage u32 | ceil(k/8) bytes
                             bitmap of its missing data chunks)
 21  PROBE        s -> r     (no body): "tell me where this message stands"
-22  ABORT        s -> r     (no body): the sender gave the message up
+22  ABORT        s -> r     (no body): the sender gave the message up; flag MISMATCH:
+                            the posted receive's length differs from the write's
 23  CTS_REQUEST  s -> r     sdr_seq u64: please resend the CTS of this SDR receive
 ==  ===========  =========  =========================================================
 
@@ -288,10 +289,24 @@ class Probe(ControlMessage):
 
 @dataclass(frozen=True)
 class Abort(ControlMessage):
-    """The sender gave the message up (global timeout): the receiver fails it too."""
+    """The sender gave the message up: the receiver fails it too.
+
+    ``mismatch``: because the posted receive's length differs from the write's (else its
+    global timeout).
+    """
 
     TYPE: ClassVar[int] = 22
     seq: int
+    mismatch: bool = False
+
+    def _flags(self) -> int:
+        return 1 if self.mismatch else 0
+
+    @classmethod
+    def _parse(cls, seq: int, flags: int, body: memoryview) -> Abort:
+        if len(body):
+            raise ProtocolError(f"ABORT has no body, got {len(body)} bytes")
+        return cls(seq, bool(flags & 1))
 
 
 @dataclass(frozen=True)

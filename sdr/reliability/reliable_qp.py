@@ -27,7 +27,14 @@ import numpy as np
 
 from sdr.api import QP
 from sdr.control import CTS
-from sdr.errors import ConfigError, MessageFailed, ProtocolError, ResourceBusy, SDRError
+from sdr.errors import (
+    ConfigError,
+    MessageFailed,
+    ProtocolError,
+    ResourceBusy,
+    SDRError,
+    TimeoutError,
+)
 from sdr.reliability.base import Finished, SendChunks, SendControl, earliest
 from sdr.reliability.config import ReliabilityConfig
 from sdr.reliability.geometry import MessageGeometry
@@ -170,6 +177,7 @@ class ReliableQP:
         times = [m.machine.next_timer() for m in self._sending.values()]
         times += [i.machine.next_timer() for i in self._receiving.values() if i.machine]
         times += [self._cts_deadline(lane) for o in self._sending.values() for lane in o.lanes]
+        times += [self._start_deadline(o) for o in self._sending.values() if not o.started]
         return earliest(*times)
 
     def idle_step(self) -> float:
@@ -219,6 +227,7 @@ class ReliableQP:
             if not lane.cts_checked and rec.remote is not None:
                 lane.cts_checked = True
                 if rec.remote.length != lane.geometry.length:
+                    self._send_control(Abort(out.handle.seq, mismatch=True))
                     self._end_outgoing(
                         out,
                         ProtocolError(
@@ -232,6 +241,16 @@ class ReliableQP:
             out.started = True
             out.machine.start(now)
             work += 1
+        elif not out.started and now >= self._start_deadline(out):
+            self._end_outgoing(
+                out,
+                TimeoutError(
+                    f"write seq {out.handle.seq}: no clear-to-send from the receiver within the "
+                    f"global timeout of {self._start_deadline(out) - out.lanes[0].created:.3g} s; "
+                    "did the peer post a receive?"
+                ),
+            )
+            return 1
         for index, lane in enumerate(out.lanes):
             left = lane.departed()
             if len(left):
@@ -244,6 +263,9 @@ class ReliableQP:
                 lane.cts_requests += 1
                 work += 1
         return work
+
+    def _start_deadline(self, out: Outgoing) -> float:
+        return out.lanes[0].created + self.config.timeout_for(out.handle.length)
 
     def _cts_deadline(self, lane: OutLane) -> float | None:
         if lane.has_cts or (lane.index > 0 and lane.queued_packets == 0):

@@ -98,13 +98,17 @@ class SelectiveRepeatReceiver(SchemeReceiver):
             self.report(now)
             self.check_done(now)
         elif isinstance(message, Abort):
-            self.fail(
-                MessageFailed(
+            if message.mismatch:
+                error: SDRError = ProtocolError(
+                    f"receive seq {self.seq}: the sender's write is not {self.geometry.length} "
+                    "bytes long (the posted length); post receives of exactly the written length"
+                )
+            else:
+                error = MessageFailed(
                     f"receive seq {self.seq}: the sender gave the message up (its global "
                     "timeout); the buffer holds partial data"
-                ),
-                tell=False,
-            )
+                )
+            self.fail(error, tell=False)
         else:
             self.count("ignored_control")
 
