@@ -32,3 +32,7 @@ format: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+
+# The paper's figures (CSV + PNG) from the simulator, into out/figures.
+figures: $(STAMP)
+	$(BIN)/python experiments/make_figures.py --out out/figures
