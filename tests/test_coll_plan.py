@@ -120,10 +120,15 @@ def test_layout_of_ragged_sizes():
 def test_selection_is_keyed_on_size_and_ranks():
     assert select_algorithm("allreduce", 8 * 1024, 2) == "allreduce_oneshot_ll"
     assert select_algorithm("allreduce", 1 << 20, 2) == "allreduce_twoshot_ll"
-    assert select_algorithm("allreduce", 16 << 20, 2) == "allreduce_twoshot"
+    assert select_algorithm("allreduce", 8 << 20, 2) == "allreduce_oneshot"
+    assert select_algorithm("allreduce", 8 << 20, 4) == "allreduce_twoshot"
+    assert select_algorithm("allreduce", 64 << 20, 2) == "allreduce_twoshot"
     assert select_algorithm("allreduce", 16 << 20, 16) == "allreduce_ring"
     assert select_algorithm("allreduce", 1 << 30, 2, nccl_available=True) == NCCL
+    assert select_algorithm("allreduce", 512 << 20, 2, nccl_available=True) == "allreduce_twoshot"
+    assert select_algorithm("allreduce", 64 << 20, 8, nccl_available=True) == NCCL
     assert select_algorithm("allreduce", 1 << 30, 2) == "allreduce_twoshot"
+    assert select_algorithm("allgather", 1 << 30, 2, nccl_available=True) == "allgather_mesh"
     assert select_algorithm("allgather", 1024, 4) == "allgather_ll"
     with pytest.raises(ConfigError, match="collective"):
         select_algorithm("alltoall", 1024, 2)

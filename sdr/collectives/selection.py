@@ -15,11 +15,17 @@ MiB = 1024 * KiB
 
 NCCL = "nccl"
 
-#: Up to this many bytes, LL packets (data and flag in one store) beat put + signal.
-ONESHOT_LL_MAX = 256 * KiB
-TWOSHOT_LL_MAX = 2 * MiB
-#: Above this, NCCL's bus bandwidth matched or beat ours on 2 H200 (see module docs).
-NCCL_FROM = 64 * MiB
+#: Measured on 2 H200 (NVLink, CUDA graphs, bfloat16), docs/collectives.md "Benchmarks":
+#: allreduce one-shot LL wins up to 512 KiB, two-shot LL at 1 MiB, one-shot through scratch
+#: up to 16 MiB, two-shot through scratch above; NCCL ties us (0.99x) at 1 GiB.
+ONESHOT_LL_MAX = 512 * KiB
+TWOSHOT_LL_MAX = 1 * MiB
+ONESHOT_MAX = 16 * MiB
+#: From here NCCL takes the call at world sizes we have not benchmarked (more than 2 GPUs)
+#: and for reduce-scatter and broadcast, which we have not benchmarked at all.
+NCCL_UNMEASURED_FROM = 64 * MiB
+#: With 2 GPUs our allreduce matched NCCL up to 512 MiB and tied it at 1 GiB: NCCL there.
+NCCL_ALLREDUCE_2GPU_FROM = 1024 * MiB
 #: Above this many ranks, full-mesh algorithms open too many channels: use the ring.
 MESH_MAX_RANKS = 8
 
@@ -34,23 +40,36 @@ def select_algorithm(
     """
     if nbytes < 0 or world_size < 1:
         raise ConfigError(f"nbytes {nbytes} / world_size {world_size}: expected >= 0 / >= 1")
-    large = nbytes >= NCCL_FROM
-    if nccl_available and large and world_size > 1:
+    if collective not in ("allreduce", "allgather", "reduce_scatter", "broadcast"):
+        raise ConfigError(
+            f"collective {collective!r}; expected allreduce, allgather, reduce_scatter or broadcast"
+        )
+    n = world_size
+    if nccl_available and n > 1 and _nccl_is_faster(collective, nbytes, n):
         return NCCL
+    peers = max(1, n - 1)
     if collective == "allreduce":
-        if world_size > MESH_MAX_RANKS:
+        if n > MESH_MAX_RANKS:
             return "allreduce_ring"
-        if nbytes <= ONESHOT_LL_MAX // max(1, world_size - 1):
+        if nbytes <= ONESHOT_LL_MAX // peers:
             return "allreduce_oneshot_ll"
         if nbytes <= TWOSHOT_LL_MAX:
             return "allreduce_twoshot_ll"
+        if n <= 2 and nbytes <= ONESHOT_MAX:
+            return "allreduce_oneshot"  # with 2 ranks as few bytes as two-shot, one sync
         return "allreduce_twoshot"
+    small = nbytes <= TWOSHOT_LL_MAX
     if collective == "allgather":
-        return "allgather_ll" if nbytes <= TWOSHOT_LL_MAX else "allgather_mesh"
+        return "allgather_ll" if small else "allgather_mesh"
     if collective == "reduce_scatter":
-        return "reduce_scatter_ll" if nbytes <= TWOSHOT_LL_MAX else "reduce_scatter_mesh"
-    if collective == "broadcast":
-        return "broadcast_ll" if nbytes <= TWOSHOT_LL_MAX else "broadcast_mesh"
-    raise ConfigError(
-        f"collective {collective!r}; expected allreduce, allgather, reduce_scatter or broadcast"
-    )
+        return "reduce_scatter_ll" if small else "reduce_scatter_mesh"
+    return "broadcast_ll" if small else "broadcast_mesh"
+
+
+def _nccl_is_faster(collective: str, nbytes: int, world_size: int) -> bool:
+    """Where NCCL measured faster than us, or where we have no measurement of our own."""
+    if collective == "allreduce" and world_size == 2:
+        return nbytes >= NCCL_ALLREDUCE_2GPU_FROM
+    if collective == "allgather" and world_size == 2:
+        return False  # ours was 1.06-2.9x NCCL from 1 KiB to 1 GiB
+    return nbytes >= NCCL_UNMEASURED_FROM
