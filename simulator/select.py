@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sdr.errors import ConfigError
-from sdr.units import format_size
+from sdr.units import format_rate, format_size, format_time
 from simulator import analytic
 from simulator.link import DropUnit, Link
 from simulator.schemes import SCHEMES, SchemeSpec
@@ -50,6 +50,7 @@ class Selection:
     p999_s: float
     objective: str = "mean"
     ranking: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    link: Link | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The CLI's JSON shape: ``{"scheme", "params", "mean_s", "p999_s"}``."""
@@ -61,17 +62,24 @@ class Selection:
         }
 
     def to_toml(self) -> str:
-        """A ``[reliability]`` config snippet selecting this scheme."""
+        """A ``[reliability]`` config snippet selecting this scheme.
+
+        Uses the keys of the SDK's reliability config (``sdr.reliability.config``): the RTO
+        is expressed as ``alpha`` (RTO = RTT + alpha * RTT), and the link's RTT and rate are
+        included so T_INJ and the EC fallback timer match the prediction.
+        """
         lines = ["[reliability]", f'scheme = "{self.scheme}"']
-        for key, value in self.params.items():
-            if key == "chunk_size":
-                lines.append(f'{key} = "{format_size(value)}"')
-            elif isinstance(value, float):
-                lines.append(
-                    f"{key} = {value:g}" if value != int(value) else f"{key} = {value:.1f}"
-                )
-            else:
-                lines.append(f"{key} = {value}")
+        alpha = self.link.alpha if self.link is not None else 2.0
+        if self.scheme == "sr-rto":
+            alpha = float(self.params["rto_rtts"]) - 1.0
+        if self.link is not None:
+            lines.append(f'rtt = "{format_time(self.link.rtt_s)}"')
+            lines.append(f'link_rate = "{format_rate(self.link.bandwidth_bps)}"')
+        lines.append(f"alpha = {alpha:.6g}" if alpha != int(alpha) else f"alpha = {alpha:.1f}")
+        if "k" in self.params:
+            lines.append(f"k = {self.params['k']}")
+            lines.append(f"m = {self.params['m']}")
+        lines.append(f'chunk_size = "{format_size(self.params["chunk_size"])}"')
         return "\n".join(lines) + "\n"
 
 
@@ -173,4 +181,5 @@ def select_scheme(
         p999_s=best["p999_s"],
         objective=objective,
         ranking=scored,
+        link=link.with_chunk(int(best["params"]["chunk_size"])),
     )

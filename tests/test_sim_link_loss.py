@@ -128,3 +128,11 @@ def test_trace_replay_is_exact_and_loops(tmp_path) -> None:
     assert math.isclose(block.mean(), 0.4)
     with pytest.raises(ConfigError):
         TraceReplay([0, 2])
+
+
+def test_packet_level_helpers() -> None:
+    link = Link(400e9, 0.025, alpha=2.0)
+    assert link.one_way_delay_s == pytest.approx(0.0125)
+    assert link.serialization_s(4096) == pytest.approx(4096 * 8 / 400e9)
+    assert link.buffer_bytes == pytest.approx(2 * link.bdp_bytes)
+    assert link.with_chunk(16384).packets_per_chunk == 4
