@@ -27,6 +27,8 @@ import socket
 import struct
 from dataclasses import dataclass
 
+import numpy as np
+
 try:  # ISA-L's CRC-32 is ~5x faster than zlib's and computes the same value
     from isal.isal_zlib import crc32
 except ImportError:  # pragma: no cover - depends on the environment
@@ -37,6 +39,7 @@ __all__ = [
     "UC_RDMA_WRITE_ONLY_IMM",
     "HEADER",
     "HEADER_SIZE",
+    "HEADER_DTYPE",
     "ICRC_SIZE",
     "IP_UDP_OVERHEAD",
     "DEFAULT_PKEY",
@@ -54,6 +57,21 @@ DEFAULT_PKEY = 0xFFFF
 HEADER = struct.Struct("!BBHIIQIII")
 """BTH (opcode, flags, pkey, resv8|dqpn, ackreq|psn), RETH (va, rkey, dmalen), ImmDt."""
 HEADER_SIZE = HEADER.size  # 12 + 16 + 4 = 32
+HEADER_DTYPE = np.dtype(
+    [
+        ("opcode", "u1"),
+        ("flags", "u1"),
+        ("pkey", ">u2"),
+        ("qpn", ">u4"),
+        ("psn", ">u4"),
+        ("va", ">u8"),
+        ("rkey", ">u4"),
+        ("dlen", ">u4"),
+        ("imm", ">u4"),
+    ]
+)
+"""The same 32 header bytes as a NumPy record, for building and parsing whole batches."""
+assert HEADER_DTYPE.itemsize == HEADER_SIZE
 ICRC_SIZE = 4
 IP_UDP_OVERHEAD = 20 + 8
 _PSEUDO_LRH = b"\xff" * 8

@@ -4,40 +4,32 @@ One UdpTransport is one software "NIC port": a data socket on (host, port) (4791
 RoCEv2 port, by default) shared by all its QPs and demultiplexed by destination QPN,
 like a real RoCE NIC, and a separate control socket for small messages (CTS, ACK, NACK).
 
-Receive datapath, per packet: ``recvfrom_into`` a pre-faulted staging buffer, parse the
-32-byte header, look up the QPN, check the ICRC (one CRC call over header and payload,
-continuing from a cached IP/UDP prefix state), the rkey and the KeyTable placement, then
-one copy into the registered region. Anything that fails is counted and never written.
-All work happens inside the caller's progress calls: no threads.
+Datapath: batches of datagrams move with one sendmmsg/recvmmsg call (backends.udp.mmsg);
+the send side points iovecs straight into registered memory, the receive side validates
+in a pre-faulted staging ring and copies once into the registered region
+(backends.udp.receive). All work happens inside the caller's progress calls: no threads.
 """
 
 from __future__ import annotations
 
 import logging
 import select
-import struct
 import time
 from typing import Any, ClassVar
 
 import numpy as np
 
 from backends.udp.qp import CONTROL_HEADER, UdpQP
-from backends.udp.roce import HEADER, HEADER_SIZE, ICRC_SIZE, ROCE_PORT, IcrcPrefix, crc32
+from backends.udp.receive import Receiver
+from backends.udp.roce import ROCE_PORT
 from backends.udp.sockets import DEFAULT_SOCKET_BUFFER, open_udp_socket, prefault
 from sdr.config import QPAttr
 from sdr.errors import TransportError
-from sdr.key_table import Placement
 from sdr.transport import MAX_CONTROL_SIZE, MemoryRegion, Transport, as_byte_view
 
 __all__ = ["UdpTransport"]
 
 log = logging.getLogger(__name__)
-
-_STAGING = 1 << 16
-_ICRC = struct.Struct("<I")
-_QPN_MASK = 0xFFFFFF
-_OPCODE = 0x2B
-_MIN_PACKET = HEADER_SIZE + ICRC_SIZE
 
 
 class UdpTransport(Transport):
@@ -76,10 +68,8 @@ class UdpTransport(Transport):
         self._endpoints: dict[int, tuple[UdpQP, int, int]] = {}
         self._controls: dict[int, UdpQP] = {}
         self._qps: list[UdpQP] = []
-        self._prefixes: dict[tuple[str, int], IcrcPrefix] = {}
-        self._staging = bytearray(_STAGING)  # zero-filled: already faulted in
-        self._staging_view = memoryview(self._staging)
         self.stats = {"unknown_qpn": 0, "bad_opcode": 0, "runt": 0, "control_unknown": 0}
+        self._receiver = Receiver((host, self.port), self.stats)
 
     # --- Transport interface ----------------------------------------------------------------
     def now(self) -> float:
@@ -94,6 +84,7 @@ class UdpTransport(Transport):
     def create_qp(self, attr: QPAttr) -> UdpQP:
         qp = UdpQP(self, attr)
         self._qps.append(qp)
+        self.endpoints_changed()
         return qp
 
     def wait(self, timeout: float) -> None:
@@ -122,6 +113,10 @@ class UdpTransport(Transport):
                 self._endpoints[qpn] = (qp, generation, channel)
                 return qpn
 
+    def endpoints_changed(self) -> None:
+        """Tell the receive path that QPNs or rkeys were added or removed."""
+        self._receiver.set_endpoints(self._endpoints)
+
     def new_control_id(self, qp: UdpQP) -> int:
         """A fresh random 32-bit id addressing ``qp`` on the control socket."""
         while True:
@@ -136,6 +131,7 @@ class UdpTransport(Transport):
             for qpn in qpns:
                 self._endpoints.pop(qpn, None)
         self._controls.pop(qp.control_id, None)
+        self.endpoints_changed()
         if qp in self._qps:
             self._qps.remove(qp)
 
@@ -144,66 +140,9 @@ class UdpTransport(Transport):
         return dict(self.stats)
 
     # --- receive datapath -------------------------------------------------------------------
-    def _prefix(self, addr: tuple[str, int]) -> IcrcPrefix:
-        prefix = self._prefixes.get(addr)
-        if prefix is None:
-            if len(self._prefixes) > 1024:
-                self._prefixes.clear()
-            prefix = self._prefixes[addr] = IcrcPrefix(addr, (self.host, self.port))
-        return prefix
-
     def pump(self, max_packets: int) -> int:
         """Receive up to ``max_packets`` datagrams, validate and place them; returns the count."""
-        recv = self.data_socket.recvfrom_into
-        staging, view = self._staging, self._staging_view
-        unpack, endpoints, stats = HEADER.unpack_from, self._endpoints, self.stats
-        icrc_at, prefixes = _ICRC.unpack_from, self._prefixes
-        count = 0
-        while count < max_packets:
-            try:
-                n, addr = recv(staging)
-            except BlockingIOError:
-                break
-            except OSError as exc:  # e.g. a stray ICMP error reported on the socket
-                log.debug("receive error ignored: %s", exc)
-                continue
-            count += 1
-            if n < _MIN_PACKET:
-                stats["runt"] += 1
-                continue
-            opcode, flags, _pkey, qpn, _psn, va, rkey, dlen, imm = unpack(staging)
-            if opcode != _OPCODE:
-                stats["bad_opcode"] += 1
-                continue
-            endpoint = endpoints.get(qpn & _QPN_MASK)
-            if endpoint is None:
-                stats["unknown_qpn"] += 1
-                continue
-            qp, gen, ch = endpoint
-            end = n - ICRC_SIZE
-            pad = (flags >> 4) & 3
-            if HEADER_SIZE + dlen + pad != end or pad != -dlen & 3:
-                qp.stats["bad_length"] += 1
-                continue
-            staging[4] = 0xFF  # the ICRC sees F|B|resv6 as all ones
-            prefix = prefixes.get(addr) or self._prefix(addr)
-            if crc32(view[:end], prefix.state(n)) != icrc_at(staging, end)[0]:
-                qp.stats["bad_icrc"] += 1
-                continue
-            if rkey != qp.rkeys[gen]:
-                qp.stats["bad_rkey"] += 1
-                continue
-            where = qp.keys.resolve(gen, va, dlen, imm)
-            if type(where) is not Placement:
-                qp.stats[where] += 1  # type: ignore[index]
-                continue
-            if dlen:
-                off = where.offset
-                where.region.view[off : off + dlen] = view[HEADER_SIZE : HEADER_SIZE + dlen]
-                qp.stats["bytes_placed"] += dlen
-            qp.stats["packets_placed"] += 1
-            qp.completions.append((ch, gen, imm, dlen, va))
-        return count
+        return self._receiver.pump(self.data_socket, max_packets)
 
     # --- control path -----------------------------------------------------------------------
     def send_control(self, address: tuple[str, int], control_id: int, data: bytes) -> None:

@@ -1,0 +1,186 @@
+"""SDR one-shot write goodput over the UDP backend vs iperf3 UDP, loopback, same datagram size.
+
+For each datagram size (4, 8, 32 KiB by default) the same run measures:
+  1. iperf3 UDP, unlimited rate (-b 0), 32 MiB socket buffers: the bits/s its receiver got
+     (its goodput) and its loss;
+  2. SDR one-shot writes (two processes, MTU = the datagram's payload so that one SDR
+     packet is one datagram of that size on the wire), paced at fractions of the iperf3
+     goodput and unpaced: goodput = message bytes completely received / (first post_send
+     to last message complete; one shared monotonic clock), and loss = packets sent minus
+     packets placed.
+Sender and receiver are pinned to different cores in both cases (iperf3 -A, sched_setaffinity).
+
+    .venv/bin/python benchmarks/udp_datapath.py [--sizes 4096,8192,32768] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+import sdr
+from backends.udp import UdpTransport
+from backends.udp.roce import HEADER_SIZE, ICRC_SIZE
+
+MESSAGE = 32 << 20
+MESSAGES = 8
+CPUS = sorted(os.sched_getaffinity(0))
+TX_CPU, RX_CPU = CPUS[0], CPUS[-1]
+
+
+def iperf3(size: int, seconds: float, port: int = 15201) -> dict[str, float]:
+    """iperf3 UDP at unlimited rate with ``size``-byte datagrams; receiver's view."""
+    server = subprocess.Popen(
+        ["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(port), "-A", str(RX_CPU)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(0.3)
+        out = subprocess.run(
+            ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-u", "-b", "0", "-l", str(size)]
+            + ["-w", "32M", "-t", str(seconds), "-A", str(TX_CPU), "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    finally:
+        server.wait(timeout=10)
+    received = json.loads(out)["end"]["sum_received"]
+    sent = json.loads(out)["end"]["sum_sent"]
+    return {
+        "goodput": received["bits_per_second"],
+        "sent_rate": sent["bits_per_second"],
+        "loss": received["lost_percent"] / 100,
+    }
+
+
+def _receiver(conn: Connection, attr: sdr.QPAttr) -> None:
+    os.sched_setaffinity(0, {RX_CPU})
+    with sdr.Context(backend=UdpTransport(port=0)) as ctx:
+        qp = ctx.create_qp(attr)
+        conn.send(qp.info())
+        qp.connect(conn.recv())
+        bufs = [np.zeros(MESSAGE, dtype=np.uint8) for _ in range(MESSAGES)]
+        handles = [qp.post_recv(ctx.register(b)) for b in bufs]
+        conn.send("ready")
+        idle_since = None
+        done = 0
+        while done < MESSAGES:
+            if ctx.progress():
+                idle_since = None
+            elif idle_since is None:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > 1.0:
+                break  # the rest was lost
+            while done < MESSAGES and handles[done].record.arrived:
+                done += 1
+        end = time.monotonic()
+        conn.send({"end": end, "complete": done, "counters": qp.counters()})
+
+
+def sdr_oneshot(size: int, rate: float | None) -> dict[str, Any]:
+    """Goodput and loss of MESSAGES one-shot writes of MESSAGE bytes at ``rate`` bits/s."""
+    mtu = size - HEADER_SIZE - ICRC_SIZE  # one SDR packet = one UDP datagram of ``size``
+    mtu -= mtu % 4
+    attr = sdr.QPAttr(
+        mtu=mtu,
+        chunk_size=mtu * 16,
+        max_message_size=MESSAGE,
+        max_messages=MESSAGES,
+        rate_limit=rate,
+    )
+    here, there = mp.get_context("fork").Pipe()
+    proc = mp.get_context("fork").Process(target=_receiver, args=(there, attr), daemon=True)
+    proc.start()
+    try:
+        os.sched_setaffinity(0, {TX_CPU})
+        with sdr.Context(backend=UdpTransport(port=0)) as ctx:
+            qp = ctx.create_qp(attr)
+            qp.connect(here.recv())
+            here.send(qp.info())
+            src = np.random.default_rng(1).integers(0, 256, MESSAGE, dtype=np.uint8)
+            region = ctx.register(src)
+            assert here.recv() == "ready"
+            start = time.monotonic()
+            sends = [qp.post_send(region) for _ in range(MESSAGES)]
+            for s in sends:
+                s.wait(timeout=60)
+            result = here.recv()
+            sent = qp.counters()["wire_packets_sent"]
+    finally:
+        os.sched_setaffinity(0, set(CPUS))
+        proc.join(timeout=10)
+    placed = result["counters"]["packets_placed"]
+    seconds = result["end"] - start
+    return {
+        "rate_limit": rate,
+        "goodput": result["complete"] * MESSAGE * 8 / seconds,
+        "complete": result["complete"],
+        "packets_sent": sent,
+        "packets_lost": sent - placed,
+        "loss": (sent - placed) / sent,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="4096,8192,32768", help="datagram sizes, bytes")
+    parser.add_argument("--fractions", default="0.8,0.9,1.0", help="SDR rates / iperf3 goodput")
+    parser.add_argument("--seconds", type=float, default=3.0, help="iperf3 duration")
+    parser.add_argument("--json", default=None, help="write results here")
+    args = parser.parse_args()
+    if shutil.which("iperf3") is None:
+        sys.exit("iperf3 is not installed (make system installs it)")
+    rows = []
+    print(f"{'size':>6} {'iperf3 Gbit/s':>13} {'loss':>6} | {'SDR rate':>9} {'Gbit/s':>7} "
+          f"{'loss':>8} {'ratio':>6}")  # fmt: skip
+    for size in (int(s) for s in args.sizes.split(",")):
+        ref = iperf3(size, args.seconds)
+        rates = [ref["goodput"] * float(f) for f in args.fractions.split(",")] + [None]
+        for rate in rates:
+            res = sdr_oneshot(size, rate)
+            res["ratio"] = res["goodput"] / ref["goodput"]
+            rows.append({"size": size, "iperf3": ref, "sdr": res})
+            label = "unpaced" if rate is None else f"{rate / 1e9:.2f}G"
+            print(
+                f"{size:>6} {ref['goodput'] / 1e9:>13.2f} {ref['loss']:>6.1%} | {label:>9} "
+                f"{res['goodput'] / 1e9:>7.2f} {res['loss']:>8.2%} {res['ratio']:>6.2f}",
+                flush=True,
+            )
+    report = {
+        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+        "iperf3": subprocess.run(["iperf3", "--version"], capture_output=True, text=True)
+        .stdout.split("\n")[0]
+        .strip(),
+        "parameters": {
+            "message": MESSAGE,
+            "messages": MESSAGES,
+            "tx_cpu": TX_CPU,
+            "rx_cpu": RX_CPU,
+        },
+        "results": rows,
+    }
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
