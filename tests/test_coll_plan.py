@@ -158,3 +158,16 @@ def test_gpu_backend_imports_and_encodes_without_cuda():
     assert rec[3, 0] == OP_CODES["reduce"] and rec[3, 5] == 2
     assert blocks_for(ops) == 1
     assert "sdr_exec" in kernel_source()
+
+
+def test_cli_prints_plans_and_selection():
+    from typer.testing import CliRunner
+
+    from sdr_cli.main import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["coll-plan", "allgather_ll", "--world", "3"])
+    assert res.exit_code == 0, res.output
+    assert Plan.loads(res.output).world_size == 3
+    res = runner.invoke(app, ["coll-select", "allreduce", "4MiB", "--world", "2"])
+    assert res.exit_code == 0 and "allreduce_oneshot" in res.output
