@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sdr.units import parse_size
-from simulator.analytic import _o
+from simulator.analytic import retry_cost_s
 from simulator.link import Link
 from simulator.montecarlo import sample_scheme
 from simulator.schemes import SchemeSpec
@@ -41,7 +41,9 @@ def naive_sr(rng: np.random.Generator, link: Link, size: int, p: float, spec: Sc
     """One geometric draw per chunk per sample (the textbook way)."""
     chunks = link.num_chunks(size)
     z = rng.geometric(1 - p, size=(n, chunks)) - 1
-    return (np.arange(1, chunks + 1) * link.t_inj_s + _o(link, spec) * z).max(axis=1) + link.rtt_s
+    return (np.arange(1, chunks + 1) * link.t_inj_s + retry_cost_s(link, spec) * z).max(
+        axis=1
+    ) + link.rtt_s
 
 
 def time_sr_samplers(max_size: int, samples: int) -> tuple[float, float, int]:

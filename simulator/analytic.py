@@ -35,6 +35,8 @@ __all__ = [
     "sr_mean",
     "sr_cdf",
     "sr_quantile",
+    "retry_cost_s",
+    "ec_parts",
     "ec_layout",
     "ec_mean",
     "ec_mean_bound",
@@ -46,26 +48,27 @@ __all__ = [
 ]
 
 
-def _o(link: Link, spec: SchemeSpec) -> float:
+def retry_cost_s(link: Link, spec: SchemeSpec) -> float:
+    """O = RTO + T_INJ: what each loss of a chunk adds to its completion."""
     return link.rto_s(spec.resolved_rto_rtts(link)) + link.t_inj_s
 
 
 def sr_mean(link: Link, size: int, p: float, spec: SchemeSpec) -> float:
     """E[T_SR] in seconds for a write of ``size`` bytes (tail integral of the product CDF)."""
     n = link.num_chunks(size)
-    return max_delay_mean(n, p, link.t_inj_s, _o(link, spec)) + link.rtt_s
+    return max_delay_mean(n, p, link.t_inj_s, retry_cost_s(link, spec)) + link.rtt_s
 
 
 def sr_cdf(t: float | np.ndarray, link: Link, size: int, p: float, spec: SchemeSpec) -> np.ndarray:
     """Exact P(T_SR <= t)."""
     n = link.num_chunks(size)
-    return max_delay_cdf(np.asarray(t) - link.rtt_s, n, p, link.t_inj_s, _o(link, spec))
+    return max_delay_cdf(np.asarray(t) - link.rtt_s, n, p, link.t_inj_s, retry_cost_s(link, spec))
 
 
 def sr_quantile(q: float, link: Link, size: int, p: float, spec: SchemeSpec) -> float:
     """Exact q-quantile of T_SR in seconds."""
     n = link.num_chunks(size)
-    return max_delay_quantile(q, n, p, link.t_inj_s, _o(link, spec)) + link.rtt_s
+    return max_delay_quantile(q, n, p, link.t_inj_s, retry_cost_s(link, spec)) + link.rtt_s
 
 
 def ec_layout(link: Link, size: int, spec: SchemeSpec) -> ECLayout:
@@ -73,7 +76,7 @@ def ec_layout(link: Link, size: int, spec: SchemeSpec) -> ECLayout:
     return ECLayout(link.num_chunks(size), spec.k, spec.m)
 
 
-def _ec_parts(link: Link, size: int, spec: SchemeSpec) -> tuple[float, float, ECLayout]:
+def ec_parts(link: Link, size: int, spec: SchemeSpec) -> tuple[float, float, ECLayout]:
     """(lossless completion time, extra delay of a fallback before SR's chunks, layout)."""
     layout = ec_layout(link, size, spec)
     lossless = layout.total_chunks * link.t_inj_s + link.rtt_s
@@ -89,9 +92,9 @@ def ec_fallback_probability(link: Link, size: int, p: float, spec: SchemeSpec) -
 
 def ec_mean(link: Link, size: int, p: float, spec: SchemeSpec) -> float:
     """E[T_EC] averaged over the exact distribution of failed submessages."""
-    lossless, extra, layout = _ec_parts(link, size, spec)
+    lossless, extra, layout = ec_parts(link, size, spec)
     chunks, probs = retransmit_distribution(layout, p, spec.code)
-    o = _o(link, spec)
+    o = retry_cost_s(link, spec)
     total = lossless
     limit = 50_000 // max(len(chunks), 1)  # share one exact-sum budget across the mixture
     for n, w in zip(chunks, probs, strict=True):
@@ -120,7 +123,7 @@ def ec_mean_bound(link: Link, size: int, p: float, spec: SchemeSpec) -> float:
     base = layout.total_chunks * link.t_inj_s
     p_fb = layout.fallback_probability(p, spec.code)
     x = layout.expected_retransmit_chunks(p, spec.code)
-    sr_part = _sr_mean_interpolated(link, x, p, _o(link, spec))
+    sr_part = _sr_mean_interpolated(link, x, p, retry_cost_s(link, spec))
     return float(base + p_fb * (link.rtt_s + link.beta * link.rtt_s) + sr_part)
 
 
@@ -144,7 +147,7 @@ def _mixture_cdf(
 
 def ec_cdf(t: float | np.ndarray, link: Link, size: int, p: float, spec: SchemeSpec) -> np.ndarray:
     """Exact P(T_EC <= t) under the model (a mixture over the number of failed submessages)."""
-    lossless, extra, layout = _ec_parts(link, size, spec)
+    lossless, extra, layout = ec_parts(link, size, spec)
     chunks, probs = retransmit_distribution(layout, p, spec.code)
     t = np.atleast_1d(np.asarray(t, dtype=float))
     ok = t >= lossless
@@ -152,18 +155,20 @@ def ec_cdf(t: float | np.ndarray, link: Link, size: int, p: float, spec: SchemeS
     retry = chunks > 0
     if retry.any():
         s = t - lossless - extra
-        out = out + _mixture_cdf(s, chunks[retry], probs[retry], p, link.t_inj_s, _o(link, spec))
+        out = out + _mixture_cdf(
+            s, chunks[retry], probs[retry], p, link.t_inj_s, retry_cost_s(link, spec)
+        )
     return out
 
 
 def ec_quantile(q: float, link: Link, size: int, p: float, spec: SchemeSpec) -> float:
     """Exact q-quantile of T_EC under the model, by bisection on :func:`ec_cdf`."""
-    lossless, extra, layout = _ec_parts(link, size, spec)
+    lossless, extra, layout = ec_parts(link, size, spec)
     lo = lossless
     if ec_cdf(lo, link, size, p, spec)[0] >= q:
         return lo
     chunks, _ = retransmit_distribution(layout, p, spec.code)
-    o = _o(link, spec)
+    o = retry_cost_s(link, spec)
     q_hi = 1.0 - (1.0 - q) / 10.0
     hi = lossless + extra + max_delay_quantile(q_hi, int(chunks.max()), p, link.t_inj_s, o)
     tol = link.t_inj_s * 1e-3

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from sdr.errors import ConfigError
-from simulator.analytic import _ec_parts, _o
+from simulator.analytic import ec_parts, retry_cost_s
 from simulator.ec_model import ECLayout
 from simulator.link import Link
 from simulator.schemes import SchemeSpec
@@ -74,7 +74,7 @@ def sample_sr(
 ) -> np.ndarray:
     """Samples of T_SR in seconds for a ``size``-byte write at chunk loss ``p``."""
     n = link.num_chunks(size)
-    return sample_max_delay(rng, n, p, link.t_inj_s, _o(link, spec), samples) + link.rtt_s
+    return sample_max_delay(rng, n, p, link.t_inj_s, retry_cost_s(link, spec), samples) + link.rtt_s
 
 
 def sample_failures(
@@ -94,9 +94,9 @@ def sample_ec(
     rng: np.random.Generator, link: Link, size: int, p: float, spec: SchemeSpec, samples: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Samples of T_EC in seconds, and whether each sample needed the SR fallback."""
-    lossless, extra, layout = _ec_parts(link, size, spec)
+    lossless, extra, layout = ec_parts(link, size, spec)
     chunks = sample_failures(rng, layout, p, spec.code, samples)
-    retry = sample_max_delay(rng, chunks, p, link.t_inj_s, _o(link, spec), samples)
+    retry = sample_max_delay(rng, chunks, p, link.t_inj_s, retry_cost_s(link, spec), samples)
     fell_back = chunks > 0
     times = lossless + np.where(fell_back, extra + retry, 0.0)
     return times, fell_back

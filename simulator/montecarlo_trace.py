@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from sdr.errors import ConfigError
-from simulator.analytic import _ec_parts, _o
+from simulator.analytic import ec_parts, retry_cost_s
 from simulator.ec_model import ECLayout, xor_group_sizes
 from simulator.link import Link
 from simulator.loss import LossModel
@@ -78,7 +78,7 @@ def sample_sr_trace(
 ) -> np.ndarray:
     """Samples of T_SR in seconds under ``model`` (drawn packet by packet)."""
     n = link.num_chunks(size)
-    o = _o(link, spec)
+    o = retry_cost_s(link, spec)
     out = [
         _max_delay_trace(rng, model, link, o, np.full(b, n))
         for b in _batched(samples, n * link.packets_per_chunk)
@@ -128,8 +128,8 @@ def sample_ec_trace(
     samples: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Samples of T_EC in seconds under ``model``, and the fallback indicator."""
-    lossless, extra, layout = _ec_parts(link, size, spec)
-    o = _o(link, spec)
+    lossless, extra, layout = ec_parts(link, size, spec)
+    o = retry_cost_s(link, spec)
     times, fell = [], []
     for b in _batched(samples, layout.total_chunks * link.packets_per_chunk):
         resend = ec_failures_trace(rng, layout, spec.code, model, link, b)

@@ -38,7 +38,7 @@ def test_local_processes_match_serial() -> None:
 def test_dask_local_cluster_matches_local_executor() -> None:
     distributed = pytest.importorskip("distributed")
     points = _grid()
-    expected = run_sweep(points, executor="serial")
+    expected = run_sweep(points, executor="local", workers=2, batch_size=4)
     seen = []
     with (
         distributed.LocalCluster(
