@@ -140,6 +140,7 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "numpy": np.__version__,
+        "load_average": list(os.getloadavg()),  # other tenants' load skews a small machine
     }
 
 
@@ -156,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                       max_messages=1, generations=1)  # fmt: skip
     sources = ["synthetic", "udp"] if args.source == "both" else [args.source]
     rows = []
+    before = machine()
     for source in sources:
         points = ([0] if source == "synthetic" else []) + args.workers
         for workers in points:
@@ -167,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "offload_scaling",
         "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
         "parameters": vars(args),
-        "machine": machine(),
+        "machine": before,
+        "load_average_after": list(os.getloadavg()),
         "paper_mpps": PAPER_MPPS,
         "results": rows,
     }

@@ -11,8 +11,7 @@ import pytest
 
 import sdr
 from backends.offload.engine import ChannelEngine, drain
-from backends.offload.shared_state import QPShared
-from backends.offload.transport import layout_for
+from backends.offload.shared_state import QPShared, layout_for
 from backends.offload.wire import (
     HEADER,
     SyntheticSource,
@@ -140,3 +139,40 @@ def test_chunk_state_counts_once_per_packet_across_channels() -> None:
     assert shared.chunk_bitmap(1, 600).tolist() == [True, True, True]
     shared.reset_slot(1)
     assert shared.chunk_bitmap(1, 600).tolist() == [False, False, False]
+
+
+def test_roce_source_feeds_the_engine_through_the_udp_codec() -> None:
+    roce = pytest.importorskip("backends.offload.roce_wire")
+    import socket
+
+    from backends.udp.roce import encode_packet
+
+    qpn = roce.qpn_of(5, 1, 0, ATTR.channels)
+    source = roce.RoceSource("127.0.0.1", {qpn: 1})
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender.bind(("127.0.0.1", 0))
+    try:
+        shared = _state()
+        memory = bytearray(1024)
+        shared.write_entry(1, 0, 0, 0, 200, 3)
+        engine = ChannelEngine(shared, 0, {0: memoryview(memory)})
+        lay, src, dst = ATTR.layout, sender.getsockname(), source.local
+        good = encode_packet(src, dst, qpn, 0, 64, 0, lay.encode(3, 1, 9), b"\x07" * 64)
+        unknown = encode_packet(src, dst, qpn + 1, 1, 0, 0, lay.encode(3, 0, 9), b"\x01" * 64)
+        corrupt = bytearray(encode_packet(src, dst, qpn, 2, 0, 0, lay.encode(3, 0, 9), b"x" * 64))
+        corrupt[40] ^= 0xFF  # payload bit flip: the ICRC no longer matches
+        for datagram in (good, unknown, bytes(corrupt), b"\x2b" * 8):
+            sender.sendto(datagram, dst)
+        taken = 0
+        for _ in range(1000):
+            taken += drain(engine, source, 10)
+            if taken == 4:
+                break
+        assert taken == 4
+        assert memory[64:128] == b"\x07" * 64 and memory.count(0) == 1024 - 64
+        assert shared.discard_counts()["malformed"] == 3
+        records = shared.read_ring(0, 10)
+        assert records[:, 1].tolist() == [lay.encode(3, 1, 9)] and records[0, 0] == 1  # gen 1
+    finally:
+        source.close()
+        sender.close()

@@ -14,8 +14,7 @@ import pytest
 
 import sdr
 from backends.offload import OffloadTransport, WorkerPool
-from backends.offload.shared_state import segment_prefix
-from backends.offload.transport import layout_for
+from backends.offload.shared_state import layout_for, segment_prefix
 
 ATTR = sdr.QPAttr(mtu=512, chunk_size=2048, max_message_size="32KiB", channels=3)
 

@@ -52,6 +52,11 @@ def _offload_workers() -> Transport:
     return OffloadTransport(pool=pool)  # type: ignore[arg-type]
 
 
+def _offload_roce() -> Transport:
+    _offload_workers()  # starts the shared pool if needed
+    return OffloadTransport(pool=_SHARED["pool"], wire="roce")  # type: ignore[arg-type]
+
+
 def _offload_alloc(transport: Transport, nbytes: int) -> np.ndarray:
     assert isinstance(transport, OffloadTransport)
     return transport.alloc(nbytes)
@@ -61,6 +66,7 @@ FACTORIES: list[BackendFactory] = [
     BackendFactory("inproc", _inproc),
     BackendFactory("offload-cpu", lambda: OffloadTransport(progress="cpu"), _offload_alloc),
     BackendFactory("offload-workers", _offload_workers, _offload_alloc),
+    BackendFactory("offload-roce", _offload_roce, _offload_alloc),
 ]
 """Backends under test; add yours here (e.g. the UDP backend once it exists)."""
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import struct
 
 from backends.offload.shared_state import CTL_WORDS, DISCARDS, ENTRY_WORDS, RECORD_WORDS, QPShared
-from backends.offload.wire import HEADER, MAGIC, VERSION, PacketSource
+from backends.offload.wire import HEADER, MAGIC, MALFORMED, VERSION, PacketSource
 
-__all__ = ["ChannelEngine", "drain"]
+__all__ = ["ChannelEngine", "drain", "malformed"]
 
 _LATE, _OUT_OF_RANGE, _STALE, _MALFORMED = range(len(DISCARDS))
 _HDR = HEADER.size
@@ -70,7 +70,11 @@ class ChannelEngine:
         if magic != MAGIC or version != VERSION:
             self._discards[self._disc_base + _MALFORMED] += 1
             return False
-        length = n - _HDR
+        return self.place(gen, imm, remote, packet[_HDR:])
+
+    def place(self, gen: int, imm: int, remote: int, payload: memoryview) -> bool:
+        """The receive work for a parsed packet (any wire); True when accepted."""
+        length = len(payload)
         if gen >= self._generations:
             self._discards[self._disc_base + _STALE] += 1
             return False
@@ -109,7 +113,7 @@ class ChannelEngine:
                 self._discards[self._disc_base + _MALFORMED] += 1
                 return False
             start = offset + within
-            memory[start : start + length] = packet[_HDR:]
+            memory[start : start + length] = payload
             index = slot * self._max_packets + pkt
             packets = self._packets
             if not packets[index]:
@@ -129,6 +133,11 @@ class ChannelEngine:
         return True
 
 
+def malformed(engine: ChannelEngine) -> None:
+    """Count a packet a wire decoder rejected (bad checksum, unknown opcode or QPN)."""
+    engine._discards[engine._disc_base + _MALFORMED] += 1
+
+
 def drain(engine: ChannelEngine, source: PacketSource, budget: int) -> int:
     """Feed up to ``budget`` packets from ``source`` to ``engine`` (never past ring room).
 
@@ -136,8 +145,21 @@ def drain(engine: ChannelEngine, source: PacketSource, budget: int) -> int:
     source (and a socket drops them when its buffer fills), as a NIC drops on overflow.
     """
     limit = min(budget, engine.room())
-    handle, recv = engine.handle, source.recv
+    recv = source.recv
     taken = 0
+    if getattr(source, "decoded", False):  # the source parsed its wire: (gen, imm, remote, payload)
+        place = engine.place
+        while taken < limit:
+            item = recv()
+            if item is None:
+                break
+            if item is MALFORMED:
+                malformed(engine)
+            else:
+                place(*item)
+            taken += 1
+        return taken
+    handle = engine.handle
     while taken < limit:
         packet = recv()
         if packet is None:

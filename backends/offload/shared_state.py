@@ -28,6 +28,7 @@ from multiprocessing import resource_tracker
 
 import numpy as np
 
+from sdr.config import QPAttr
 from sdr.errors import TransportError
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "QPShared",
     "Segment",
     "attach_segment",
+    "layout_for",
     "segment_prefix",
 ]
 
@@ -245,3 +247,23 @@ class QPShared:
             view.release()
         for view in self._raw.values():
             view.release()
+
+
+def layout_for(attr: QPAttr) -> QPLayout:
+    """The shared-state geometry of a QP with these attributes."""
+    lay = attr.layout
+    max_packets = max(1, -(-attr.max_message_size // attr.mtu))
+    return QPLayout(
+        generations=attr.generations,
+        slots=attr.max_messages,
+        channels=attr.channels,
+        max_packets=max_packets,
+        max_chunks=-(-max_packets // attr.packets_per_chunk),
+        packets_per_chunk=attr.packets_per_chunk,
+        slot_size=attr.max_message_size,
+        mtu=attr.mtu,
+        id_shift=lay.offset_bits + lay.user_bits,
+        user_bits=lay.user_bits,
+        offset_mask=lay.max_packets - 1,
+        fragments=lay.fragments,
+    )

@@ -32,9 +32,9 @@ import numpy as np
 
 from backends.offload.engine import ChannelEngine, drain
 from backends.offload.pool import WorkerPool
-from backends.offload.shared_state import QPLayout, QPShared, Segment
+from backends.offload.shared_state import QPShared, Segment, layout_for
 from backends.offload.wire import HEADER, MAX_DATAGRAM, PacketSource, encode_header, make_source
-from sdr.config import QPAttr
+from sdr.config import MAX_GENERATIONS, QPAttr
 from sdr.errors import ConfigError, ProtocolError, TransportError
 from sdr.pacing import TokenBucket
 from sdr.transport import (
@@ -50,32 +50,13 @@ from sdr.transport import (
 __all__ = ["OffloadTransport", "OffloadQP", "PROGRESS_MODES"]
 
 PROGRESS_MODES = ("offload", "cpu")
+WIRES = ("simple", "roce")
 _WAIT_CAP_S = 0.0005
 _keys = itertools.count(1)
 
 
 def _address_of(view: memoryview) -> int:
     return int(np.frombuffer(view, dtype=np.uint8).ctypes.data) if len(view) else 0
-
-
-def layout_for(attr: QPAttr) -> QPLayout:
-    """The shared-state geometry of a QP with these attributes."""
-    lay = attr.layout
-    max_packets = max(1, -(-attr.max_message_size // attr.mtu))
-    return QPLayout(
-        generations=attr.generations,
-        slots=attr.max_messages,
-        channels=attr.channels,
-        max_packets=max_packets,
-        max_chunks=-(-max_packets // attr.packets_per_chunk),
-        packets_per_chunk=attr.packets_per_chunk,
-        slot_size=attr.max_message_size,
-        mtu=attr.mtu,
-        id_shift=lay.offset_bits + lay.user_bits,
-        user_bits=lay.user_bits,
-        offset_mask=lay.max_packets - 1,
-        fragments=lay.fragments,
-    )
 
 
 class OffloadQP(TransportQP):
@@ -103,9 +84,22 @@ class OffloadQP(TransportQP):
         self._workers: list[int] = []
         self.qp_id = transport.new_id()
         host = transport.host
-        specs = [transport.source(attr, ch) for ch in range(attr.channels)]
+        self.qpns: list[list[int]] | None = None
+        self._roce: Any = None
+        if transport.wire == "roce":
+            from backends.offload.roce_wire import qpn_of
+
+            self.qpns = [[qpn_of(self.qp_id, g, c, attr.channels) for c in range(attr.channels)]
+                         for g in range(attr.generations)]  # fmt: skip
+            # every generation number maps, so the engine counts a stale one as stale
+            specs = [("roce", host, {qpn_of(self.qp_id, g, c, attr.channels): g
+                                     for g in range(MAX_GENERATIONS)})
+                     for c in range(attr.channels)]  # fmt: skip
+        else:
+            specs = [transport.source(attr, ch) for ch in range(attr.channels)]
         self.data_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.data_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+        self.data_sock.bind((host, 0))  # a fixed source address: the RoCE ICRC covers it
         self.control_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.control_sock.bind((host, 0))
         self.control_sock.setblocking(False)
@@ -130,7 +124,11 @@ class OffloadQP(TransportQP):
             raise
 
     def info(self) -> dict[str, Any]:
-        return {"channels": self.addresses, "control": list(self.control_sock.getsockname())}
+        return {
+            "channels": self.addresses,
+            "control": list(self.control_sock.getsockname()),
+            "qpns": self.qpns,
+        }
 
     def connect(self, remote: dict[str, Any]) -> None:
         try:
@@ -140,6 +138,12 @@ class OffloadQP(TransportQP):
             raise ProtocolError(f"offload peer info is malformed: {exc}") from exc
         if len(channels) != self.attr.channels:
             raise ConfigError(f"peer has {len(channels)} channels, this QP {self.attr.channels}")
+        if self.qpns is not None:
+            from backends.offload.roce_wire import RoceSender
+
+            if not remote.get("qpns"):
+                raise ConfigError("peer does not use the RoCE wire (no QPNs in its info)")
+            self._roce = RoceSender(self.data_sock, channels, remote["qpns"])
         self._peer, self._peer_control = channels, (str(host), int(port))
 
     def bind(
@@ -173,6 +177,7 @@ class OffloadQP(TransportQP):
             raise TransportError("QP is not connected")
         view, peer, gen = batch.region.view, self._peer, batch.generation
         send = self.data_sock.sendmsg
+        roce = self._roce
         for ch, roff, imm, src, n in zip(
             batch.channels.tolist(),
             batch.remote_offsets.tolist(),
@@ -181,7 +186,10 @@ class OffloadQP(TransportQP):
             batch.lengths.tolist(),
             strict=True,
         ):
-            send([encode_header(gen, ch, imm, roff), view[src : src + n]], (), 0, peer[ch])
+            if roce is not None:
+                roce.send(gen, ch, imm, roff, view[src : src + n])
+            else:
+                send([encode_header(gen, ch, imm, roff), view[src : src + n]], (), 0, peer[ch])
         self.pacer.consume(self.transport.now(), batch.payload_bytes * 8)
 
     def poll_completions(self, max_packets: int) -> CompletionBatch:
@@ -265,6 +273,8 @@ class OffloadTransport(Transport):
     workers: worker processes to start (ignored with ``progress="cpu"`` or ``pool``).
     pool: an existing :class:`WorkerPool` to share (not stopped by :meth:`close`).
     host: the address the UDP wire binds to.
+    wire: ``"simple"`` (this backend's 20-byte header) or ``"roce"`` (RoCEv2 UC packets
+        with ICRC, the ``udp`` backend's codec: :mod:`backends.offload.roce_wire`).
     source: ``(attr, channel) -> spec`` of each channel's packet source (default: a UDP
         socket on ``host``); e.g. ``("synthetic", packets)`` to measure the engine alone.
     """
@@ -277,11 +287,15 @@ class OffloadTransport(Transport):
         workers: int = 1,
         pool: WorkerPool | None = None,
         host: str = "127.0.0.1",
+        wire: str = "simple",
         source: Callable[[QPAttr, int], tuple[Any, ...]] | None = None,
     ) -> None:
         if progress not in PROGRESS_MODES:
             raise ConfigError(f"progress must be one of {PROGRESS_MODES}, got {progress!r}")
+        if wire not in WIRES:
+            raise ConfigError(f"wire must be one of {WIRES}, got {wire!r}")
         self.progress = progress
+        self.wire = wire
         self.host = host
         self.source = source or (lambda _attr, _ch: ("udp", host))
         self._own_pool = progress == "offload" and pool is None

@@ -18,6 +18,7 @@ Packet format (network byte order, 20 bytes, then the payload):
 
 from __future__ import annotations
 
+import importlib
 import socket
 import struct
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from sdr.errors import ConfigError, TransportError
 __all__ = [
     "HEADER",
     "MAGIC",
+    "MALFORMED",
     "MAX_DATAGRAM",
     "PacketSource",
     "SyntheticSource",
@@ -41,6 +43,8 @@ __all__ = [
 MAGIC = 0x5D0F
 VERSION = 1
 HEADER = struct.Struct("!HBBHHIQ")
+MALFORMED = ("malformed",)
+"""What a decoding source returns for a packet its wire rejects (counted as malformed)."""
 MAX_DATAGRAM = 65507
 """Largest UDP payload over IPv4; the MTU plus the header must fit."""
 
@@ -66,8 +70,13 @@ class PacketSource(Protocol):
     def fileno(self) -> int:
         """A descriptor that becomes readable when packets wait (-1: always ready)."""
 
-    def recv(self) -> memoryview | None:
-        """The next packet, or None when none is waiting. Valid until the next call."""
+    def recv(self) -> Any:
+        """The next packet, or None when none is waiting. Valid until the next call.
+
+        A raw packet (memoryview in this module's format), or, from a source whose
+        ``decoded`` attribute is True, ``(generation, imm, remote_offset, payload)`` or
+        :data:`MALFORMED`.
+        """
 
     def address(self) -> Any:
         """Where peers send to (JSON-serialisable), or None."""
@@ -143,6 +152,10 @@ _SOURCES: dict[str, Callable[..., PacketSource]] = {
 }
 
 
+_PLUGINS = {"roce": "backends.offload.roce_wire"}
+"""Source kinds defined in modules that register themselves when imported."""
+
+
 def register_source(kind: str, factory: Callable[..., PacketSource]) -> None:
     """Make ``(kind, *args)`` specs build sources with ``factory(*args)``."""
     _SOURCES[kind] = factory
@@ -151,6 +164,8 @@ def register_source(kind: str, factory: Callable[..., PacketSource]) -> None:
 def make_source(spec: tuple[Any, ...]) -> PacketSource:
     """Build a packet source from its spec, e.g. ``("udp", "127.0.0.1")``."""
     kind, *args = spec
+    if kind not in _SOURCES and kind in _PLUGINS:  # e.g. in a fresh worker process
+        importlib.import_module(_PLUGINS[kind])
     factory = _SOURCES.get(kind)
     if factory is None:
         known = ", ".join(sorted(_SOURCES))
