@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import sys
+import time
+
 import typer
 from rich.console import Console
 from rich.progress import (
@@ -31,6 +35,20 @@ def _bar() -> Progress:
     )
 
 
+def _json_progress(interval: float = 0.1):  # noqa: ANN202
+    """A progress callback printing {"done", "total"} lines at most every ``interval`` s."""
+    last = [0.0]
+
+    def report(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= interval or done >= total:
+            last[0] = now
+            sys.stdout.write(json.dumps({"done": done, "total": total}) + "\n")
+            sys.stdout.flush()
+
+    return report
+
+
 def send(
     file: str = typer.Argument(..., help="file to send"),
     to: str = typer.Option(..., help="receiver HOST[:PORT] (its out-of-band TCP port)"),
@@ -45,6 +63,7 @@ def send(
     channels: int = typer.Option(2, help="channels (QPs) per generation"),
     secret: str = typer.Option(None, envvar="SDR_SECRET", help="shared secret (HMAC set-up)"),
     timeout: float = typer.Option(300.0, help="give up after this many seconds"),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines on stdout (progress, report)"),
 ) -> None:
     """Send FILE reliably over SDR (software RoCEv2 over UDP) and verify it end to end."""
     host, _, port = to.partition(":")
@@ -62,6 +81,10 @@ def send(
         timeout=timeout,
     )
     try:
+        if as_json:
+            report = send_file(file, host, int(port or oob.DEFAULT_PORT), opts, _json_progress())
+            print(json.dumps({"report": report}), flush=True)
+            return
         with _bar() as bar:
             task = bar.add_task(f"send {file}", total=None)
             report = send_file(
@@ -88,9 +111,22 @@ def recv(
     port: int = typer.Option(oob.DEFAULT_PORT, help="out-of-band TCP port"),
     secret: str = typer.Option(None, envvar="SDR_SECRET", help="shared secret (HMAC set-up)"),
     timeout: float = typer.Option(300.0, help="give up after this many seconds"),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines on stdout (progress, report)"),
 ) -> None:
     """Receive one file sent with ``sdr send`` and verify it end to end."""
     try:
+        if as_json:
+            report = serve_file(
+                out,
+                bind,
+                port,
+                secret=secret,
+                timeout=timeout,
+                ready=lambda p: print(json.dumps({"listening": p}), flush=True),
+                progress=_json_progress(),
+            )
+            print(json.dumps({"report": report}), flush=True)
+            return
         with _bar() as bar:
             task = bar.add_task(f"recv {out}", total=None)
             report = serve_file(
