@@ -19,6 +19,7 @@ from backends.verbs.qp_states import (
     RATE_LIMIT_STEP,
     UC_STEPS,
     Endpoint,
+    check_port_mtu,
     gid_text,
     path_mtu,
     qp_attr_for,
@@ -119,6 +120,14 @@ def test_path_mtu_fits_one_packet(pv, mtu: int, name: str) -> None:
 def test_path_mtu_beyond_4096_is_refused(pv) -> None:
     with pytest.raises(sdr.ConfigError, match="4096"):
         path_mtu(8192, pv.enums)
+
+
+def test_port_active_mtu_limits_the_packet_size(pv) -> None:
+    e = pv.enums
+    assert check_port_mtu(1024, e.IBV_MTU_1024, e) == e.IBV_MTU_1024
+    assert check_port_mtu(512, e.IBV_MTU_4096, e) == e.IBV_MTU_512
+    with pytest.raises(sdr.ConfigError, match="active MTU is 1024"):
+        check_port_mtu(4096, e.IBV_MTU_1024, e)
 
 
 def test_gid_text_is_what_pyverbs_parses(pv) -> None:

@@ -20,6 +20,7 @@ __all__ = [
     "RATE_LIMIT_STEP",
     "Step",
     "UC_STEPS",
+    "check_port_mtu",
     "gid_text",
     "path_mtu",
     "qp_attr_for",
@@ -85,6 +86,22 @@ def path_mtu(mtu: int, enums: Any) -> int:
         f"mtu {mtu} exceeds the largest RDMA path MTU (4096): each SDR packet must be one "
         "UC packet, so use mtu <= 4096 with the verbs backend"
     )
+
+
+def check_port_mtu(mtu: int, active_mtu: int, enums: Any) -> int:
+    """The path MTU for ``mtu``; ConfigError when the port's active MTU is smaller.
+
+    A write larger than the path MTU becomes a multi-packet UC message, which the responder
+    drops whole on any loss: exactly what one-packet-per-write SDR avoids.
+    """
+    wanted = path_mtu(mtu, enums)
+    if wanted > active_mtu:
+        sizes = {int(getattr(enums, name)): size for size, name in IB_MTUS.items()}
+        raise ConfigError(
+            f"mtu {mtu} needs path MTU {sizes.get(wanted)} but the port's active MTU is "
+            f"{sizes.get(active_mtu, active_mtu)}; lower QPAttr.mtu (or raise the link MTU)"
+        )
+    return wanted
 
 
 def step_mask(step: Step, enums: Any) -> int:

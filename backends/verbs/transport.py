@@ -28,11 +28,11 @@ from backends.verbs.qp_states import (
     RATE_LIMIT_STEP,
     UC_STEPS,
     Endpoint,
+    check_port_mtu,
     gid_text,
     qp_attr_for,
     step_mask,
 )
-from backends.verbs.qp_states import path_mtu as path_mtu_of
 from backends.verbs.remote_keys import RemoteKey, RemoteKeys, frame, unframe
 from backends.verbs.work_requests import completion_kind, imm_from_wire, recv_wr, write_with_imm
 from sdr.config import QPAttr
@@ -67,7 +67,7 @@ class VerbsQP(TransportQP):
 
     def __init__(self, transport: VerbsTransport, attr: QPAttr) -> None:
         pv, e = transport.pv, transport.pv.enums
-        path_mtu_of(attr.mtu, e)  # ConfigError early when a packet cannot be one UC packet
+        check_port_mtu(attr.mtu, transport.active_mtu, e)  # one SDR packet = one UC packet
         self.transport, self.attr, self.pv = transport, attr, pv
         self.pacer = TokenBucket(attr.rate_limit, max(attr.chunk_size, 16 * attr.mtu) * 8)
         self.keys = RemoteKeys(attr.max_message_size)
@@ -309,7 +309,9 @@ class VerbsTransport(Transport):
         self.ctx = pv.device.Context(name=name)
         try:
             self.pd = pv.pd.PD(self.ctx)
-            self.lid = int(self.ctx.query_port(port).lid)
+            port_attr = self.ctx.query_port(port)
+            self.lid = int(port_attr.lid)
+            self.active_mtu = int(port_attr.active_mtu)
             self.gid = gid_text(str(self.ctx.query_gid(port, gid_index)))
             e = pv.enums
             self.scratch = pv.mr.MR(self.pd, 64, int(e.IBV_ACCESS_LOCAL_WRITE))
