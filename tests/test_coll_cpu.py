@@ -147,3 +147,32 @@ def test_wrong_world_size_is_reported(group):
 
     with pytest.raises(TransportError, match="ConfigError"):
         group.run(2, run_wrong_plan)
+
+
+def run_primitives(comm):
+    """Rank 0 puts bytes and LL packets into rank 1; rank 1 reads them after wait/flags."""
+    from backends.shm.memory import read_packets
+
+    data = np.arange(37, dtype=np.uint8)
+    flag = 0xABCD0001  # never a call counter here
+    if comm.rank == 0:
+        ch = comm.channel(1)
+        ch.parity = 0  # collectives alternate halves; this test writes half 0
+        ch.put(8, data, 0, data.size)
+        ch.signal()
+        ch.put_packets(0, data, 0, data.size, flag)
+        ch.flush()
+        ch.wait()  # rank 1's acknowledgement
+        return None
+    ch = comm.channel(0)
+    ch.wait()
+    got = comm.region.scratch(0)[8 : 8 + data.size].copy()
+    pk = read_packets(comm.region.packets(0), data.size, flag, timeout=10)
+    ch.signal()
+    return got, pk.copy()
+
+
+def test_memory_channel_primitives(group):
+    _, (got, pk) = group.run(2, run_primitives)
+    np.testing.assert_array_equal(got, np.arange(37, dtype=np.uint8))
+    np.testing.assert_array_equal(pk, np.arange(37, dtype=np.uint8))

@@ -167,9 +167,19 @@ class ShmCommunicator:
         """Host barrier through the bootstrap."""
         self.bootstrap.barrier()
 
+    def channel(self, peer: int) -> ShmMemoryChannel:
+        """This rank's memory channel to ``peer`` (put/get/signal/wait/flush/LL packets)."""
+        if self._executor is None or peer not in self._executor.channels:
+            raise ConfigError(f"rank {self.rank} has no channel to rank {peer}")
+        return self._executor.channels[peer]
+
+    @property
+    def region(self) -> Region:
+        """This rank's registered region (scratch and packet halves, semaphores)."""
+        return self._regions[self.rank]
+
     def close(self) -> None:
-        """Unmap and unlink shared memory, close the bootstrap."""
-        self.bootstrap.barrier()
+        """Unmap and unlink shared memory (peers keep their mappings), close the bootstrap."""
         self._close_regions()
         self.bootstrap.close()
 
