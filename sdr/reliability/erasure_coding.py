@@ -160,7 +160,7 @@ class ErasureCodingReceiver(SelectiveRepeatReceiver):
             return
         have, k = self.have(), self.k
         missing = {int(s): ~have[s * k : min(s * k + k, self.n_chunks)] for s in failed}
-        for message in EcNack.build(self.seq, k, missing):
+        for message in EcNack.build(self.seq, k, missing, self.digests.complete):
             self.send(message)
         self.last_nack[EcNack(self.seq, k, missing).chunks()] = now
         self.count("failed_submessages", len(failed))

@@ -16,7 +16,7 @@ dropped (ProtocolError), never acted on. Types (the 16..63 range of sdr.control)
                             cum+1+i; flag DIGEST_OK: the receiver holds the whole digest
 19  NACK         r -> s     count u16 | count x (first u32, n u32): chunks to resend now
 20  EC_NACK      r -> s     k u16 | count u16 | count x (submessage u32 | ceil(k/8) bytes
-                            bitmap of its missing data chunks)
+                            bitmap of its missing data chunks); flag DIGEST_OK as in SACK
 21  PROBE        s -> r     (no body): "tell me where this message stands"
 22  ABORT        s -> r     (no body): the sender gave the message up; flag MISMATCH:
                             the posted receive's length differs from the write's
@@ -240,6 +240,10 @@ class EcNack(ControlMessage):
     k: int
     missing: dict[int, np.ndarray]
     """submessage index -> bool array of k flags (True: data chunk j is missing)."""
+    digest_ok: bool = True
+
+    def _flags(self) -> int:
+        return 1 if self.digest_ok else 0
 
     def _body(self) -> bytes:
         parts = [_EC.pack(self.k, len(self.missing))]
@@ -264,7 +268,7 @@ class EcNack(ControlMessage):
             (sub,) = struct.unpack_from("!I", body, at)
             raw = np.frombuffer(body, dtype=np.uint8, count=entry - 4, offset=at + 4)
             missing[sub] = np.unpackbits(raw, count=k, bitorder="little").astype(bool)
-        return cls(seq, k, missing)
+        return cls(seq, k, missing, bool(flags & 1))
 
     def chunks(self) -> np.ndarray:
         """Global data chunk indices the NACK asks for (submessage s covers s*k .. s*k+k-1)."""
@@ -272,11 +276,13 @@ class EcNack(ControlMessage):
         return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
 
     @classmethod
-    def build(cls, seq: int, k: int, missing: dict[int, np.ndarray]) -> list[EcNack]:
+    def build(
+        cls, seq: int, k: int, missing: dict[int, np.ndarray], digest_ok: bool = True
+    ) -> list[EcNack]:
         """EC_NACKs for these failed submessages, split to fit control messages."""
         per = (MAX_CONTROL_SIZE - _OVERHEAD - _EC.size) // (4 + -(-k // 8))
         items = sorted(missing.items())
-        return [cls(seq, k, dict(items[i : i + per])) for i in range(0, len(items), per)]
+        return [cls(seq, k, dict(items[i : i + per]), digest_ok) for i in range(0, len(items), per)]
 
 
 @dataclass(frozen=True)

@@ -155,16 +155,17 @@ class ReliableQP:
         now = self.ctx.now()
         work = self.ctx.progress()
         work += self._post(now) + self._admit(now)
-        for data in self.qp.poll_control():
-            work += 1
-            self._route(now, data)
-        for out in list(self._sending.values()):
-            work += self._poll_outgoing(now, out)
+        # arrivals before control: a PROBE must see the chunks that landed with it
         for inc in list(self._receiving.values()):
             if inc.machine is not None and inc.machine.active:
                 for lane, chunks in inc.arrivals():
                     inc.machine.on_chunks(now, lane, chunks)
                     work += 1
+        for out in list(self._sending.values()):
+            work += self._poll_outgoing(now, out)
+        for data in self.qp.poll_control():
+            work += 1
+            self._route(now, data)
         for out in list(self._sending.values()):
             work += self._step(now, out.machine) + self._carry_out_sender(now, out)
         for inc in list(self._receiving.values()):
@@ -382,6 +383,9 @@ class ReliableQP:
                 self.counters["control_stale"] += 1
 
     def _resend_cts(self, msg: CtsRequest) -> None:
+        if msg.seq in self._finished:  # the message is over here: what the sender lacks is the ACK
+            self._send_control(Ack(msg.seq, failed=not self._finished[msg.seq]))
+            return
         inc = self._receiving.get(msg.seq)
         for h in inc.posted if inc is not None else ():
             rec = h.record

@@ -3,10 +3,13 @@
 Per-chunk RTO = rtt + alpha * rtt, counted from the chunk's departure (after pacing).
 SACKs acknowledge chunks; NACKs (holes seen by the receiver, failed checksums) and EC
 NACKs make the sender retransmit at once. Liveness when the receiver falls silent (lost
-ACKs, lost final ACK): a PROBE goes out one RTO after the last activity, and with RTO
-retransmissions; the receiver answers a PROBE with its state. Consecutive silent timeouts
-double the RTO (up to 16x) so a dead path is not flooded. A global timeout fails the
-message with sdr.TimeoutError and tells the receiver (ABORT).
+ACKs, lost final ACK): a PROBE goes out one RTO after the last activity (a departure or
+a message from the receiver) and with every RTO retransmission (retransmitted chunks the
+receiver already had change nothing it could report). The receiver answers a PROBE with
+its state; a NACK for a chunk retransmitted less than an RTO ago is ignored (the answer
+may predate the retransmission; its RTO covers a second loss). Consecutive silent
+timeouts double the RTO (up to 16x) so a dead path is not flooded. A global timeout fails
+the message with sdr.TimeoutError and tells the receiver (ABORT).
 """
 
 from __future__ import annotations
@@ -48,7 +51,6 @@ class SelectiveRepeatSender(SchemeSender):
         self._last_heard = -np.inf
         self._heard_since_timeout = True
         self._backoff = 1
-        self._in_queue = 0  # chunks (any lane) handed to the streams, not yet departed
 
     @property
     def rto(self) -> float:
@@ -75,11 +77,12 @@ class SelectiveRepeatSender(SchemeSender):
             self._last_digest = now
 
     def on_sent(self, now: float, lane: int, chunks: np.ndarray) -> None:
-        self._in_queue -= len(chunks)
         self._last_heard = max(self._last_heard, now)
         if lane != Lane.DATA or not self.active:
             return
         first = self.tracker.sends[chunks] == 0
+        if not first.all():
+            self.count("chunks_retransmitted", int((~first).sum()))
         self.tracker.sent(now, chunks, None)
         arm = chunks if self.arm_first_send else chunks[~first]
         self.tracker.arm(now, arm, self.rto)
@@ -107,6 +110,8 @@ class SelectiveRepeatSender(SchemeSender):
             if not message.digest_ok:
                 self.resend_digest(now)
         elif isinstance(message, Nack | EcNack):
+            if isinstance(message, EcNack):
+                self.digest_ok = self.digest_ok or message.digest_ok
             self.count(f"received_{type(message).__name__.lower()}")
             self.repair(now, message.chunks())
         else:
@@ -116,14 +121,15 @@ class SelectiveRepeatSender(SchemeSender):
         """Retransmit chunks the receiver asked for, unless one is already on its way."""
         chunks = np.unique(chunks[(chunks >= 0) & (chunks < self.n_chunks)])
         self.tracker.unack(chunks)
-        recent = now - self.tracker.last_sent[chunks] < self.config.rtt / 2
-        self.retransmit(chunks[~recent])
+        age = now - self.tracker.last_sent[chunks]
+        repaired = (self.tracker.sends[chunks] > 1) & (age < self.rto)
+        self.retransmit(chunks[~repaired & (age >= self.config.rtt / 2)])
 
     # --- timers -------------------------------------------------------------------------
     def next_timer(self) -> float | None:
         if not self.active or not self.started:
             return None
-        probe = self._last_heard + self.rto if self._in_queue == 0 else None
+        probe = self._last_heard + self.rto
         return earliest(self._deadline, self.tracker.next_deadline(), probe)
 
     def handle_timer(self, now: float) -> None:
@@ -140,7 +146,7 @@ class SelectiveRepeatSender(SchemeSender):
             self._heard_since_timeout = False
             self.retransmit(due)
             self.probe(now)
-        elif self._in_queue == 0 and now >= self._last_heard + self.rto:
+        elif now >= self._last_heard + self.rto:  # silence: nothing left, nothing heard
             self.probe(now)
             self._last_heard = now
             self._backoff = min(self._backoff * 2, _MAX_BACKOFF)
@@ -173,8 +179,7 @@ class SelectiveRepeatSender(SchemeSender):
             return
         if lane == Lane.DATA:
             self.tracker.queue(chunks)
-        self._in_queue += len(chunks)
-        key = "chunks_retransmitted" if retransmit else f"chunks_sent_lane{int(lane)}"
+        key = "chunks_requeued" if retransmit else f"chunks_sent_lane{int(lane)}"
         self.count(key, len(chunks))
         self._actions.append(SendChunks(int(lane), chunks, retransmit))
 
