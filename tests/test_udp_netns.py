@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -33,11 +34,13 @@ def _write_bw(link: VethLink, *client_args: str) -> dict:
         text=True,
     )
     try:
-        for _ in range(100):  # the server needs a moment to listen: retry the client
+        deadline = time.monotonic() + 60
+        while True:  # the server needs a moment to listen (slow imports on a busy machine)
             client = link.run("b", [*cli, link.a_addr, "--port", "18515", "--json", *client_args])
-            if "cannot reach" not in client.stdout + client.stderr:
+            refused = "cannot reach" in " ".join((client.stdout + client.stderr).split())
+            if not refused or time.monotonic() > deadline or server.poll() is not None:
                 break
-            subprocess.run(["sleep", "0.1"])
+            time.sleep(0.2)
         assert client.returncode == 0, client.stdout + client.stderr
         out, err = server.communicate(timeout=60)
         assert server.returncode == 0, out + err

@@ -51,6 +51,13 @@ _BURST_S = 0.001
 _BURST_PACKETS = 32
 _WAKE_PACKETS = 16
 
+_COMPLETION_FIELDS = ("channels", "generations", "imms", "byte_lens", "remote_offsets")
+
+
+def _rows(batch: CompletionBatch, start: int, stop: int) -> CompletionBatch:
+    return CompletionBatch(*(getattr(batch, f)[start:stop] for f in _COMPLETION_FIELDS))
+
+
 COUNTER_NAMES = (
     "bad_icrc",
     "bad_rkey",
@@ -89,7 +96,8 @@ class UdpQP(TransportQP):
         # an idle paced sender sleeps until a batch is allowed, not a single packet: the
         # fixed cost of a progress round is then shared by many packets
         self._wake_bits = min(burst, _WAKE_PACKETS * self.packet_bits)
-        self.completions: deque[tuple[int, int, int, int, int]] = deque()
+        self.completions: deque[CompletionBatch] = deque()
+        self.pending = 0  # packets in ``completions``
         self.control_in: deque[bytes] = deque()
         self.stats = dict.fromkeys(COUNTER_NAMES, 0)
         self.stats.update(packets_placed=0, bytes_placed=0, wire_packets_sent=0, wire_bytes_sent=0)
@@ -230,14 +238,25 @@ class UdpQP(TransportQP):
 
     # --- receive side (filled by the transport's pump) --------------------------------------
     def poll_completions(self, max_packets: int) -> CompletionBatch:
-        if len(self.completions) < max_packets:
-            self.transport.pump(max_packets)
-        queue = self.completions
-        n = min(max_packets, len(queue))
-        if not n:
+        if self.pending < max_packets:
+            self.transport.pump(max_packets - self.pending)
+        queue, parts, taken = self.completions, [], 0
+        while queue and taken < max_packets:
+            batch = queue.popleft()
+            room = max_packets - taken
+            if len(batch) > room:  # split: the rest stays queued
+                queue.appendleft(_rows(batch, room, len(batch)))
+                batch = _rows(batch, 0, room)
+            parts.append(batch)
+            taken += len(batch)
+        self.pending -= taken
+        if not parts:
             return CompletionBatch.empty()
-        rows = [queue.popleft() for _ in range(n)]
-        return CompletionBatch.from_rows(rows)
+        if len(parts) == 1:
+            return parts[0]
+        return CompletionBatch(
+            *(np.concatenate([getattr(p, f) for p in parts]) for f in _COMPLETION_FIELDS)
+        )
 
     # --- control path -----------------------------------------------------------------------
     def send_control(self, data: bytes) -> None:

@@ -24,6 +24,7 @@ from backends.udp.roce import (
     crc32,
 )
 from sdr.key_table import Placement
+from sdr.transport import CompletionBatch
 
 if TYPE_CHECKING:
     from backends.udp.qp import UdpQP
@@ -52,6 +53,10 @@ class Receiver:
         self._qpns = np.zeros(0, dtype=np.int64)
         self._order = np.zeros(0, dtype=np.int64)
         self._rkeys = np.zeros(0, dtype=np.int64)
+        self._gens = np.zeros(0, dtype=np.uint8)
+        self._chans = np.zeros(0, dtype=np.uint16)
+        self._owner = np.zeros(0, dtype=np.int64)
+        self._qps: list[UdpQP] = []
 
     def set_endpoints(self, endpoints: dict[int, tuple[UdpQP, int, int]]) -> None:
         """Rebuild the sorted QPN table (after a QP is created or closed)."""
@@ -60,6 +65,11 @@ class Receiver:
         self._qpns = np.asarray([q for q, _ in items], dtype=np.int64)
         self._order = np.arange(len(items), dtype=np.int64)
         self._rkeys = np.asarray([qp.rkeys[gen] for qp, gen, _ in self._endpoints], np.int64)
+        self._gens = np.asarray([gen for _, gen, _ in self._endpoints], np.uint8)
+        self._chans = np.asarray([ch for _, _, ch in self._endpoints], np.uint16)
+        self._qps = list(dict.fromkeys(qp for qp, _, _ in self._endpoints))
+        index = {id(qp): i for i, qp in enumerate(self._qps)}
+        self._owner = np.asarray([index[id(qp)] for qp, _, _ in self._endpoints], np.int64)
 
     def _prefix(self, source: int) -> IcrcPrefix:
         prefix = self._prefixes.get(source)
@@ -110,7 +120,27 @@ class Receiver:
         icrc = carried.copy().view("<u4")[:, 0]
         ring.slots[rows, 4] = 0xFF  # the ICRC sees F|B|resv6 as all ones
         sources = ring.sources(n)[rows]
-        self._place(rows, ep, dlen, end, consistent, rkey_ok, icrc, sources, hdr)
+        placed = np.asarray(
+            self._place(rows, ep, dlen, end, consistent, rkey_ok, icrc, sources, hdr), dtype=bool
+        )
+        if not placed.any():
+            return
+        ep, rows = ep[placed], rows[placed]
+        owners = self._owner[ep]
+        for index in np.unique(owners).tolist():
+            mine = owners == index if len(self._qps) > 1 else slice(None)
+            qp, sel, eps = self._qps[index], rows[mine], ep[mine]
+            batch = CompletionBatch(
+                self._chans[eps],
+                self._gens[eps],
+                hdr["imm"][sel].astype(np.uint32),
+                hdr["dlen"][sel].astype(np.int64),
+                hdr["va"][sel].astype(np.int64),
+            )
+            qp.completions.append(batch)
+            qp.pending += len(batch)
+            qp.stats["packets_placed"] += len(batch)
+            qp.stats["bytes_placed"] += int(batch.byte_lens.sum())
 
     def _place(
         self,
@@ -123,11 +153,14 @@ class Receiver:
         icrc: np.ndarray,
         sources: np.ndarray,
         hdr: np.ndarray,
-    ) -> None:
+    ) -> list[bool]:
+        """Check ICRC, rkey and placement per packet, copy the good ones; True = placed."""
         view, slot, endpoints = self.ring.view, self.ring.slot_size, self._endpoints
         prefixes, prefix_of = self._prefixes, self._prefix
         va, imm = hdr["va"][rows].tolist(), hdr["imm"][rows].tolist()
-        for row, e, n, stop, ok_len, ok_key, want, src, addr, im in zip(
+        placed = [False] * len(va)
+        for i, row, e, n, stop, ok_len, ok_key, want, src, addr, im in zip(
+            range(len(va)),
             rows.tolist(),
             ep.tolist(),
             dlen.tolist(),
@@ -140,7 +173,7 @@ class Receiver:
             imm,
             strict=True,
         ):
-            qp, gen, ch = endpoints[e]
+            qp, gen, _ = endpoints[e]
             qstats = qp.stats
             if not ok_len:
                 qstats["bad_length"] += 1
@@ -161,6 +194,5 @@ class Receiver:
                 dst = where.offset
                 off += HEADER_SIZE
                 where.region.view[dst : dst + n] = view[off : off + n]
-                qstats["bytes_placed"] += n
-            qstats["packets_placed"] += 1
-            qp.completions.append((ch, gen, im, n, addr))
+            placed[i] = True
+        return placed
