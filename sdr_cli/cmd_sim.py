@@ -131,27 +131,43 @@ def sim(
     method: MethodName = typer.Option(MethodName.analytic, "--method"),
     samples: int = typer.Option(10_000, "--samples", help="Monte Carlo samples."),
     seed: int = typer.Option(0, "--seed", help="Monte Carlo seed."),
+    burst: float | None = typer.Option(
+        None,
+        "--burst",
+        help="Gilbert-Elliott bursts of this mean length (packets); --drop is "
+        "the long-run packet loss rate. Monte Carlo, packet by packet.",
+    ),
+    trace: str | None = typer.Option(None, "--trace", help="Replay a 0/1 packet loss trace file."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict the completion time of one write with one reliability scheme."""
-    from simulator.evaluate import evaluate
+    from simulator.evaluate import evaluate, evaluate_loss_model
+    from simulator.loss import GilbertElliott, TraceReplay
     from simulator.schemes import SchemeSpec, parse_ec
 
     try:
         link = _link(bandwidth, rtt, distance, speed, mtu, chunk, alpha)
         k, m = parse_ec(ec)
         spec = SchemeSpec(scheme.value, rto_rtts=rto_rtts, k=k, m=m)
-        est = evaluate(
-            link,
-            parse_size(size),
-            drop,
-            spec,
-            drop_unit=drop_unit.value,  # type: ignore[arg-type]
-            method=method.value,  # type: ignore[arg-type]
-            samples=samples,
-            seed=seed,
-        )
-    except SDRError as exc:
+        if burst is not None or trace is not None:
+            if method != MethodName.montecarlo:
+                raise ConfigError("--burst and --trace need --method montecarlo")
+            model = TraceReplay.from_file(trace) if trace else GilbertElliott.from_rate(drop, burst)
+            est = evaluate_loss_model(
+                link, parse_size(size), model, spec, samples=samples, seed=seed
+            )
+        else:
+            est = evaluate(
+                link,
+                parse_size(size),
+                drop,
+                spec,
+                drop_unit=drop_unit.value,  # type: ignore[arg-type]
+                method=method.value,  # type: ignore[arg-type]
+                samples=samples,
+                seed=seed,
+            )
+    except (SDRError, OSError) as exc:
         raise _fail(exc) from None
     out = est.to_dict()
     out.update(

@@ -130,3 +130,21 @@ def test_allreduce_sim_json(app) -> None:
     assert by_scheme.keys() == {"sr-rto", "sr-nack", "ec-mds", "ec-xor"}
     assert by_scheme["sr-rto"]["stages"] == 4
     assert by_scheme["ec-mds"]["p999_s"] < by_scheme["sr-rto"]["p999_s"]
+
+
+def test_sim_bursty_and_traced_losses(app, tmp_path) -> None:
+    base = "sim --scheme ec-mds --size 1MiB --rtt 25ms --chunk 4096 --ec 8,2 --json --samples 400"
+    out = _json(app, _a(base + " --drop 0.01 --drop-unit packet --burst 8 --method montecarlo"))
+    assert out["loss_model"] == "GilbertElliott" and out["analytic_is_iid_equivalent"]
+    assert out["quantile_method"] == "montecarlo"
+    # a burst of ~8 packets (8 chunks here) defeats an (8, 2) submessage; with i.i.d. losses
+    # at the same rate the fallback probability would be ~0.4%
+    assert out["fallback_probability"] > 0.15
+    assert out["mean_s"] > out["analytic_mean_s"]
+    trace = tmp_path / "loss.txt"
+    trace.write_text("0 " * 999 + "1\n")  # one packet in a thousand, evenly spaced
+    out = _json(app, _a(base + f" --drop 0 --trace {trace} --method montecarlo"))
+    assert out["chunk_drop_probability"] == pytest.approx(1e-3)
+    assert out["fallback_probability"] == 0.0  # isolated losses are always recoverable
+    result = runner.invoke(app, _a("sim --scheme sr-rto --size 1MiB --drop 1e-3 --burst 4"))
+    assert result.exit_code == 2 and "--method montecarlo" in result.output
