@@ -36,3 +36,11 @@ def test_graph_captured_allreduce_replays_correctly():
 
     failures = spawn_ranks(_world(), check_graph, timeout=300)
     assert failures == [[] for _ in failures], failures
+
+
+def test_host_channel_verbs_between_two_gpus():
+    from backends.gpu.launch import spawn_ranks
+    from backends.gpu.selftest import check_channels
+
+    failures = spawn_ranks(_world(), check_channels, timeout=120)
+    assert failures == [[] for _ in failures], failures

@@ -65,7 +65,7 @@ class GpuCommunicator:
     def channel(self, peer: int) -> GpuMemoryChannel:
         """A host-side memory channel to ``peer``."""
         assert self.region is not None
-        return GpuMemoryChannel(self.region, peer)
+        return GpuMemoryChannel(self.region, peer, self.device)
 
     # running plans ---------------------------------------------------------------------
     def run_plan(self, plan: Plan, x: Any, out: Any, dtype: str) -> Any:

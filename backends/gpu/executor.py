@@ -20,6 +20,7 @@ from backends.gpu.kernels import (
     MAX_SRCS,
     OP_CODES,
     OP_WORDS,
+    SEM_SLOTS,
     STATE_WORDS,
     THREADS,
     kernel_source,
@@ -85,8 +86,8 @@ class GpuExecutor:
         self.device = device
         with cp.cuda.Device(device):
             self.state = cp.zeros(STATE_WORDS, cp.uint32)
-            self.sent = cp.zeros(world_size * MAX_BLOCKS, cp.uint64)
-            self.expected = cp.zeros(world_size * MAX_BLOCKS, cp.uint64)
+            self.sent = cp.zeros(world_size * SEM_SLOTS, cp.uint64)
+            self.expected = cp.zeros(world_size * SEM_SLOTS, cp.uint64)
         self._kernels: dict[str, Any] = {}
         self._ops: dict[Any, tuple[Any, int, int]] = {}
         self.region: GpuRegion | None = None

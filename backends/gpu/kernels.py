@@ -18,6 +18,9 @@ from __future__ import annotations
 MAX_SRCS = 16
 OP_WORDS = 6 + 2 * MAX_SRCS
 MAX_BLOCKS = 128
+#: Semaphore slots per sender: one per thread block, plus one for host-launched verbs.
+SEM_SLOTS = MAX_BLOCKS + 1
+HOST_SLOT = MAX_BLOCKS
 THREADS = 512
 OP_CODES = {"put": 0, "get": 0, "copy": 0, "reduce": 1, "signal": 2, "wait": 3}
 OP_CODES.update({"flush": 4, "barrier": 5})
@@ -26,7 +29,7 @@ DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
 STATE_WORDS = 8
 
 SOURCE = r"""
-#define MAXB %(MAX_BLOCKS)d
+#define MAXB %(SEM_SLOTS)d
 #define OPW %(OP_WORDS)d
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -276,10 +279,55 @@ sdr_exec(const long long* ops, int nops, u64 in_p, u64 out_p, const u64* tab,
 """
 
 
+HOST_SOURCE = r"""
+typedef unsigned long long u64;
+typedef unsigned int u32;
+extern "C" __global__ void sdr_signal(u64 slot, u64 value) {
+  __threadfence_system();
+  *(volatile u64*)slot = value;
+}
+extern "C" __global__ void sdr_wait(u64 slot, u64 value, u32* err) {
+  long long t0 = clock64();
+  while (*(volatile u64*)slot < value) {
+    if (clock64() - t0 > 40000000000LL) { atomicExch(err, 2u); break; }
+  }
+  __threadfence_system();
+}
+extern "C" __global__ void sdr_put_packets(u64 dst_p, u64 src_p, long long nbytes, u32 flag) {
+  char* dst = (char*)dst_p; const char* src = (const char*)src_p;
+  for (long long w = (blockIdx.x * (long long)blockDim.x + threadIdx.x) * 8; w < nbytes;
+       w += (long long)gridDim.x * blockDim.x * 8) {
+    uint2 v; v.x = 0; v.y = 0; char* d = (char*)&v;
+    int wb = (int)(nbytes - w < 8 ? nbytes - w : 8);
+    for (int i = 0; i < wb; ++i) d[i] = src[w + i];
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};"
+      :: "l"(dst + (w / 8) * 16), "r"(v.x), "r"(flag), "r"(v.y), "r"(flag) : "memory");
+  }
+}
+extern "C" __global__ void sdr_read_packets(u64 dst_p, u64 src_p, long long nbytes, u32 flag,
+                                            u32* err) {
+  char* dst = (char*)dst_p; const char* src = (const char*)src_p;
+  for (long long w = (blockIdx.x * (long long)blockDim.x + threadIdx.x) * 8; w < nbytes;
+       w += (long long)gridDim.x * blockDim.x * 8) {
+    u32 d0, f0, d1, f1; long long t0 = clock64();
+    do {
+      asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1) : "l"(src + (w / 8) * 16) : "memory");
+      if (f0 == flag && f1 == flag) break;
+      if (clock64() - t0 > 40000000000LL) { atomicExch(err, 1u); break; }
+    } while (true);
+    uint2 v; v.x = d0; v.y = d1; const char* s = (const char*)&v;
+    int wb = (int)(nbytes - w < 8 ? nbytes - w : 8);
+    for (int i = 0; i < wb; ++i) dst[w + i] = s[i];
+  }
+}
+"""
+
+
 def kernel_source() -> str:
     """The executor's CUDA C source with its constants filled in."""
     return SOURCE % {
-        "MAX_BLOCKS": MAX_BLOCKS,
+        "SEM_SLOTS": SEM_SLOTS,
         "OP_WORDS": OP_WORDS,
         "THREADS": THREADS,
         "MAX_SRCS": MAX_SRCS,

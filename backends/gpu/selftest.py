@@ -108,3 +108,40 @@ def check_graph(comm: Any, count: int = 4099, calls: int = 3, replays: int = 4) 
                 failures.append(f"rank {r}: graph replay {rep} of {alg} wrong")
         comm.check()
     return failures
+
+
+def check_channels(comm: Any, nbytes: int = 1003) -> list[str]:
+    """Host-launched channel verbs between ranks 0 and 1: put/signal/wait, LL packets, get."""
+    cp = comm.cp
+    if comm.rank > 1:
+        return []
+    data = cp.arange(nbytes, dtype=cp.uint8)
+    flag = 0xABCD0001
+    ch = comm.channel(1 - comm.rank)
+    failures = []
+    if comm.rank == 0:
+        ch.put(0, data, 0, nbytes)
+        ch.put_packets(0, data, 0, nbytes, flag)
+        ch.signal()
+        ch.wait()  # rank 1 has read everything
+        back = cp.zeros(nbytes, cp.uint8)
+        ch.get(back, 0, 0, nbytes)  # what we put, read back from the peer
+        ch.flush()
+        if not bool((back == data).all()):
+            failures.append("rank 0: get returned wrong bytes")
+    else:
+        ch.wait()
+        got = cp.zeros(nbytes, cp.uint8)
+        cp.cuda.runtime.memcpyAsync(
+            got.data.ptr, comm.region.scratch(1), nbytes, 3, cp.cuda.get_current_stream().ptr
+        )
+        pk = cp.zeros(nbytes, cp.uint8)
+        ch.read_packets(pk, 0, 0, nbytes, flag)
+        ch.signal()
+        ch.flush()
+        if not bool((got == data).all()):
+            failures.append("rank 1: put/signal/wait delivered wrong bytes")
+        if not bool((pk == data).all()):
+            failures.append("rank 1: LL packets delivered wrong bytes")
+    ch.check()
+    return failures
