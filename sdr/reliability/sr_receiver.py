@@ -205,12 +205,15 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         self.finish(error)
 
     def fail_timeout(self) -> None:
-        missing = int((~self.verified).sum())
-        digest = "" if self.digests.complete else "; checksums incomplete"
+        landed = self.landed()
+        missing = int((~landed).sum())
+        unverified = int((landed & ~self.verified).sum())
+        digest = "" if self.digests.complete else " (checksums incomplete)"
         self.fail(
             TimeoutError(
                 f"receive seq {self.seq}: not complete within the global timeout of "
                 f"{self.config.timeout_for(self.geometry.length):.3g} s after its first chunk; "
-                f"{missing} of {self.n_chunks} chunks missing or unverified{digest}"
+                f"{missing} of {self.n_chunks} chunks missing, {unverified} landed but "
+                f"unverified{digest}"
             )
         )

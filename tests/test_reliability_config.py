@@ -1,0 +1,107 @@
+"""Scheme parameters: validation, derived timers, the [reliability] TOML table, the registry."""
+
+from __future__ import annotations
+
+import pytest
+
+import sdr
+from sdr.reliability import ReliabilityConfig, available_schemes, create_scheme, load_config
+from sdr.reliability.registry import register_scheme
+
+
+def test_defaults_and_derived_timers():
+    cfg = ReliabilityConfig(rtt="25ms")
+    assert cfg.rtt == pytest.approx(0.025)
+    assert cfg.rto == pytest.approx(0.075)  # the paper's SR RTO: 3 RTT
+    assert cfg.beta_value == pytest.approx(1.0)  # alpha / 2
+    assert cfg.ack_delay == pytest.approx(0.0025)
+    assert cfg.t_inj == 0.0  # no chunk size / link rate yet
+
+
+def test_fto_follows_the_paper_formula():
+    cfg = ReliabilityConfig(rtt="25ms", chunk_size="64KiB", link_rate="400Gbit/s", alpha=1.0)
+    t_inj = 65536 * 8 / 400e9
+    # M = 128 data chunks, k=32, m=8: ceil(M/R) = 32 parity chunks
+    assert cfg.fto(128, 32) == pytest.approx((128 + 32) * t_inj + 0.5 * 0.025)
+
+
+def test_global_timeout_scales_with_the_message():
+    cfg = ReliabilityConfig(rtt="25ms", link_rate="1Gbit/s")
+    assert cfg.timeout_for(0) == pytest.approx(100 * 0.075)
+    assert cfg.timeout_for(1 << 30) == pytest.approx(7.5 + 4 * (1 << 30) * 8 / 1e9)
+    assert ReliabilityConfig(global_timeout="2s").timeout_for(1 << 30) == 2.0
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"rtt": 0}, "rtt must be > 0"),
+        ({"rtt": "fast"}, "cannot parse time 'fast'"),
+        ({"alpha": -1}, "alpha must be >= 0"),
+        ({"k": 0}, r"k must be an integer in \[1, 255\], got 0"),
+        ({"m": 2.5}, "m must be an integer"),
+        ({"link_rate": "0Gbit/s"}, "link_rate must be > 0"),
+        ({"max_in_flight": 0}, "max_in_flight"),
+        ({"scheme": ""}, "scheme must be a scheme name"),
+        ({"global_timeout": 0}, "global_timeout must be > 0"),
+        ({"params": 3}, "params must be a table"),
+    ],
+)
+def test_bad_values_name_the_value_and_the_expectation(kw, match):
+    with pytest.raises(sdr.ConfigError, match=match):
+        ReliabilityConfig(**kw)
+
+
+def test_load_from_toml_text_file_and_mapping(tmp_path):
+    text = """
+[reliability]
+scheme = "ec-xor"
+rtt = "25ms"
+k = 16
+m = 4
+link_rate = "100Gbit/s"
+
+[reliability.params]
+tail = 3
+"""
+    path = tmp_path / "sdr.toml"
+    path.write_text(text)
+    for source in (text, path, str(path)):
+        cfg = load_config(source)
+        assert (cfg.scheme, cfg.k, cfg.m, cfg.link_rate) == ("ec-xor", 16, 4, 100e9)
+        assert cfg.params == {"tail": 3}
+    assert load_config({"scheme": "sr-nack", "alpha": 1.0}).rto == pytest.approx(0.002)
+
+
+def test_unknown_keys_and_bad_toml_are_config_errors(tmp_path):
+    with pytest.raises(sdr.ConfigError, match=r"unknown \[reliability\] keys \['alhpa'\]"):
+        load_config({"reliability": {"alhpa": 1}})
+    with pytest.raises(sdr.ConfigError, match="not valid TOML"):
+        load_config("[reliability\nscheme = 1\n")
+    with pytest.raises(sdr.ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_resolved_takes_the_qp_chunk_size_and_rate():
+    cfg = ReliabilityConfig().resolved(4096, 1e9)
+    assert cfg.chunk_size == 4096 and cfg.link_rate == 1e9
+    assert cfg.t_inj == pytest.approx(4096 * 8 / 1e9)
+    with pytest.raises(sdr.ConfigError, match="must equal the QP's chunk_size 4096"):
+        ReliabilityConfig(chunk_size="8KiB").resolved(4096, None)
+
+
+def test_registry_knows_the_builtins_and_refuses_duplicates():
+    assert {"sr-rto", "sr-nack", "ec-mds", "ec-xor"} <= set(available_schemes())
+    with pytest.raises(sdr.ConfigError, match="already registered"):
+        register_scheme("sr-rto", lambda cfg: None)  # type: ignore[arg-type,return-value]
+    with pytest.raises(sdr.ConfigError, match="'nope' is not registered; expected one of"):
+        create_scheme(ReliabilityConfig(scheme="nope", chunk_size=4096))
+
+
+def test_ec_scheme_lanes_and_fingerprints():
+    mds = create_scheme(ReliabilityConfig(scheme="ec-mds", k=4, m=2, chunk_size=1024))
+    assert mds.lanes(10 * 1024 - 1) == (10 * 1024 - 1, 3 * 2 * 1024)  # 3 submessages
+    other = create_scheme(ReliabilityConfig(scheme="ec-mds", k=4, m=3, chunk_size=1024))
+    sr = create_scheme(ReliabilityConfig(scheme="sr-rto", chunk_size=1024))
+    assert sr.lanes(5000) == (5000,)
+    assert len({mds.fingerprint, other.fingerprint, sr.fingerprint}) == 3
