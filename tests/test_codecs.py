@@ -242,3 +242,22 @@ def test_registry() -> None:
 def test_bad_backend_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="no_such_backend"):
         MDSCodec(4, 2, 8, ec_type="no_such_backend")
+
+
+def test_backend_that_pads_payloads_is_refused() -> None:
+    try:
+        ECDriver(k=4, m=2, ec_type="liberasurecode_rs_vand")
+    except Exception:
+        pytest.skip("liberasurecode_rs_vand is not in this pyeclib build")
+    # This backend pads 17-byte fragments to 18: chunks would not be fragment payloads.
+    with pytest.raises(ConfigError, match="expected exactly chunk_size=17"):
+        MDSCodec(4, 2, 17, ec_type="liberasurecode_rs_vand")
+
+
+def test_cauchy_backend_also_round_trips() -> None:
+    codec = MDSCodec(8, 3, 40, ec_type="isa_l_rs_cauchy")
+    data = random_chunks(8, 40)
+    lost = {0, 5, 9}
+    got = lose([*data, *codec.encode(data)], lost, 8)
+    codec.decode(got, [i not in lost for i in range(11)])
+    assert np.array_equal(np.stack(got[:8]), data)

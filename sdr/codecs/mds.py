@@ -10,9 +10,9 @@ How chunks map onto pyeclib fragments (verified by the tests):
   parity chunks as the payloads of fragments ``k .. k+m-1``. Only payloads go on the wire.
 * With checksums off (pyeclib's default ``chksum_type``), a header depends only on
   ``(k, m, backend, fragment index, payload length)``, never on the data. The receiver
-  therefore rebuilds headers without knowing their layout: it encodes one all-zero
-  submessage of the same geometry once, keeps the ``k + m`` headers as templates, and
-  prefixes each received payload with its template before ``ECDriver.reconstruct``.
+  therefore rebuilds headers without knowing their layout: at construction it encodes one
+  all-zero submessage of the same geometry, keeps the ``k + m`` headers as templates, and
+  prefixes each received payload with its template before calling pyeclib.
 
 Copies: encode reads the data in place when the ``k`` chunks are full size and contiguous
 (one buffer, as a submessage of a user's send buffer is), else it gathers them once;
@@ -24,7 +24,6 @@ few losses go through ``ECDriver.reconstruct`` (per missing fragment), more thro
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -56,13 +55,13 @@ class MDSCodec(Codec):
         """Create the pyeclib driver for ``(k, m)``; ``ec_type`` picks the pyeclib backend."""
         super().__init__(k, m, chunk_size)
         try:
-            self._driver = ECDriver(k=k, m=m, ec_type=ec_type)
+            # No fragment checksums: headers must not depend on the data (see module doc).
+            self._driver = ECDriver(k=k, m=m, ec_type=ec_type, chksum_type="none")
         except ECDriverError as exc:
             raise ConfigError(f"pyeclib ec_type={ec_type!r} with k={k}, m={m}: {exc}") from exc
         self.ec_type = ec_type
-        self._headers: list[bytes] | None = None
-        self._lock = threading.Lock()
         self._zeros = np.zeros(chunk_size, dtype=np.uint8)
+        self._headers = self._header_templates()
 
     def can_recover(self, present: Sequence[bool]) -> bool:
         """True when at most ``m`` of the submessage's chunks are missing."""
@@ -95,7 +94,7 @@ class MDSCodec(Codec):
     def _decode(
         self, data: list[np.ndarray], parity: list[np.ndarray | None], missing: list[int]
     ) -> None:
-        headers = self._templates()
+        headers = self._headers
         lost = set(missing)
         fragments: list[bytes] = []
         # Any k fragments suffice: present data first (including the implicit zero chunks
@@ -129,19 +128,20 @@ class MDSCodec(Codec):
             return b"".join((header, chunk))
         return b"".join((header, chunk, bytes(self.chunk_size - chunk.size)))
 
-    def _templates(self) -> list[bytes]:
-        """Fragment headers for this geometry, taken from one encode of zeros (cached)."""
-        with self._lock:
-            if self._headers is None:
-                frags = self._encode_payload(np.zeros(self.k * self.chunk_size, np.uint8))
-                self._headers = [bytes(f[:HEADER_SIZE]) for f in frags]
-                sizes = {len(f) - HEADER_SIZE for f in frags}
-                if sizes != {self.chunk_size}:
-                    raise ConfigError(
-                        f"{self.ec_type}: fragment payloads of {sorted(sizes)} bytes, "
-                        f"expected {self.chunk_size} (chunk_size)"
-                    )
-            return self._headers
+    def _header_templates(self) -> list[bytes]:
+        """Fragment headers for this geometry, taken from one encode of zeros.
+
+        Also checks that the backend maps chunks onto fragment payloads one to one (ISA-L
+        does; e.g. ``liberasurecode_rs_vand`` pads payloads and is refused).
+        """
+        frags = self._encode_payload(np.zeros(self.k * self.chunk_size, np.uint8))
+        sizes = {len(f) - HEADER_SIZE for f in frags}
+        if sizes != {self.chunk_size}:
+            raise ConfigError(
+                f"ec_type={self.ec_type!r}: fragment payloads of {sorted(sizes)} bytes, "
+                f"expected exactly chunk_size={self.chunk_size}"
+            )
+        return [bytes(f[:HEADER_SIZE]) for f in frags]
 
     def _encode_payload(self, payload: np.ndarray) -> list[bytes]:
         """pyeclib's encode; it reads a NumPy array in place but refuses memoryviews."""
