@@ -280,6 +280,8 @@ def sweep(
     try:
         if method == MethodName.des:
             raise ConfigError("method 'des' is not available yet: use analytic or montecarlo")
+        if executor == ExecutorName.dask and not scheduler:
+            raise ConfigError("--executor dask needs --scheduler tcp://HOST:8786")
         k, m = parse_ec(ec)
         points = make_grid(
             [parse_size(x) for x in _split(sizes)],

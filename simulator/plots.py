@@ -62,7 +62,10 @@ def plot_speedup_heatmaps(
     candidate = candidate or ("ec-mds" if "ec-mds" in present else "ec-xor")
     baselines = list(baselines or [s for s in ("sr-rto", "sr-nack") if s in present])
     if candidate not in present or not baselines:
-        raise ConfigError(f"speedup heatmaps need {candidate!r} and an SR scheme in the rows")
+        raise ConfigError(
+            f"speedup heatmaps need {candidate!r} (or another EC scheme) and an SR scheme in the "
+            f"rows; the rows hold {sorted(present)}"
+        )
     metrics = [("mean_s", "mean"), ("p999_s", "p99.9")]
     fig, axes = plt.subplots(
         len(metrics),
