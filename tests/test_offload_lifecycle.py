@@ -7,6 +7,7 @@ backend created may outlive its close().
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import numpy as np
@@ -127,3 +128,17 @@ def test_mtu_must_fit_a_datagram() -> None:
             transport.create_qp(sdr.QPAttr(mtu=65536, chunk_size=65536))
     finally:
         transport.close()
+
+
+def test_a_dead_worker_is_reported_not_waited_on() -> None:
+    before = _our_segments()
+    transport = OffloadTransport(workers=2)
+    try:
+        transport.create_qp(ATTR)
+        os.kill(transport.pool.pids[1], signal.SIGKILL)  # type: ignore[union-attr]
+        with pytest.raises(sdr.TransportError, match="worker exited"):
+            for _ in range(10_000):  # the kill lands within a few waits
+                transport.wait(0.001)
+    finally:
+        transport.close()
+    assert _our_segments() == before

@@ -367,7 +367,12 @@ class OffloadTransport(Transport):
             self._qps.remove(qp)
 
     def wait(self, timeout: float) -> None:
-        """Wait for a control message or (inline engine) a packet, at most ``timeout``."""
+        """Wait for a control message or (inline engine) a packet, at most ``timeout``.
+
+        Raises TransportError when a worker has died (its channels would stay silent).
+        """
+        if self.pool is not None and not self.pool.alive:
+            raise TransportError(f"an offload worker exited (pids {self.pool.pids})")
         fds = [fd for qp in self._qps for fd in qp.fds()]
         if any(qp.pending() for qp in self._qps):
             return
