@@ -33,7 +33,7 @@ import sdr
 from backends.udp import UdpTransport
 from backends.udp.roce import HEADER_SIZE, ICRC_SIZE
 
-MESSAGE = 32 << 20
+MESSAGE = 16 << 20
 MESSAGES = 8
 CPUS = sorted(os.sched_getaffinity(0))
 TX_CPU, RX_CPU = CPUS[0], CPUS[-1]
@@ -66,9 +66,9 @@ def iperf3(size: int, seconds: float, port: int = 15201) -> dict[str, float]:
     }
 
 
-def _receiver(conn: Connection, attr: sdr.QPAttr) -> None:
+def _receiver(conn: Connection, attr: sdr.QPAttr, verify: bool) -> None:
     os.sched_setaffinity(0, {RX_CPU})
-    with sdr.Context(backend=UdpTransport(port=0)) as ctx:
+    with sdr.Context(backend=UdpTransport(port=0, verify_icrc=verify)) as ctx:
         qp = ctx.create_qp(attr)
         conn.send(qp.info())
         qp.connect(conn.recv())
@@ -90,8 +90,10 @@ def _receiver(conn: Connection, attr: sdr.QPAttr) -> None:
         conn.send({"end": end, "complete": done, "counters": qp.counters()})
 
 
-def sdr_oneshot(size: int, rate: float | None) -> dict[str, Any]:
-    """Goodput and loss of MESSAGES one-shot writes of MESSAGE bytes at ``rate`` bits/s."""
+def sdr_oneshot(size: int, rate: float | None, verify: bool = True) -> dict[str, Any]:
+    """Goodput and loss of MESSAGES one-shot writes of MESSAGE bytes at ``rate`` bits/s.
+
+    verify: whether the receiver checks each packet's ICRC (the default of the backend)."""
     mtu = size - HEADER_SIZE - ICRC_SIZE  # one SDR packet = one UDP datagram of ``size``
     mtu -= mtu % 4
     attr = sdr.QPAttr(
@@ -102,7 +104,7 @@ def sdr_oneshot(size: int, rate: float | None) -> dict[str, Any]:
         rate_limit=rate,
     )
     here, there = mp.get_context("fork").Pipe()
-    proc = mp.get_context("fork").Process(target=_receiver, args=(there, attr), daemon=True)
+    proc = mp.get_context("fork").Process(target=_receiver, args=(there, attr, verify), daemon=True)
     proc.start()
     try:
         os.sched_setaffinity(0, {TX_CPU})
@@ -126,6 +128,7 @@ def sdr_oneshot(size: int, rate: float | None) -> dict[str, Any]:
     seconds = result["end"] - start
     return {
         "rate_limit": rate,
+        "verify_icrc": verify,
         "goodput": result["complete"] * MESSAGE * 8 / seconds,
         "complete": result["complete"],
         "packets_sent": sent,
@@ -144,19 +147,21 @@ def main() -> None:
     if shutil.which("iperf3") is None:
         sys.exit("iperf3 is not installed (make system installs it)")
     rows = []
-    print(f"{'size':>6} {'iperf3 Gbit/s':>13} {'loss':>6} | {'SDR rate':>9} {'Gbit/s':>7} "
-          f"{'loss':>8} {'ratio':>6}")  # fmt: skip
+    print(f"{'size':>6} {'iperf3 Gbit/s':>13} {'loss':>6} | {'SDR rate':>9} {'ICRC':>5} "
+          f"{'Gbit/s':>7} {'loss':>8} {'ratio':>6}")  # fmt: skip
     for size in (int(s) for s in args.sizes.split(",")):
         ref = iperf3(size, args.seconds)
-        rates = [ref["goodput"] * float(f) for f in args.fractions.split(",")] + [None]
-        for rate in rates:
-            res = sdr_oneshot(size, rate)
+        fractions = [float(f) for f in args.fractions.split(",")]
+        runs = [(ref["goodput"] * f, v) for f in fractions for v in (True, False)]
+        for rate, verify in [*runs, (None, True)]:
+            res = sdr_oneshot(size, rate, verify)
             res["ratio"] = res["goodput"] / ref["goodput"]
             rows.append({"size": size, "iperf3": ref, "sdr": res})
             label = "unpaced" if rate is None else f"{rate / 1e9:.2f}G"
             print(
                 f"{size:>6} {ref['goodput'] / 1e9:>13.2f} {ref['loss']:>6.1%} | {label:>9} "
-                f"{res['goodput'] / 1e9:>7.2f} {res['loss']:>8.2%} {res['ratio']:>6.2f}",
+                f"{'on' if verify else 'off':>5} {res['goodput'] / 1e9:>7.2f} {res['loss']:>8.2%} "
+                f"{res['ratio']:>6.2f}",
                 flush=True,
             )
     report = {

@@ -177,3 +177,41 @@ def test_port_in_use_is_a_transport_error() -> None:
             UdpTransport(port=s.getsockname()[1])
     finally:
         s.close()
+
+
+def test_icrc_check_can_be_turned_off_but_other_checks_stay() -> None:
+    p = Pair.__new__(Pair)
+    p.ta = UdpTransport(port=0, seed=1)
+    p.tb = UdpTransport(port=0, seed=2, verify_icrc=False)
+    p.a, p.b = sdr.Context(backend=p.ta), sdr.Context(backend=p.tb)
+    p.qa, p.qb = p.a.create_qp(ATTR), p.b.create_qp(ATTR)
+    p.qa.connect(p.qb.info())
+    p.qb.connect(p.qa.info())
+    try:
+        dst = np.zeros(4096, dtype=np.uint8)
+        rh = p.qb.post_recv(p.b.register(dst))
+        p.settle()
+        _inject(p, corrupt=1, imm=rh.record.msg_id << 22)  # accepted: nobody checks the ICRC
+        _inject(p, rkey=p.qb.transport_qp.rkeys[rh.record.generation] ^ 1)
+        p.settle()
+        c = p.qb.counters()
+        assert c["bad_icrc"] == 0 and c["packets_placed"] == 1 and c["bad_rkey"] == 1
+    finally:
+        p.close()
+
+
+def test_pacer_budget_follows_the_rate_limit() -> None:
+    attr = ATTR.replace(rate_limit="1Gbit/s")
+    t = UdpTransport(port=0)
+    try:
+        qp = t.create_qp(attr)
+        bits = qp.packet_bits
+        first = qp.send_budget(1.0)
+        assert first * bits <= qp.pacer.burst_bits
+        qp.pacer.consume(1.0, first * bits)
+        assert qp.send_budget(1.0) == 0
+        assert qp.next_send_time(1.0) > 1.0  # a sleeping sender wakes up later
+        later = 1.0 + 2**-10  # exactly representable: 976562.5 bits of tokens at 1 Gbit/s
+        assert qp.send_budget(later) == int(1e9 * 2**-10 // bits)
+    finally:
+        t.close()

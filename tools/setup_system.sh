@@ -39,4 +39,11 @@ if ! /usr/bin/python3 -c "import pyverbs" >/dev/null 2>&1; then
     warn "not root or no apt-get: python3-pyverbs missing; verbs unit tests will skip"
   fi
 fi
+# Loopback traffic is queued per CPU in the backlog (default 1000 packets); batched UDP
+# senders (sendmmsg) can overrun it in one burst. Drops show in /proc/net/softnet_stat.
+cur=$(sysctl -n net.core.netdev_max_backlog 2>/dev/null || echo 0)
+if [ "${cur:-0}" -lt 10000 ]; then
+  sysctl -q -w net.core.netdev_max_backlog=10000 >/dev/null 2>&1 \
+    || warn "cannot raise net.core.netdev_max_backlog (now $cur): bursts on loopback may drop"
+fi
 exit 0

@@ -41,6 +41,9 @@ class UdpTransport(Transport):
     socket_buffer: SO_RCVBUF/SO_SNDBUF in bytes (raised with privilege when possible).
     prefault: touch registered buffers once so first writes do not page-fault.
     seed: seeds QPN and rkey choice (None: unpredictable, the default).
+    verify_icrc: check every received packet's ICRC (default). Turning it off saves one
+        pass over the payload; the UDP checksum still guards real links (not loopback),
+        and packets are still checked for QPN, rkey, length and key-table placement.
     """
 
     name: ClassVar[str] = "udp"
@@ -53,6 +56,7 @@ class UdpTransport(Transport):
         socket_buffer: int = DEFAULT_SOCKET_BUFFER,
         prefault: bool = True,
         seed: int | None = None,
+        verify_icrc: bool = True,
     ) -> None:
         self.rng = np.random.default_rng(seed)
         self.data_socket = open_udp_socket(host, int(port), int(socket_buffer))
@@ -69,7 +73,7 @@ class UdpTransport(Transport):
         self._controls: dict[int, UdpQP] = {}
         self._qps: list[UdpQP] = []
         self.stats = {"unknown_qpn": 0, "bad_opcode": 0, "runt": 0, "control_unknown": 0}
-        self._receiver = Receiver((host, self.port), self.stats)
+        self._receiver = Receiver((host, self.port), self.stats, verify_icrc)
 
     # --- Transport interface ----------------------------------------------------------------
     def now(self) -> float:
