@@ -72,7 +72,6 @@ class VerbsQP(TransportQP):
         self.pacer = TokenBucket(attr.rate_limit, max(attr.chunk_size, 16 * attr.mtu) * 8)
         self.keys = RemoteKeys(attr.max_message_size)
         self._bound: dict[tuple[int, int], tuple[Any, int, int]] = {}
-        self._pending_keys: dict[tuple[int, int], Any] = {}
         self._counters = {"wc_error": 0, "control_malformed": 0, "rate_limit_software": 0}
         self._inflight = [[0] * attr.channels for _ in range(attr.generations)]
         self._unsignaled = [[0] * attr.channels for _ in range(attr.generations)]
@@ -126,8 +125,9 @@ class VerbsQP(TransportQP):
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"verbs peer info is malformed: {exc}") from exc
         shape = (self.attr.generations, self.attr.channels)
-        if (len(rows), len(rows[0]) if rows else 0) != shape:
-            raise ConfigError(f"peer has {len(rows)} x {len(rows[0])} QPs, this QP {shape}")
+        theirs = (len(rows), len(rows[0]) if rows else 0)
+        if theirs != shape:
+            raise ConfigError(f"peer has {theirs} (generations, channels) QPs, this QP {shape}")
         t, pv = self.transport, self.pv
         rate_kbps = int(self.attr.rate_limit // 1000) if self.attr.rate_limit else 0
         for gen, row in enumerate(self.qps):
@@ -326,9 +326,10 @@ class VerbsTransport(Transport):
         return time.monotonic()
 
     def register(self, buffer: object) -> MemoryRegion:
+        """Register for sending (lkey). Remote access is granted per receive, in ``bind``,
+        so the only remotely writable keys are those of posted receives."""
         view = as_byte_view(buffer)
-        e = self.pv.enums
-        access = int(e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+        access = int(self.pv.enums.IBV_ACCESS_LOCAL_WRITE)
         mr = self.pv.mr.MR(self.pd, max(1, len(view)), access, address=_address(view))
         self._mrs[mr.lkey] = mr
         return MemoryRegion(key=mr.lkey, view=view, owner=(buffer, mr))
