@@ -152,6 +152,12 @@ def machine() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument(
+        "--udp-workers",
+        type=int,
+        nargs="+",
+        help="worker counts of the udp source (default: --workers)",
+    )
     ap.add_argument("--source", choices=["synthetic", "udp", "both"], default="both")
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--mtu", type=int, default=4096)
@@ -164,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     before = machine()
     for source in sources:
-        points = ([0] if source == "synthetic" else []) + args.workers
+        counts = args.workers if source == "synthetic" else (args.udp_workers or args.workers)
+        points = ([0] if source == "synthetic" else []) + counts
         for workers in points:
             row = measure(source, workers, attr, args.message, args.seconds)
             rows.append(row)
