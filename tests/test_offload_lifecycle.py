@@ -142,3 +142,25 @@ def test_a_dead_worker_is_reported_not_waited_on() -> None:
     finally:
         transport.close()
     assert _our_segments() == before
+
+
+def test_forgotten_transport_leaves_no_segments_at_exit() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "from backends.offload import OffloadTransport\n"
+        "import sdr\n"
+        "t = OffloadTransport(workers=1)\n"
+        "t.create_qp(sdr.QPAttr())\n"
+        "buf = t.alloc(1 << 20)\n"
+        "import os\n"
+        "print(os.getpid(), t.pool.pids[0])\n"  # no close(): exit must still clean up
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    pid, worker = (int(x) for x in out.stdout.split()[-2:])
+    assert not _alive(worker)
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"sdr_off_{pid}_")]
+    assert "leaked" not in out.stderr

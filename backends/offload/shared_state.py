@@ -23,6 +23,7 @@ import contextlib
 import itertools
 import mmap
 import os
+import weakref
 from dataclasses import asdict, dataclass
 from multiprocessing import resource_tracker
 
@@ -55,6 +56,12 @@ def segment_prefix() -> str:
     return f"sdr_off_{os.getpid()}_"
 
 
+def _unlink(name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(f"/dev/shm/{name}")
+    resource_tracker.unregister(f"/{name}", "shared_memory")
+
+
 class Segment:
     """A named shared-memory segment created (and finally unlinked) by this process.
 
@@ -79,7 +86,8 @@ class Segment:
             os.close(fd)
         resource_tracker.register(f"/{self.name}", "shared_memory")
         self.buf: memoryview = memoryview(self._map)
-        self._unlinked = False
+        # unlinked on destroy(), or when forgotten: at garbage collection or exit
+        self._unlink = weakref.finalize(self, _unlink, self.name)
 
     def address(self) -> int:
         """The segment's base address in this process (to recognise views into it)."""
@@ -87,11 +95,7 @@ class Segment:
 
     def destroy(self) -> None:
         """Unlink the name; unmap too unless views are still exported (freed with them)."""
-        if not self._unlinked:
-            self._unlinked = True
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"/dev/shm/{self.name}")
-            resource_tracker.unregister(f"/{self.name}", "shared_memory")
+        self._unlink()
         try:
             self.buf.release()
             self._map.close()
