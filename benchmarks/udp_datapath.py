@@ -87,7 +87,7 @@ def _receiver(conn: Connection, attr: sdr.QPAttr, verify: bool) -> None:
             while done < MESSAGES and handles[done].record.arrived:
                 done += 1
         end = time.monotonic()
-        conn.send({"end": end, "complete": done, "counters": qp.counters()})
+        conn.send({"end": end, "complete": done, "counters": qp.transport_qp.stats})
 
 
 def sdr_oneshot(size: int, rate: float | None, verify: bool = True) -> dict[str, Any]:
@@ -120,7 +120,7 @@ def sdr_oneshot(size: int, rate: float | None, verify: bool = True) -> dict[str,
             for s in sends:
                 s.wait(timeout=60)
             result = here.recv()
-            sent = qp.counters()["wire_packets_sent"]
+            sent = qp.transport_qp.stats["wire_packets_sent"]
     finally:
         os.sched_setaffinity(0, set(CPUS))
         proc.join(timeout=10)

@@ -122,7 +122,7 @@ def test_tshark_decodes_roce_uc_write_imm_with_our_qpn_imm_and_icrc(tmp_path: Pa
             rkey = qb.transport_qp.rkeys[gen]
             slot_base = rh.record.slot * attr.max_message_size
             msg_id = rh.record.msg_id
-            sent = qa.counters()["wire_packets_sent"]
+            sent = qa.transport_qp.stats["wire_packets_sent"]
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and len(_ours(pcap, a_host)) < sent:
             time.sleep(0.05)  # dumpcap writes as it reads from the kernel

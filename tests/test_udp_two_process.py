@@ -37,7 +37,7 @@ def _receiver(conn: Connection) -> None:
                 {
                     "digests": [hashlib.sha256(b.tobytes()).hexdigest() for b in bufs],
                     "imms": [h.imm for h in handles],
-                    "counters": qp.counters(),
+                    "counters": {**qp.counters(), **qp.transport_qp.stats},
                 }
             )
     except Exception as exc:  # report to the parent rather than dying silently
@@ -65,7 +65,7 @@ def test_write_between_two_processes() -> None:
                 ctx.transport.wait(0.001)
             assert parent.poll(30), "receiver did not report"
             result = parent.recv()
-            sent = qp.counters()
+            sent = qp.transport_qp.stats
     finally:
         proc.join(timeout=30)
         if proc.is_alive():

@@ -99,8 +99,10 @@ class UdpQP(TransportQP):
         self.completions: deque[CompletionBatch] = deque()
         self.pending = 0  # packets in ``completions``
         self.control_in: deque[bytes] = deque()
-        self.stats = dict.fromkeys(COUNTER_NAMES, 0)
-        self.stats.update(packets_placed=0, bytes_placed=0, wire_packets_sent=0, wire_bytes_sent=0)
+        self.discards = dict.fromkeys(COUNTER_NAMES, 0)
+        """Packets dropped by this QP's endpoints, by reason (what counters() reports)."""
+        self.stats = dict(packets_placed=0, bytes_placed=0, wire_packets_sent=0, wire_bytes_sent=0)
+        """Datapath totals: packets and payload bytes placed, packets and IP bytes sent."""
         self._ring = SendRing(_SEND_BATCH, HEADER_SIZE, 8)
         self._records = self._ring.headers.view(HEADER_DTYPE).reshape(_SEND_BATCH)
         self._records["opcode"] = UC_RDMA_WRITE_ONLY_IMM
@@ -169,6 +171,11 @@ class UdpQP(TransportQP):
     def post_writes(self, batch: WriteBatch) -> None:
         if self.peer is None or self._prefix is None:
             raise TransportError("QP is not connected")
+        if not 0 <= batch.generation < len(self.peer_qpns):
+            raise ProtocolError(
+                f"generation {batch.generation} has no QPN at the peer "
+                f"({len(self.peer_qpns)} generations)"
+            )
         ring, cap = self._ring, self._ring.capacity
         base = address_of(batch.region.view)
         wire = 0
@@ -273,8 +280,8 @@ class UdpQP(TransportQP):
         return out
 
     def counters(self) -> dict[str, int]:
-        """Discards by reason (bad_icrc, bad_rkey, late, ...) and datapath totals."""
-        out = dict(self.stats)
+        """Discards by reason (bad_icrc, bad_rkey, late, ...); udp_* are transport-wide."""
+        out = dict(self.discards)
         out.update({f"udp_{k}": v for k, v in self.transport.transport_counters().items()})
         return out
 

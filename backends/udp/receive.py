@@ -177,7 +177,7 @@ class Receiver:
             strict=True,
         ):
             qp, gen, _ = endpoints[e]
-            qstats = qp.stats
+            qstats = qp.discards
             if not ok_len:
                 qstats["bad_length"] += 1
                 continue

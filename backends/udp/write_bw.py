@@ -190,7 +190,7 @@ def run_server(
             else:
                 ctx.transport.wait(0.0005)
         _summarise(res, stamps, start if start is not None else ctx.now())
-        res.counters = qp.counters()
+        res.counters = {**qp.counters(), **qp.transport_qp.stats}
         client = WriteBwResult(**_recv_obj(conn)["result"])
         _send_obj(conn, {"result": res.as_dict()})
         return res, client
@@ -239,7 +239,7 @@ def run_client(
             if ctx.now() - (stamps[-1] if stamps else start) > params.timeout:
                 break
         _summarise(res, stamps, start)
-        res.counters = qp.counters()
+        res.counters = {**qp.counters(), **qp.transport_qp.stats}
         end = time.monotonic() + 0.2
         while time.monotonic() < end:  # answer late CTSs so the server is not left waiting
             if ctx.progress() == 0:
