@@ -15,7 +15,6 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 
 from backends.wan import LinkSpec, TunLink, can_use_namespaces
 from sdr.units import format_size, parse_rate, parse_size, parse_time
-from sdr_cli.demo_report import predict, results_chart, results_table
 from sdr_cli.wan_transfer import make_payload, transfer_over_link
 from simulator.link import Link
 
@@ -41,6 +40,8 @@ def demo(
 
         bitmap_demo(size="8MiB", chunk="64KiB", mtu="4KiB", drop=0.01, delay="5ms", seed=seed)
         return
+    from sdr_cli.demo_report import predict, results_chart, results_table  # SciPy: load late
+
     nbytes, bps, rtt_s = parse_size(size), parse_rate(rate), parse_time(rtt)
     model = Link(bandwidth_bps=bps, rtt_s=rtt_s, mtu=mtu, chunk_size=parse_size(chunk))
     ideal = nbytes * 8 / bps + rtt_s

@@ -28,7 +28,6 @@ from sdr.reliability import ReliabilityConfig, ReliableQP, load_config
 from sdr.reliability.handles import drive
 from sdr.units import parse_rate, parse_size, parse_time
 from sdr_cli import oob
-from simulator.auto import resolve_auto
 
 __all__ = ["TransferOptions", "send_file", "serve_file", "Progress"]
 
@@ -71,6 +70,10 @@ def plan(opts: TransferOptions, size: int) -> tuple[ReliabilityConfig, Any]:
     if opts.k is not None and opts.m is not None:
         changes.update(k=opts.k, m=opts.m)
     config = base.replace(**changes, **opts.extra)
+    if config.scheme != "auto":
+        return config, None
+    from simulator.auto import resolve_auto  # the selector loads SciPy: only when needed
+
     piece = min(parse_size(opts.message_size), max(size, 1))
     return resolve_auto(
         config,
