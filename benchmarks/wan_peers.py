@@ -1,0 +1,227 @@
+"""SDR against kernel TCP (CUBIC, BBR) and QUIC (aioquic) on the same emulated link.
+
+Every run moves SIZE bytes from namespace A to B across one TunLink (rate, RTT, packet
+loss); the peers run in the same invocation, one after another, on the same link.
+Completion times are receiver-side (first byte sent -> last byte received and verified),
+connection set-up excluded for every protocol. SDR runs also carry the simulator's
+prediction for the scheme they used. Needs root.
+
+    python -m benchmarks.wan_peers --sizes 1MiB,8MiB,64MiB,256MiB --losses 0,1e-4,1e-3,1e-2 \
+        --json out/wan_peers.json --plot docs/figures/wan_peers.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from backends.wan import LinkSpec, TunLink, can_use_namespaces
+from benchmarks.peers.runner import run_pair
+from sdr.units import format_size, parse_rate, parse_size, parse_time
+from sdr_cli.demo_report import predict
+from sdr_cli.wan_transfer import make_payload, transfer_over_link
+from simulator.link import Link
+
+PEERS = ("tcp-cubic", "tcp-bbr", "quic")
+SDR = ("sr-rto", "sr-nack", "ec-mds", "ec-xor", "auto")
+
+
+def run_sdr(
+    link: TunLink, scheme: str, size: int, loss: float, args: argparse.Namespace, tmp: Path
+) -> dict[str, Any]:
+    source = make_payload(tmp / f"payload-{size}.bin", size)
+    message = min(size, parse_size(args.message_size))
+    report = transfer_over_link(
+        link,
+        source,
+        tmp / "received.bin",
+        [
+            "--scheme",
+            scheme,
+            "--rate",
+            args.rate,
+            "--rtt",
+            args.rtt,
+            "--loss",
+            str(max(loss, 1e-6)),
+            "--message-size",
+            format_size(message),
+            "--mtu",
+            "8192",
+            "--chunk",
+            args.chunk,
+        ],
+    )
+    model = Link(
+        bandwidth_bps=parse_rate(args.rate),
+        rtt_s=parse_time(args.rtt),
+        mtu=8192,
+        chunk_size=parse_size(args.chunk),
+    )
+    predicted = predict(model, message, loss, report["config"]) if message == size else None
+    return {
+        "seconds": report["completion_s"],
+        "predicted_s": predicted,
+        "scheme_used": report["scheme"],
+        "wire_bytes": report["wire_bytes"],
+        "intact": report["receiver"]["sha256"] == report["sha256"],
+    }
+
+
+def run_peer(link: TunLink, peer: str, size: int) -> dict[str, Any]:
+    if peer == "quic":
+        result = run_pair(
+            link,
+            "benchmarks.peers.quic_peer",
+            ["--bind", link.addr_b],
+            ["--to", link.addr_b, "--size", str(size)],
+        )
+    else:
+        result = run_pair(
+            link,
+            "benchmarks.peers.tcp_peer",
+            ["--bind", link.addr_b],
+            ["--to", link.addr_b, "--size", str(size), "--cc", peer[4:]],
+        )
+    return {"seconds": result["seconds"], "intact": result["intact"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="1MiB,8MiB,64MiB,256MiB")
+    p.add_argument("--losses", default="0,1e-4,1e-3,1e-2")
+    p.add_argument("--rate", default="1Gbit/s")
+    p.add_argument("--rtt", default="25ms")
+    p.add_argument("--chunk", default="64KiB")
+    p.add_argument("--message-size", default="64MiB", help="largest SDR message")
+    p.add_argument("--sdr", default=",".join(SDR))
+    p.add_argument("--peers", default=",".join(PEERS))
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json")
+    p.add_argument("--plot")
+    args = p.parse_args()
+    if reason := can_use_namespaces():
+        sys.exit(f"cannot run: {reason}")
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    losses = [float(x) for x in args.losses.split(",")]
+    protocols = [s for s in args.sdr.split(",") if s] + [q for q in args.peers.split(",") if q]
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp, Progress() as bar:
+        task = bar.add_task("runs", total=len(sizes) * len(losses) * len(protocols))
+        for loss in losses:
+            spec = LinkSpec(rate=args.rate, rtt=args.rtt, loss=loss, seed=args.seed)
+            with TunLink(spec) as link:
+                for size in sizes:
+                    ideal = size * 8 / parse_rate(args.rate) + parse_time(args.rtt)
+                    for proto in protocols:
+                        bar.update(task, description=f"{proto} {format_size(size)} loss {loss:g}")
+                        try:
+                            res = (
+                                run_peer(link, proto, size)
+                                if proto in PEERS
+                                else run_sdr(link, proto, size, loss, args, Path(tmp))
+                            )
+                        except Exception as exc:  # a failed run is a result, not a crash
+                            res = {"seconds": None, "error": str(exc)[-500:]}
+                        rows.append(
+                            {"protocol": proto, "size": size, "loss": loss, "ideal_s": ideal, **res}
+                        )
+                        bar.advance(task)
+    report(rows, args)
+
+
+def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """One table row per (size, loss): SDR auto, the best SDR scheme, each peer, ratios."""
+    cells: dict[tuple[int, float], dict[str, Any]] = {}
+    for r in rows:
+        cells.setdefault((r["size"], r["loss"]), {})[r["protocol"]] = r
+    peers = [p for p in PEERS if any(p in by for by in cells.values())]
+    table = Table(
+        title=f"completion (s) on {args.rate}, RTT {args.rtt}",
+        box=box.SIMPLE_HEAD,
+        caption="speedup = best peer / SDR auto; /ideal = SDR auto / lossless ideal",
+    )
+    for col in ("size", "loss", "ideal", "auto", "best SDR", *peers, "speedup", "/ideal", "/model"):
+        table.add_column(col, justify="right", no_wrap=True)
+
+    def secs(row: dict[str, Any] | None) -> str:
+        return f"{row['seconds']:.3f}" if row and row.get("seconds") else "fail"
+
+    for (size, loss), by in cells.items():
+        sdr_rows = [r for k, r in by.items() if k in SDR and r.get("seconds")]
+        best = min(sdr_rows, key=lambda r: r["seconds"]) if sdr_rows else None
+        auto = by.get("auto")
+        peer_times = [by[p]["seconds"] for p in peers if by.get(p, {}).get("seconds")]
+        ok = auto is not None and auto.get("seconds")
+        table.add_row(
+            format_size(size),
+            f"{loss:g}",
+            f"{next(iter(by.values()))['ideal_s']:.3f}",
+            secs(auto),
+            f"{secs(best)} {best['protocol']}" if best else "-",
+            *[secs(by.get(p)) for p in peers],
+            f"{min(peer_times) / auto['seconds']:.2f}x" if ok and peer_times else "-",
+            f"{auto['seconds'] / auto['ideal_s']:.2f}" if ok else "-",
+            f"{auto['seconds'] / auto['predicted_s']:.2f}"
+            if ok and auto.get("predicted_s")
+            else "-",
+        )
+    Console(width=150).print(table)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "python": sys.version.split()[0],
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "command": " ".join(sys.argv),
+            "args": vars(args),
+        }
+        Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    if args.plot:
+        plot(rows, Path(args.plot))
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted({r["size"] for r in rows})
+    losses = sorted({r["loss"] for r in rows})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(3.2 * len(sizes), 3.2), squeeze=False)
+    for ax, size in zip(axes[0], sizes, strict=True):
+        for proto in dict.fromkeys(r["protocol"] for r in rows):
+            pts = [
+                (r["loss"], r["seconds"] / r["ideal_s"])
+                for r in rows
+                if r["protocol"] == proto and r["size"] == size and r.get("seconds")
+            ]
+            if pts:
+                ax.plot(
+                    [losses.index(x) for x, _ in pts], [y for _, y in pts], marker="o", label=proto
+                )
+        ax.set_xticks(range(len(losses)), [f"{x:g}" for x in losses])
+        ax.set_title(format_size(size))
+        ax.set_xlabel("packet loss")
+        ax.set_yscale("log")
+    axes[0][0].set_ylabel("completion / lossless ideal")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+
+
+if __name__ == "__main__":
+    main()
