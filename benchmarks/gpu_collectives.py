@@ -37,7 +37,7 @@ def candidates(coll: str, size: int) -> list[str]:
         if 256 * KiB <= size <= 8 * MiB:
             algs.append("allreduce_twoshot_ll")
         if size >= 256 * KiB:
-            algs += ["allreduce_oneshot", "allreduce_twoshot"]
+            algs += ["allreduce_oneshot", "allreduce_oneshot_get", "allreduce_twoshot"]
         return algs
     algs = []
     if size <= 32 * MiB:

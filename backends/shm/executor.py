@@ -34,6 +34,9 @@ class ShmExecutor:
         }
 
         def read(span: Span, nbytes: int) -> np.ndarray:
+            if span.peer is not None:  # a peer's scratch (reduce source)
+                remote = self._channel(span.peer).remote.scratch(parity)
+                return remote[span.offset : span.offset + nbytes]
             if span.buffer == "packets":
                 return read_packets(local["packets"][span.offset :], nbytes, flag, timeout)
             return local[span.buffer][span.offset : span.offset + nbytes]

@@ -47,9 +47,10 @@ class RankProgram:
         """Chunks of this rank's output buffer."""
         return ChunkRef("output", index, count)
 
-    def scratch(self, index: int, count: int = 1) -> ChunkRef:
-        """Chunks of a scratch buffer (this rank's, or a peer's as a put destination)."""
-        return ChunkRef("scratch", index, count)
+    def scratch(self, index: int, count: int = 1, rank: int | None = None) -> ChunkRef:
+        """Chunks of a scratch buffer: this rank's, a peer's as put destination, or rank
+        ``rank``'s as a ``reduce`` source read through the memory channel."""
+        return ChunkRef("scratch", index, count, rank)
 
     def packets(self, index: int, count: int = 1) -> ChunkRef:
         """Chunks of an LL packet buffer (a peer's as put destination, this rank's to read)."""
@@ -133,9 +134,15 @@ class Program:
     def compile(self) -> Plan:
         """Check the program and emit its :class:`Plan` (barriers inserted where needed)."""
         ranks = [_insert_barriers(rp.ops) for rp in self._ranks]
-        channels = sorted(
-            {(r, op.peer) for r, ops in enumerate(ranks) for op in ops if op.peer is not None}
-        )
+        pairs = {(r, op.peer) for r, ops in enumerate(ranks) for op in ops if op.peer is not None}
+        pairs |= {
+            (r, s.rank)
+            for r, ops in enumerate(ranks)
+            for op in ops
+            for s in op.srcs
+            if s.rank is not None
+        }
+        channels = sorted(pairs)
         plan = Plan(
             name=self.name,
             collective=self.collective,
@@ -165,7 +172,7 @@ def _insert_barriers(ops: list[Op]) -> list[Op]:
             seen = []
             out.append(op)
             continue
-        local = list(op.srcs) if op.kind != "get" else []
+        local = [r for r in op.srcs if r.rank is None] if op.kind != "get" else []
         if op.dst is not None and op.kind != "put":
             local.append(op.dst)
         if any(s.buffer == r.buffer and _overlap(s, r) and s != r for r in local for s in seen):
@@ -184,8 +191,15 @@ def check_plan(plan: Plan) -> None:
     # (writer, reader, ChunkRef) -> signal number (1-based) that publishes the write
     scratch_writes: dict[tuple[int, ChunkRef], tuple[int, int]] = {}
     packet_writes: Counter[tuple[int, ChunkRef]] = Counter()
+    # (owner, ChunkRef) -> {reader: signal number} for scratch a rank writes into its own
+    own_writes: dict[tuple[int, ChunkRef], dict[int, int]] = {}
     for r, ops in enumerate(plan.ranks):
         for op in ops:
+            writes_own = op.kind in ("copy", "reduce", "get") and op.dst is not None
+            if writes_own and op.dst.buffer == "scratch":
+                own_writes[(r, op.dst)] = {
+                    q: signals[(r, q)] + 1 for q in range(plan.world_size) if q != r
+                }
             if op.kind == "signal":
                 signals[(r, op.peer)] += 1
             elif op.kind == "put" and op.dst is not None:
@@ -209,6 +223,7 @@ def check_plan(plan: Plan) -> None:
         if count != 1:
             raise ConfigError(f"{plan.name}: rank {reader}'s packets {ref} written {count}x")
     _check_reads(plan, scratch_writes, packet_writes)
+    _check_remote_reads(plan, own_writes)
     _check_two_way(plan, n)
 
 
@@ -225,6 +240,8 @@ def _check_reads(
             if op.kind not in ("copy", "reduce", "put"):
                 continue
             for src in op.srcs:
+                if src.rank is not None:
+                    continue  # a peer's scratch: _check_remote_reads
                 if src.buffer == "packets" and packet_writes[(r, src)] != 1:
                     raise ConfigError(
                         f"{plan.name}: rank {r} op {i} reads packets {src} that no peer wrote"
@@ -244,6 +261,30 @@ def _check_reads(
                             f"{plan.name}: rank {r} op {i} reads scratch {src} before waiting "
                             f"for rank {writer}'s signal #{sig}"
                         )
+
+
+def _check_remote_reads(plan: Plan, own_writes: dict[tuple[int, ChunkRef], dict[int, int]]) -> None:
+    """A reduce that reads a peer's scratch must read exactly what the peer wrote there, after
+    waiting for the peer's signal that follows the write."""
+    for r, ops in enumerate(plan.ranks):
+        waited: Counter[int] = Counter()
+        for i, op in enumerate(ops):
+            if op.kind == "wait":
+                waited[op.peer] += 1
+            for src in op.srcs if op.kind == "reduce" else ():
+                if src.rank is None:
+                    continue
+                sigs = own_writes.get((src.rank, src.local()))
+                if sigs is None:
+                    raise ConfigError(
+                        f"{plan.name}: rank {r} op {i} reads rank {src.rank}'s scratch "
+                        f"{src.local()} that rank {src.rank} never wrote (as exactly that range)"
+                    )
+                if waited[src.rank] < sigs[r]:
+                    raise ConfigError(
+                        f"{plan.name}: rank {r} op {i} reads rank {src.rank}'s scratch before "
+                        f"waiting for its signal #{sigs[r]}"
+                    )
 
 
 def _check_two_way(plan: Plan, n: int) -> None:

@@ -107,6 +107,7 @@ def _lower_data(op: Op, layout: Layout) -> LoweredOp:
     for ref in op.srcs:
         off, length = _span(layout, ref.buffer, ref.index, ref.count)
         lengths.append(length)
-        srcs.append(Span(ref.buffer, off, op.peer if op.kind == "get" else None))
+        owner = op.peer if op.kind == "get" else ref.rank
+        srcs.append(Span(ref.buffer, off, owner))
     dst = Span(op.dst.buffer, dst_off, op.peer if op.kind == "put" else None)
     return LoweredOp(op.kind, min(lengths), dst, tuple(srcs), op.peer)

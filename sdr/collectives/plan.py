@@ -29,7 +29,8 @@ BUFFERS = ("input", "output", "scratch", "packets")
 REMOTE_BUFFERS = ("scratch", "packets")
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast")
 #: Operation kinds. put: local -> peer, get: peer -> local, copy: local -> local,
-#: reduce: dst = sum(srcs) (all local), signal/wait: semaphore, flush: prior puts visible,
+#: reduce: dst = sum(srcs) (local, or a peer's scratch named by rank),
+#: signal/wait: semaphore, flush: prior puts visible,
 #: barrier: all workers of this rank (GPU thread blocks) meet.
 OP_KINDS = ("put", "get", "copy", "reduce", "signal", "wait", "flush", "barrier")
 #: Channel kinds. "memory": peer memory mapped into this rank (shared memory, CUDA IPC).
@@ -39,21 +40,35 @@ CHANNEL_KINDS = ("memory", "port")
 
 @dataclass(frozen=True)
 class ChunkRef:
-    """``count`` consecutive chunks of ``buffer`` starting at chunk ``index``."""
+    """``count`` consecutive chunks of ``buffer`` starting at chunk ``index``.
+
+    ``rank`` names another rank whose *scratch* is meant (a remote source of ``reduce``,
+    read through the memory channel); None means this rank's own buffer (or, for put/get,
+    the op's ``peer``).
+    """
 
     buffer: str
     index: int
     count: int = 1
+    rank: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of this reference."""
-        return {"buffer": self.buffer, "index": self.index, "count": self.count}
+        out: dict[str, Any] = {"buffer": self.buffer, "index": self.index, "count": self.count}
+        if self.rank is not None:
+            out["rank"] = self.rank
+        return out
+
+    def local(self) -> ChunkRef:
+        """The same chunks as seen by their owner (``rank`` dropped)."""
+        return ChunkRef(self.buffer, self.index, self.count)
 
     @staticmethod
     def from_json(obj: dict[str, Any]) -> ChunkRef:
         """Parse a reference; raises ConfigError on a malformed object."""
         try:
-            return ChunkRef(str(obj["buffer"]), int(obj["index"]), int(obj.get("count", 1)))
+            rank = None if obj.get("rank") is None else int(obj["rank"])
+            return ChunkRef(str(obj["buffer"]), int(obj["index"]), int(obj.get("count", 1)), rank)
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"bad chunk reference {obj!r}: {exc}") from exc
 
@@ -216,5 +231,12 @@ def validate_plan(plan: Plan) -> None:
                 raise ConfigError(f"{where}: get reads a peer's {op.srcs[0].buffer!r}")
             if op.kind in ("copy", "reduce", "get") and op.dst.buffer == "packets":
                 raise ConfigError(f"{where}: only put writes packets (to a peer)")
+            for ref in refs:
+                if ref.rank is None:
+                    continue
+                if op.kind != "reduce" or ref is op.dst or ref.buffer != "scratch":
+                    raise ConfigError(f"{where}: only reduce may read a peer's scratch by rank")
+                if not 0 <= ref.rank < n or ref.rank == r:
+                    raise ConfigError(f"{where}: rank {ref.rank} is not another rank of {n}")
             if op.kind in ("put", "get", "copy") and len(op.srcs) != 1:
                 raise ConfigError(f"{where}: takes exactly one source")

@@ -7,6 +7,7 @@ from functools import lru_cache
 
 from sdr.collectives.algorithms.allreduce import (
     allreduce_oneshot,
+    allreduce_oneshot_get,
     allreduce_oneshot_ll,
     allreduce_ring,
     allreduce_twoshot,
@@ -27,6 +28,7 @@ from sdr.errors import ConfigError
 ALGORITHMS: dict[str, tuple[str, Callable[..., Plan]]] = {
     "allreduce_oneshot_ll": ("allreduce", allreduce_oneshot_ll),
     "allreduce_oneshot": ("allreduce", allreduce_oneshot),
+    "allreduce_oneshot_get": ("allreduce", allreduce_oneshot_get),
     "allreduce_twoshot_ll": ("allreduce", allreduce_twoshot_ll),
     "allreduce_twoshot": ("allreduce", allreduce_twoshot),
     "allreduce_ring": ("allreduce", allreduce_ring),

@@ -5,6 +5,9 @@
 - ``allreduce_oneshot``: the same through scratch with put + one signal/wait round; with
   two ranks it moves as many bytes over the link as the two-shot but synchronises once
   and needs no copy-out phase.
+- ``allreduce_oneshot_get``: every rank copies its input into its own scratch and signals;
+  peers then reduce straight out of each other's scratch (reads over the link fused with
+  the reduction, no second pass).
 - ``allreduce_twoshot_ll``: reduce-scatter then allgather, both over LL packets; each rank
   moves 2 (n-1)/n of the data twice as packets. Medium messages.
 - ``allreduce_twoshot``: the same two phases through scratch with put + signal/wait;
@@ -48,6 +51,21 @@ def allreduce_oneshot(n: int) -> Plan:
         for p in peers:
             rp.wait(p)
         rp.reduce(rp.output(0), [rp.input(0)] + [rp.scratch(slot(p, r)) for p in peers])
+    return prog.compile()
+
+
+def allreduce_oneshot_get(n: int) -> Plan:
+    """One-shot allreduce that reads peers' scratch inside the reduction (see module docs)."""
+    prog = Program("allreduce_oneshot_get", "allreduce", n, input=1, output=1, scratch=1)
+    for rp in prog.ranks():
+        r = rp.rank
+        peers = prog.peers(r)
+        rp.copy(rp.input(0), rp.scratch(0))
+        for p in peers:
+            rp.signal(p)
+        for p in peers:
+            rp.wait(p)
+        rp.reduce(rp.output(0), [rp.input(0)] + [rp.scratch(0, rank=p) for p in peers])
     return prog.compile()
 
 
