@@ -106,6 +106,19 @@ def test_bad_configuration_is_refused(kwargs: dict[str, object]) -> None:
         OffloadTransport(**kwargs)  # type: ignore[arg-type]
 
 
+def test_config_table_chooses_progress_and_workers() -> None:
+    import tomllib
+
+    table = tomllib.loads('[backend]\nname = "offload"\nprogress = "cpu"\nworkers = 3\n')
+    transport = OffloadTransport.from_config(table["backend"])
+    try:
+        assert transport.progress == "cpu" and transport.pool is None
+    finally:
+        transport.close()
+    with pytest.raises(sdr.ConfigError, match="threads"):
+        OffloadTransport.from_config({"progress": "offload", "threads": 4})
+
+
 def test_receive_into_a_private_buffer_needs_alloc(pool: WorkerPool) -> None:
     before = _our_segments()
     transport = OffloadTransport(pool=pool)
