@@ -125,7 +125,8 @@ def test_selection_is_keyed_on_size_and_ranks():
     assert select_algorithm("allreduce", 64 << 20, 2) == "allreduce_twoshot"
     assert select_algorithm("allreduce", 16 << 20, 16) == "allreduce_ring"
     assert select_algorithm("allreduce", 1 << 30, 2, nccl_available=True) == NCCL
-    assert select_algorithm("allreduce", 256 << 20, 2, nccl_available=True) == "allreduce_twoshot"
+    assert select_algorithm("allreduce", 128 << 20, 2, nccl_available=True) == "allreduce_twoshot"
+    assert select_algorithm("allreduce", 256 << 20, 2, nccl_available=True) == NCCL
     assert select_algorithm("allreduce", 64 << 20, 8, nccl_available=True) == NCCL
     assert select_algorithm("allreduce", 1 << 30, 2) == "allreduce_twoshot"
     assert select_algorithm("allgather", 1 << 30, 2, nccl_available=True) == "allgather_mesh"

@@ -17,16 +17,16 @@ NCCL = "nccl"
 
 #: Measured on 2 H200 (NVLink, CUDA graphs, bfloat16), docs/collectives.md "Benchmarks":
 #: allreduce one-shot LL wins up to 512 KiB, two-shot LL at 1 MiB, one-shot through scratch
-#: up to 16 MiB, two-shot through scratch above; NCCL ties or beats us from 512 MiB.
+#: up to 16 MiB, two-shot through scratch above; NCCL ties or beats us from 256 MiB.
 ONESHOT_LL_MAX = 512 * KiB
 TWOSHOT_LL_MAX = 1 * MiB
 ONESHOT_MAX = 16 * MiB
 #: From here NCCL takes the call at world sizes we have not benchmarked (more than 2 GPUs)
 #: and for reduce-scatter and broadcast, which we have not benchmarked at all.
 NCCL_UNMEASURED_FROM = 64 * MiB
-#: With 2 GPUs our allreduce read 0.97-1.04x NCCL at 512 MiB and 0.95-0.99x at 1 GiB over
-#: two runs: NCCL from there.
-NCCL_ALLREDUCE_2GPU_FROM = 512 * MiB
+#: With 2 GPUs our allreduce read 0.96-1.11x NCCL at 256 MiB, 0.92-1.04x at 512 MiB and
+#: 0.89-0.99x at 1 GiB over three runs: NCCL from 256 MiB.
+NCCL_ALLREDUCE_2GPU_FROM = 256 * MiB
 #: Above this many ranks, full-mesh algorithms open too many channels: use the ring.
 MESH_MAX_RANKS = 8
 
@@ -72,5 +72,5 @@ def _nccl_is_faster(collective: str, nbytes: int, world_size: int) -> bool:
     if collective == "allreduce" and world_size == 2:
         return nbytes >= NCCL_ALLREDUCE_2GPU_FROM
     if collective == "allgather" and world_size == 2:
-        return False  # ours was 1.06-2.9x NCCL from 1 KiB to 1 GiB
+        return False  # ours 1.03-2.9x NCCL up to 512 MiB, 0.98-1.06x at 1 GiB
     return nbytes >= NCCL_UNMEASURED_FROM
