@@ -8,7 +8,8 @@ For each datagram size (4, 8, 32 KiB by default) the same run measures:
      goodput and unpaced: goodput = message bytes completely received / (first post_send
      to last message complete; one shared monotonic clock), and loss = packets sent minus
      packets placed.
-Sender and receiver are pinned to different cores in both cases (iperf3 -A, sched_setaffinity).
+Sender and receiver are pinned to different cores in both cases (iperf3 -A, sched_setaffinity),
+and run at nice -19 when permitted.
 
     .venv/bin/python benchmarks/udp_datapath.py [--sizes 4096,8192,32768] [--json out.json]
 """
@@ -137,24 +138,34 @@ def sdr_oneshot(size: int, rate: float | None, verify: bool = True) -> dict[str,
     }
 
 
+def _goodput(result: dict[str, Any]) -> float:
+    return float(result["goodput"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="4096,8192,32768", help="datagram sizes, bytes")
     parser.add_argument("--fractions", default="0.8,0.9,1.0", help="SDR rates / iperf3 goodput")
     parser.add_argument("--seconds", type=float, default=3.0, help="iperf3 duration")
+    parser.add_argument("--repeat", type=int, default=1, help="best of N runs, each side")
     parser.add_argument("--json", default=None, help="write results here")
     args = parser.parse_args()
     if shutil.which("iperf3") is None:
         sys.exit("iperf3 is not installed (make system installs it)")
+    try:  # both peers inherit it: a busy shared machine disturbs them less
+        os.nice(-19)
+    except OSError:
+        print("note: not permitted to raise priority (nice -19); numbers may be noisier")
     rows = []
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'size':>6} {'iperf3 Gbit/s':>13} {'loss':>6} | {'SDR rate':>9} {'ICRC':>5} "
           f"{'Gbit/s':>7} {'loss':>8} {'ratio':>6}")  # fmt: skip
     for size in (int(s) for s in args.sizes.split(",")):
-        ref = iperf3(size, args.seconds)
+        ref = max((iperf3(size, args.seconds) for _ in range(args.repeat)), key=_goodput)
         fractions = [float(f) for f in args.fractions.split(",")]
         runs = [(ref["goodput"] * f, v) for f in fractions for v in (True, False)]
         for rate, verify in [*runs, (None, True)]:
-            res = sdr_oneshot(size, rate, verify)
+            res = max((sdr_oneshot(size, rate, verify) for _ in range(args.repeat)), key=_goodput)
             res["ratio"] = res["goodput"] / ref["goodput"]
             rows.append({"size": size, "iperf3": ref, "sdr": res})
             label = "unpaced" if rate is None else f"{rate / 1e9:.2f}G"
@@ -170,6 +181,7 @@ def main() -> None:
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
+            "load_average_at_end": os.getloadavg(),
         },
         "iperf3": subprocess.run(["iperf3", "--version"], capture_output=True, text=True)
         .stdout.split("\n")[0]
@@ -182,6 +194,7 @@ def main() -> None:
         },
         "results": rows,
     }
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
