@@ -168,6 +168,23 @@ class ReliabilityConfig:
         return self.replace(chunk_size=chunk_size, link_rate=rate)
 
     @classmethod
+    def coerce(
+        cls, config: ReliabilityConfig | str | Mapping[str, Any] | None, **overrides: Any
+    ) -> ReliabilityConfig:
+        """A config from a config, a scheme name, a mapping or None, with fields overridden."""
+        if config is None:
+            return cls(**overrides)
+        if isinstance(config, str):
+            return cls(scheme=config, **overrides)
+        if isinstance(config, Mapping):
+            return cls.from_mapping({**config, **overrides})
+        if isinstance(config, cls):
+            return config.replace(**overrides) if overrides else config
+        raise ConfigError(
+            f"config must be a ReliabilityConfig, a scheme name or a mapping, got {config!r}"
+        )
+
+    @classmethod
     def from_mapping(cls, table: Mapping[str, Any]) -> ReliabilityConfig:
         """Build from a mapping (a parsed ``[reliability]`` table); unknown keys are errors."""
         known = {f.name for f in dataclasses.fields(cls)}

@@ -37,8 +37,7 @@ from sdr.errors import (
 )
 from sdr.reliability.base import Finished, SendChunks, SendControl, earliest
 from sdr.reliability.config import ReliabilityConfig
-from sdr.reliability.geometry import MessageGeometry
-from sdr.reliability.handles import HandleState, ReceiveHandle, WriteHandle
+from sdr.reliability.handles import ReceiveHandle, WriteHandle
 from sdr.reliability.messages import (
     Abort,
     Ack,
@@ -53,7 +52,7 @@ from sdr.reliability.messages import (
     is_reliability_message,
 )
 from sdr.reliability.registry import create_scheme
-from sdr.reliability.transfers import Incoming, Outgoing, OutLane
+from sdr.reliability.transfers import Incoming, Outgoing, OutLane, open_outgoing
 from sdr.send_table import SendState
 from sdr.transport import MemoryRegion
 
@@ -65,20 +64,6 @@ _TO_SENDER = (Ack, Sack, Nack, EcNack)
 _TO_RECEIVER = (Digest, Probe, Abort)
 _FINISHED_MEMORY = 4096
 _MAX_CTS_BACKOFF = 16
-
-
-def _as_config(
-    config: ReliabilityConfig | str | Mapping[str, Any] | None, **kw: Any
-) -> ReliabilityConfig:
-    if config is None:
-        return ReliabilityConfig(**kw)
-    if isinstance(config, str):
-        return ReliabilityConfig(scheme=config, **kw)
-    if isinstance(config, Mapping):
-        return ReliabilityConfig.from_mapping({**config, **kw})
-    if isinstance(config, ReliabilityConfig):
-        return config.replace(**kw) if kw else config
-    raise ConfigError(f"config must be a ReliabilityConfig, scheme name or mapping, got {config!r}")
 
 
 class ReliableQP:
@@ -98,7 +83,9 @@ class ReliableQP:
         self.qp = qp
         self.ctx = qp.ctx
         attr = qp.attr
-        self.config = _as_config(config, **overrides).resolved(attr.chunk_size, attr.rate_limit)  # type: ignore[arg-type]
+        self.config = ReliabilityConfig.coerce(config, **overrides).resolved(
+            attr.chunk_size, attr.rate_limit
+        )  # type: ignore[arg-type]
         self.scheme = create_scheme(self.config)
         self.n_lanes = len(self.scheme.lanes(0))
         self.max_in_flight = min(self.config.max_in_flight, attr.max_messages // self.n_lanes)
@@ -182,9 +169,12 @@ class ReliableQP:
         return earliest(*times)
 
     def idle_step(self) -> float:
-        """Longest idle wait that cannot starve the pacer: one packet at the rate limit."""
+        """Longest idle wait that keeps a paced sender busy: one chunk at the rate limit
+        while queued data waits for the pacer, else unbounded (timers bound the wait)."""
         rate = self.qp.attr.rate_limit
-        return self.qp.attr.mtu * 8 / rate if rate else float("inf")  # type: ignore[operator]
+        if not rate or not any(lane.backlogged for o in self._sending.values() for lane in o.lanes):
+            return float("inf")
+        return self.qp.attr.chunk_size * 8 / rate  # type: ignore[operator]
 
     @property
     def in_flight(self) -> int:
@@ -199,22 +189,7 @@ class ReliableQP:
             if send_table.in_flight + self.n_lanes > attr.max_messages:
                 break
             handle, mr, offset = self._waiting.popleft()
-            data = mr.view[offset : offset + handle.length]
-            machine = self.scheme.sender(handle.seq, data)
-            lanes = []
-            for lane, length in enumerate(self.scheme.lanes(handle.length)):
-                if lane == 0:
-                    region, base = mr, offset
-                else:
-                    buf = machine.lane_buffer(lane)
-                    if buf is None or buf.nbytes != length:
-                        raise ConfigError(f"scheme lane {lane} needs a {length}-byte buffer")
-                    region, base = self.ctx.register(buf), 0
-                geometry = MessageGeometry(length, self.scheme.chunk_size)
-                stream = self.qp.send_stream()
-                lanes.append(OutLane(lane, stream, region, base, geometry, attr.mtu, now))  # type: ignore[arg-type]
-            handle.state = HandleState.ACTIVE
-            self._sending[handle.seq] = Outgoing(handle, machine, lanes)
+            self._sending[handle.seq] = open_outgoing(handle, mr, offset, self.scheme, self.qp, now)
             started += 1
         return started
 
@@ -307,17 +282,7 @@ class ReliableQP:
             if inc.machine is None and not inc.over:
                 if recv_table.active + len(inc.lengths) > attr.max_messages:
                     break
-                data = inc.region.view[inc.offset : inc.offset + inc.handle.length]
-                inc.machine = self.scheme.receiver(inc.handle.seq, data)
-                for lane, length in enumerate(inc.lengths):
-                    if lane == 0:
-                        inc.lane_regions.append((inc.region, inc.offset))
-                    else:
-                        buf = inc.machine.lane_buffer(lane)
-                        if buf is None or buf.nbytes != length:
-                            raise ConfigError(f"scheme lane {lane} needs a {length}-byte buffer")
-                        inc.lane_regions.append((self.ctx.register(buf), 0))
-                inc.handle.state = HandleState.ACTIVE
+                inc.prepare(self.scheme, self.ctx)
             while not inc.fully_posted:
                 region, base = inc.lane_regions[len(inc.posted)]
                 try:

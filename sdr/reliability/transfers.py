@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sdr.api import RecvHandle, SendStream
-from sdr.reliability.base import SchemeReceiver, SchemeSender
+from sdr.api import QP, Context, RecvHandle, SendStream
+from sdr.errors import ConfigError
+from sdr.reliability.base import Machine, Scheme, SchemeReceiver, SchemeSender
 from sdr.reliability.geometry import MessageGeometry, chunk_runs
-from sdr.reliability.handles import ReceiveHandle, WriteHandle
+from sdr.reliability.handles import HandleState, ReceiveHandle, WriteHandle
 from sdr.send_table import SendState
 from sdr.transport import MemoryRegion
 
-__all__ = ["OutLane", "Outgoing", "Incoming"]
+__all__ = ["OutLane", "Outgoing", "Incoming", "open_outgoing"]
 
 
 @dataclass
@@ -65,6 +66,12 @@ class OutLane:
         return np.array(out, dtype=np.int64)
 
     @property
+    def backlogged(self) -> bool:
+        """Queued packets are waiting for the pacer (the CTS is there, they are not out)."""
+        rec = self.stream.record
+        return rec.remote is not None and rec.packets_sent < self.queued_packets
+
+    @property
     def has_cts(self) -> bool:
         return self.stream.record.remote is not None
 
@@ -89,6 +96,34 @@ class Outgoing:
     started: bool = False
 
 
+def open_outgoing(
+    handle: WriteHandle, mr: MemoryRegion, offset: int, scheme: Scheme, qp: QP, now: float
+) -> Outgoing:
+    """Build the sender machine of a write and open one SDR stream per lane, in order."""
+    data = mr.view[offset : offset + handle.length]
+    machine = scheme.sender(handle.seq, data)
+    lanes = []
+    for index, length in enumerate(scheme.lanes(handle.length)):
+        if index == 0:
+            region, base = mr, offset
+        else:
+            region, base = qp.ctx.register(_lane_buffer(machine, index, length)), 0
+        geometry = MessageGeometry(length, scheme.chunk_size)
+        lanes.append(OutLane(index, qp.send_stream(), region, base, geometry, qp.attr.mtu, now))  # type: ignore[arg-type]
+    handle.state = HandleState.ACTIVE
+    return Outgoing(handle, machine, lanes)
+
+
+def _lane_buffer(machine: Machine, lane: int, length: int) -> np.ndarray:
+    buf = machine.lane_buffer(lane)
+    if buf is None or buf.nbytes != length:
+        raise ConfigError(
+            f"{type(machine).__name__}.lane_buffer({lane}) must be a {length}-byte array, "
+            f"got {None if buf is None else buf.nbytes}"
+        )
+    return buf
+
+
 @dataclass
 class Incoming:
     """A reliable receive: its machine and the SDR receives of its lanes (posted in order)."""
@@ -102,6 +137,15 @@ class Incoming:
     posted: list[RecvHandle] = field(default_factory=list)
     seen: list[np.ndarray] = field(default_factory=list)
     over: bool = False  # the machine finished; lanes still to post are completed at once
+
+    def prepare(self, scheme: Scheme, ctx: Context) -> None:
+        """Build the receiver machine and register its lane buffers (just before posting)."""
+        data = self.region.view[self.offset : self.offset + self.handle.length]
+        self.machine = scheme.receiver(self.handle.seq, data)
+        self.lane_regions.append((self.region, self.offset))
+        for lane, length in enumerate(self.lengths[1:], start=1):
+            self.lane_regions.append((ctx.register(_lane_buffer(self.machine, lane, length)), 0))
+        self.handle.state = HandleState.ACTIVE
 
     @property
     def fully_posted(self) -> bool:
