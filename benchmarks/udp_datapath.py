@@ -76,6 +76,7 @@ def _receiver(conn: Connection, attr: sdr.QPAttr, verify: bool) -> None:
         bufs = [np.zeros(MESSAGE, dtype=np.uint8) for _ in range(MESSAGES)]
         handles = [qp.post_recv(ctx.register(b)) for b in bufs]
         conn.send("ready")
+        cpu0 = time.process_time()
         idle_since = None
         done = 0
         while done < MESSAGES:
@@ -88,7 +89,8 @@ def _receiver(conn: Connection, attr: sdr.QPAttr, verify: bool) -> None:
             while done < MESSAGES and handles[done].record.arrived:
                 done += 1
         end = time.monotonic()
-        conn.send({"end": end, "complete": done, "counters": qp.transport_qp.stats})
+        cpu = time.process_time() - cpu0  # includes idle polling before the first packet
+        conn.send({"end": end, "complete": done, "counters": qp.transport_qp.stats, "cpu": cpu})
 
 
 def sdr_oneshot(size: int, rate: float | None, verify: bool = True) -> dict[str, Any]:
@@ -116,10 +118,11 @@ def sdr_oneshot(size: int, rate: float | None, verify: bool = True) -> dict[str,
             src = np.random.default_rng(1).integers(0, 256, MESSAGE, dtype=np.uint8)
             region = ctx.register(src)
             assert here.recv() == "ready"
-            start = time.monotonic()
+            start, cpu0 = time.monotonic(), time.process_time()
             sends = [qp.post_send(region) for _ in range(MESSAGES)]
             for s in sends:
                 s.wait(timeout=60)
+            tx_cpu = time.process_time() - cpu0
             result = here.recv()
             sent = qp.transport_qp.stats["wire_packets_sent"]
     finally:
@@ -135,6 +138,8 @@ def sdr_oneshot(size: int, rate: float | None, verify: bool = True) -> dict[str,
         "packets_sent": sent,
         "packets_lost": sent - placed,
         "loss": (sent - placed) / sent,
+        "tx_cpu_us_per_packet": tx_cpu / sent * 1e6,
+        "rx_cpu_us_per_packet": result["cpu"] / max(placed, 1) * 1e6,
     }
 
 
@@ -159,7 +164,7 @@ def main() -> None:
     rows = []
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'size':>6} {'iperf3 Gbit/s':>13} {'loss':>6} | {'SDR rate':>9} {'ICRC':>5} "
-          f"{'Gbit/s':>7} {'loss':>8} {'ratio':>6}")  # fmt: skip
+          f"{'Gbit/s':>7} {'loss':>8} {'ratio':>6} {'tx us/pkt':>9} {'rx us/pkt':>9}")  # fmt: skip
     for size in (int(s) for s in args.sizes.split(",")):
         ref = max((iperf3(size, args.seconds) for _ in range(args.repeat)), key=_goodput)
         fractions = [float(f) for f in args.fractions.split(",")]
@@ -172,7 +177,8 @@ def main() -> None:
             print(
                 f"{size:>6} {ref['goodput'] / 1e9:>13.2f} {ref['loss']:>6.1%} | {label:>9} "
                 f"{'on' if verify else 'off':>5} {res['goodput'] / 1e9:>7.2f} {res['loss']:>8.2%} "
-                f"{res['ratio']:>6.2f}",
+                f"{res['ratio']:>6.2f} {res['tx_cpu_us_per_packet']:>9.1f} "
+                f"{res['rx_cpu_us_per_packet']:>9.1f}",
                 flush=True,
             )
     report = {

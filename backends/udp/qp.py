@@ -47,9 +47,10 @@ _PSN_MASK = 0xFFFFFF
 _RESV8_ONES = 0xFF000000
 _ZEROS = bytes(4)
 _SEND_BATCH = 256
-_BURST_S = 0.001
-_BURST_PACKETS = 32
-_WAKE_PACKETS = 16
+_BURST_S = 0.002
+_BURST_PACKETS = 128
+_WAKE_PACKETS = 64
+_BATCH_S = 0.001
 
 _COMPLETION_FIELDS = ("channels", "generations", "imms", "byte_lens", "remote_offsets")
 
@@ -93,9 +94,14 @@ class UdpQP(TransportQP):
         self.packet_bits = (wire_length(attr.mtu) + IP_UDP_OVERHEAD) * 8
         burst = max(_BURST_PACKETS * self.packet_bits, (attr.rate_limit or 0) * _BURST_S)
         self.pacer = TokenBucket(attr.rate_limit, burst)
-        # an idle paced sender sleeps until a batch is allowed, not a single packet: the
-        # fixed cost of a progress round is then shared by many packets
-        self._wake_bits = min(burst, _WAKE_PACKETS * self.packet_bits)
+        # a paced sender sends in batches, not packet by packet: it waits until a batch
+        # (up to _WAKE_PACKETS, at most _BATCH_S of the rate) is allowed, so the fixed
+        # cost of a progress round is shared by many packets
+        batch_bits = _WAKE_PACKETS * self.packet_bits
+        if attr.rate_limit is not None:
+            batch_bits = min(batch_bits, max(self.packet_bits, attr.rate_limit * _BATCH_S))
+        self._wake_bits = min(burst, batch_bits)
+        self._min_batch = max(1, int(self._wake_bits // self.packet_bits))
         self.completions: deque[CompletionBatch] = deque()
         self.pending = 0  # packets in ``completions``
         self.control_in: deque[bytes] = deque()
@@ -162,7 +168,8 @@ class UdpQP(TransportQP):
 
     # --- send path --------------------------------------------------------------------------
     def send_budget(self, now: float) -> int:
-        return self.pacer.budget(now, self.packet_bits)
+        budget = self.pacer.budget(now, self.packet_bits)
+        return budget if budget >= self._min_batch else 0
 
     def next_send_time(self, now: float) -> float:
         """When the pacer next allows a batch of packets (``now`` if it already does)."""
