@@ -1,0 +1,310 @@
+"""Discrete-event simulation of the real SDR protocol code over a modelled link (simpy).
+
+Where the analytic model and Monte Carlo sample a formula, this runs the SDK itself: an
+``sdr.Context`` per host on a simulated transport (:mod:`simulator.des_transport`), the
+real :class:`sdr.reliability.ReliableQP` and scheme state machines on top, driven by simpy
+processes on simulated time (:mod:`simulator.des_driver`). The link
+(:mod:`simulator.des_link`) serializes packets at the line rate through a drop-tail switch
+queue, delays them by the propagation time, drops them with any loss model (Bernoulli,
+Gilbert-Elliott bursts, traces; data and control path separately) and can reorder them.
+EC encoding can take simulated time (:mod:`simulator.des_encode`).
+
+A sample is one write: the receiver posts its receive, its CTS reaches the sender, the
+sender writes; the sample's time runs from ``write()`` to the sender's completion (the
+receiver's ACK arrived), the quantity the completion-time model predicts. Samples run one
+after the other on one pair of QPs, each on a quiet link.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import sdr
+from sdr.errors import ConfigError
+from sdr.reliability import ReliabilityConfig, ReliableQP
+from simulator.des_driver import DesHost, DesSim
+from simulator.des_encode import with_encode_time
+from simulator.des_link import PathImpairments
+from simulator.link import DropUnit, Link
+from simulator.loss import Bernoulli, LossModel
+from simulator.schemes import SchemeSpec
+
+__all__ = [
+    "DesOptions",
+    "DesRun",
+    "packet_loss",
+    "qp_attr",
+    "reliability_config",
+    "simulate_writes",
+    "simulate_flows",
+]
+
+
+@dataclass(frozen=True)
+class DesOptions:
+    """What the simulation models beyond i.i.d. data loss (defaults: the model's link).
+
+    Attributes:
+        control_loss: loss model of control messages in both directions (CTS, DIGEST,
+            SACK, ACK, NACK); None: the control path is lossless.
+        reorder: probability a packet (data or control) is held back.
+        reorder_delay_s: hold-back bound in seconds (default: 8 packet times).
+        buffer_bytes: switch queue per direction (default: the link's alpha RTTs).
+        header_bytes: wire bytes added per packet (default 0, as the model counts).
+        encode_s_per_byte: EC encode time per data byte (0: free).
+        copy_payload: place real bytes and check them after each write (slower).
+        nic_queue_packets: packets a NIC accepts ahead of its wire (default: one chunk).
+    """
+
+    control_loss: LossModel | None = None
+    reorder: float = 0.0
+    reorder_delay_s: float | None = None
+    buffer_bytes: float | None = None
+    header_bytes: int = 0
+    encode_s_per_byte: float = 0.0
+    copy_payload: bool = False
+    nic_queue_packets: int | None = None
+
+    def impairments(self, link: Link, loss: LossModel | None) -> PathImpairments:
+        """One direction's impairments with ``loss`` on its data packets."""
+        delay = self.reorder_delay_s
+        if delay is None:
+            delay = 8 * link.serialization_s(link.mtu + self.header_bytes) if self.reorder else 0.0
+        return PathImpairments(loss, self.control_loss, self.reorder, delay)
+
+
+@dataclass
+class DesRun:
+    """Outcome of simulated writes (times in seconds, one entry per write)."""
+
+    times_s: np.ndarray
+    """Sender completion: from ``write()`` to the receiver's ACK at the sender."""
+    receive_times_s: np.ndarray
+    """Receiver completion: from ``write()`` to the verified receive."""
+    fell_back: np.ndarray | None
+    """EC: whether the receiver needed the SR fallback (None for SR schemes)."""
+    retransmissions: np.ndarray
+    failed: int
+    """Writes that failed (e.g. the global timeout); their times are when they failed."""
+    correct: bool | None
+    """With ``copy_payload``: every receive buffer equalled its write; else None."""
+    events: int
+    """simpy events processed."""
+    wall_s: float
+    sim_s: float
+    link: dict[str, Any] = field(default_factory=dict)
+    """Per direction: packets, queue drops, losses, reorderings, peak backlog."""
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.wall_s if self.wall_s > 0 else float("inf")
+
+    @property
+    def wall_per_write_s(self) -> float:
+        return self.wall_s / max(len(self.times_s), 1)
+
+
+def packet_loss(link: Link, drop: float, unit: DropUnit = "chunk") -> Bernoulli:
+    """I.i.d. per-packet losses that lose a chunk with probability ``drop`` per ``unit``.
+
+    The simulation draws losses per packet; a per-chunk rate ``p`` becomes
+    ``1 - (1 - p)^(1/N)`` per packet for N packets per chunk, so chunks are lost i.i.d.
+    with exactly probability ``p`` (the model's assumption).
+    """
+    p_chunk = link.chunk_drop(drop, unit)
+    return Bernoulli(float(-np.expm1(np.log1p(-p_chunk) / link.packets_per_chunk)), "packet")
+
+
+def reliability_config(link: Link, spec: SchemeSpec) -> ReliabilityConfig:
+    """The SDK's reliability config that matches ``spec`` on ``link``.
+
+    RTO = ``rto_rtts`` RTTs (alpha = rto_rtts - 1). ``sr-nack`` uses real NACKs, so its
+    RTO is only the backstop for lost tails and NACKs: ``1 + alpha`` RTTs of the link
+    unless ``spec.rto_rtts`` is given. EC: beta = the link's alpha / 2.
+    """
+    if spec.name == "sr-nack" and spec.rto_rtts is None:
+        rto_rtts = link.default_rto_rtts
+    else:
+        rto_rtts = spec.resolved_rto_rtts(link)
+    return ReliabilityConfig(
+        scheme=spec.name,
+        rtt=link.rtt_s,
+        alpha=rto_rtts - 1.0,
+        beta=link.beta,
+        k=spec.k,
+        m=spec.m,
+        chunk_size=link.chunk_size,
+        link_rate=link.bandwidth_bps,
+    )
+
+
+def qp_attr(link: Link, size_bytes: int, spec: SchemeSpec) -> sdr.QPAttr:
+    """QP attributes for writes of ``size_bytes`` (the MTU and chunk of the link)."""
+    chunks = link.num_chunks(size_bytes)
+    parity = -(-chunks // spec.k) * spec.m * link.chunk_size if spec.is_ec else 0
+    largest = max(size_bytes, parity)
+    return sdr.QPAttr(
+        mtu=link.mtu,
+        chunk_size=link.chunk_size,
+        max_message_size=-(-largest // link.mtu) * link.mtu,
+        max_messages=16,
+    )
+
+
+def _new_sim(link: Link, loss: LossModel | None, seed: int | None, opts: DesOptions) -> DesSim:
+    if isinstance(loss, Bernoulli) and loss.unit == "chunk":
+        loss = packet_loss(link, loss.p, "chunk")
+    return DesSim(
+        link,
+        forward=opts.impairments(link, loss),
+        reverse=opts.impairments(link, None),
+        seed=seed,
+        buffer_bytes=opts.buffer_bytes,
+        header_bytes=opts.header_bytes,
+        copy_payload=opts.copy_payload,
+        nic_queue_packets=opts.nic_queue_packets,
+    )
+
+
+def _pair(
+    sim: DesSim, a: DesHost, b: DesHost, link: Link, size: int, spec: SchemeSpec, opts: DesOptions
+) -> tuple[ReliableQP, ReliableQP]:
+    ra, rb = sim.reliable_pair(a, b, qp_attr(link, size, spec), reliability_config(link, spec))
+    with_encode_time(ra.scheme, a.transport.now, opts.encode_s_per_byte)
+    return ra, rb
+
+
+@dataclass
+class _Flow:
+    """One sender/receiver pair and what its writes measured."""
+
+    a: DesHost
+    b: DesHost
+    ra: ReliableQP
+    rb: ReliableQP
+    src: np.ndarray
+    dst: np.ndarray
+    times: list[float] = field(default_factory=list)
+    receive_times: list[float] = field(default_factory=list)
+    fell_back: list[bool] = field(default_factory=list)
+    retransmissions: list[int] = field(default_factory=list)
+    failed: int = 0
+    correct: bool = True
+
+
+def _writes(
+    sim: DesSim, flow: _Flow, writes: int, rng: np.random.Generator, verify: bool, settle: bool
+) -> Generator[Any, Any, None]:
+    """Scenario process: ``writes`` writes on one flow, one after the other."""
+    env, cts_wait = sim.env, sim.link.one_way_delay_s * 1.01 + 1e-6
+    mr_src, mr_dst = flow.a.ctx.register(flow.src), flow.b.ctx.register(flow.dst)
+    for _ in range(writes):
+        if verify:
+            flow.src[:] = rng.integers(0, 256, flow.src.size, dtype=np.uint8)
+            flow.dst[:] = 0
+        rh = flow.rb.post_recv(mr_dst)
+        flow.b.kick()
+        yield env.timeout(cts_wait)  # the CTS lands first (unless it is lost)
+        start = env.now
+        wh = flow.ra.write(mr_src)
+        sim.watch(wh)
+        sim.watch(rh)
+        flow.a.kick()
+        yield sim.until(lambda wh=wh, rh=rh: wh.finished and rh.finished)
+        flow.times.append(sim.finished_at[id(wh)] - start)
+        flow.receive_times.append(sim.finished_at[id(rh)] - start)
+        flow.fell_back.append(rh.stats.get("fallbacks", 0) > 0)
+        flow.retransmissions.append(wh.stats.get("chunks_retransmitted", 0))
+        flow.failed += int(not (wh.done and rh.done))
+        if verify:
+            flow.correct &= bool(np.array_equal(flow.src, flow.dst))
+        if settle:
+            yield from sim.quiet()
+
+
+def _run(sim: DesSim, flows: list[_Flow], spec: SchemeSpec, wall: float) -> list[DesRun]:
+    stats = {site: vars(d.stats) for site, d in sim.fabric.directions.items()}
+    link = {"a->b": stats["a"], "b->a": stats["b"]}
+    out = []
+    for f in flows:
+        out.append(
+            DesRun(
+                times_s=np.array(f.times),
+                receive_times_s=np.array(f.receive_times),
+                fell_back=np.array(f.fell_back) if spec.is_ec else None,
+                retransmissions=np.array(f.retransmissions),
+                failed=f.failed,
+                correct=f.correct if sim.fabric.copy_payload else None,
+                events=sim.events,
+                wall_s=wall,
+                sim_s=float(sim.env.now),
+                link=link,
+            )
+        )
+    return out
+
+
+def simulate_writes(
+    link: Link,
+    size_bytes: int,
+    spec: SchemeSpec,
+    loss: LossModel | None,
+    *,
+    samples: int = 100,
+    seed: int | None = 0,
+    options: DesOptions | None = None,
+) -> DesRun:
+    """Simulate ``samples`` independent writes of ``size_bytes`` with the real protocol.
+
+    ``loss`` acts on data packets from sender to receiver (a per-chunk Bernoulli is
+    converted with :func:`packet_loss`); ``options`` adds control-path loss, reordering,
+    a smaller switch buffer, headers and encode time.
+    """
+    return simulate_flows(
+        link, size_bytes, spec, loss, flows=1, writes=samples, seed=seed, options=options
+    )[0]
+
+
+def simulate_flows(
+    link: Link,
+    size_bytes: int,
+    spec: SchemeSpec,
+    loss: LossModel | None,
+    *,
+    flows: int = 2,
+    writes: int = 10,
+    seed: int | None = 0,
+    options: DesOptions | None = None,
+    rate_bps: float | None = None,
+) -> list[DesRun]:
+    """Several reliable flows (one sender and one receiver host each) share one link.
+
+    All senders sit at site a and feed the same switch queue; each NIC sends at
+    ``rate_bps`` (default: the link rate, so two or more flows overload the queue, as
+    SDR has no congestion control). Every flow makes ``writes`` writes back to back; the
+    link is not left to drain between them. Returns one :class:`DesRun` per flow.
+    """
+    if flows < 1 or writes < 1:
+        raise ConfigError(f"need flows >= 1 and writes >= 1, got {flows} and {writes}")
+    if size_bytes < 1:
+        raise ConfigError(f"write size must be >= 1 byte, got {size_bytes!r}")
+    opts = options or DesOptions()
+    sim = _new_sim(link, loss, seed, opts)
+    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(3)[2])
+    made = []
+    for _ in range(flows):
+        a, b = sim.host("a", rate_bps), sim.host("b")
+        ra, rb = _pair(sim, a, b, link, size_bytes, spec, opts)
+        src, dst = np.zeros(size_bytes, np.uint8), np.zeros(size_bytes, np.uint8)
+        made.append(_Flow(a, b, ra, rb, src, dst))
+    settle = flows == 1
+    procs = [sim.env.process(_writes(sim, f, writes, rng, opts.copy_payload, settle)) for f in made]
+    started = time.perf_counter()
+    sim.env.run(until=sim.env.all_of(procs))
+    wall = time.perf_counter() - started
+    return _run(sim, made, spec, wall)

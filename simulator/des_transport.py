@@ -1,0 +1,327 @@
+"""The simulated transport: the core's Transport interface on simulated time and links.
+
+:class:`DesTransport` is a backend in all but registration: ``sdr.Context(backend=t)``
+runs the real SDR core (and :class:`sdr.reliability.ReliableQP` on top) over it. Its clock
+is simpy's ``env.now``; posted packets go through the host :class:`Nic` and a
+:class:`LinkDirection`, which tell at once when each packet lands (or that it is lost);
+packets wait in the receiving QP's inbox until the simulated time passes their arrival.
+Placement goes through the core's own :class:`KeyTable` exactly as in a software NIC
+(late, stale and out-of-range packets are discarded and counted). Payload bytes are copied
+at placement when ``copy_payload`` is set (the whole stack, checksums included, then
+runs on real data); otherwise only the bitmaps move, which is enough for timing when the
+buffers hold identical bytes (e.g. zeros).
+
+The owner of the transport (a :class:`simulator.des_driver.DesHost`) is told, through
+``on_wake``, when something it must react to lands: every control message, the packet
+that ends a chunk (or a posted batch, or that was reordered). Packets in between are
+picked up with it, so a receiver sees a chunk's bit when its last packet arrives.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+import simpy
+
+from sdr.config import QPAttr
+from sdr.errors import ConfigError, ProtocolError, TransportError
+from sdr.key_table import KeyTable, Placement
+from sdr.transport import (
+    MAX_CONTROL_SIZE,
+    CompletionBatch,
+    MemoryRegion,
+    Transport,
+    TransportQP,
+    WriteBatch,
+    as_byte_view,
+)
+from simulator.des_link import LinkDirection, Nic, PathImpairments
+from simulator.link import Link
+
+__all__ = ["DesFabric", "DesTransport", "DesQP"]
+
+_EMPTY = CompletionBatch.empty()
+_endpoint_ids = itertools.count(1)
+_region_keys = itertools.count(1)
+
+
+class DesQP(TransportQP):
+    """Transport side of one SDR QP inside the simulation."""
+
+    def __init__(self, transport: DesTransport, attr: QPAttr) -> None:
+        self.transport = transport
+        self.attr = attr
+        self.keys = KeyTable(attr)
+        self.eid = next(_endpoint_ids)
+        self.peer: DesQP | None = None
+        self._data: list[tuple[float, int, tuple[Any, ...]]] = []
+        self._control: list[tuple[float, int, bytes]] = []
+        self._order = itertools.count()
+        self._granted = 1
+        self._wire_mtu = attr.mtu + transport.header_bytes
+        self._counters = {"late": 0, "out_of_range": 0, "stale_generation": 0, "malformed": 0}
+        transport.endpoints[self.eid] = self
+        transport.fabric.endpoints[self.eid] = self
+
+    # --- set-up -------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        return {"fabric": self.transport.fabric.id, "endpoint": self.eid}
+
+    def connect(self, remote: dict[str, Any]) -> None:
+        fabric = self.transport.fabric
+        peer = fabric.endpoints.get(int(remote.get("endpoint", -1)))
+        if peer is None or remote.get("fabric") != fabric.id:
+            raise ConfigError("DES peers must be hosts of the same DesFabric")
+        if peer.transport.site == self.transport.site:
+            raise ConfigError("DES peers must sit at opposite ends of the link (sites a and b)")
+        self.peer = peer
+
+    def bind(
+        self,
+        generation: int,
+        slot: int,
+        region: MemoryRegion,
+        offset: int,
+        length: int,
+        msg_id: int,
+    ) -> None:
+        self.keys.bind(generation, slot, region, offset, length, msg_id)
+
+    def unbind(self, generation: int, slot: int) -> None:
+        self.keys.unbind(generation, slot)
+
+    # --- sending ------------------------------------------------------------------------
+    def send_budget(self, now: float) -> int:
+        self._granted = self.transport.nic.budget(now, self._wire_mtu)
+        return self._granted
+
+    @property
+    def blocked(self) -> bool:
+        """Whether the last budget was used up (the sender may have more to post)."""
+        return self._granted <= 0
+
+    def post_writes(self, batch: WriteBatch) -> None:
+        peer = self.peer
+        if peer is None:
+            raise TransportError("QP is not connected")
+        n = len(batch)
+        if n == 0:
+            return
+        self._granted -= n
+        t = self.transport
+        now = t.now()
+        lengths = batch.lengths
+        sizes = lengths + t.header_bytes
+        arrive = t.direction.carry(t.nic.reserve(now, sizes), sizes)
+        slot_off = batch.remote_offsets % self.attr.max_message_size
+        ends = (slot_off + lengths) % self.attr.chunk_size == 0
+        ends |= lengths < self.attr.mtu
+        ends[-1] = True
+        if t.direction.impairments.reorder > 0:
+            ends[:] = True
+        region, gen = batch.region, batch.generation
+        push, order = heapq.heappush, peer._order
+        wakes = []
+        for when, ch, roff, imm, src, length, wake in zip(
+            arrive.tolist(),
+            batch.channels.tolist(),
+            batch.remote_offsets.tolist(),
+            batch.imms.tolist(),
+            batch.src_offsets.tolist(),
+            lengths.tolist(),
+            ends.tolist(),
+            strict=True,
+        ):
+            if when != when:  # NaN: dropped on the way
+                continue
+            push(peer._data, (when, next(order), (gen, ch, roff, imm, region, src, length)))
+            if wake:
+                wakes.append(when)
+        peer.transport.wake_many(wakes)
+
+    def send_control(self, data: bytes) -> None:
+        if len(data) > MAX_CONTROL_SIZE:
+            raise ProtocolError(f"control message of {len(data)} bytes > {MAX_CONTROL_SIZE}")
+        peer = self.peer
+        if peer is None:
+            raise TransportError("QP is not connected")
+        t = self.transport
+        size = np.array([len(data) + t.header_bytes], dtype=np.float64)
+        when = float(t.direction.carry(t.nic.reserve(t.now(), size), size, control=True)[0])
+        if when == when:
+            heapq.heappush(peer._control, (when, next(peer._order), bytes(data)))
+            peer.transport.wake_many([when])
+
+    # --- receiving ----------------------------------------------------------------------
+    def poll_completions(self, max_packets: int) -> CompletionBatch:
+        now = self.transport.now()
+        heap, rows = self._data, []
+        if not heap or heap[0][0] > now:
+            return _EMPTY
+        resolve, counters, copy = self.keys.resolve, self._counters, self.transport.copy_payload
+        pop = heapq.heappop
+        while heap and heap[0][0] <= now and len(rows) < max_packets:
+            gen, ch, roff, imm, src_region, src, length = pop(heap)[2]
+            where = resolve(gen, roff, length, imm)
+            if not isinstance(where, Placement):
+                counters[where] += 1
+                continue
+            if copy and length:
+                where.region.view[where.offset : where.offset + length] = src_region.view[
+                    src : src + length
+                ]
+            rows.append((ch, gen, imm, length, roff))
+        return CompletionBatch.from_rows(rows)
+
+    def poll_control(self) -> list[bytes]:
+        now = self.transport.now()
+        heap, out = self._control, []
+        while heap and heap[0][0] <= now:
+            out.append(heapq.heappop(heap)[2])
+        return out
+
+    @property
+    def idle(self) -> bool:
+        """Nothing addressed to this QP is on its way or waiting to be polled."""
+        return not self._data and not self._control
+
+    def last_arrival(self) -> float:
+        """When the last packet on its way to this QP lands (-inf when none)."""
+        times = [e[0] for e in self._data] + [e[0] for e in self._control]
+        return max(times, default=float("-inf"))
+
+    def counters(self) -> dict[str, int]:
+        return dict(self._counters)
+
+    def close(self) -> None:
+        self.transport.endpoints.pop(self.eid, None)
+        self.transport.fabric.endpoints.pop(self.eid, None)
+
+
+class DesFabric:
+    """Both ends of one simulated link: the two directions and every QP endpoint.
+
+    Args:
+        env: the simpy environment (its ``now`` is every host's clock).
+        link: bandwidth, RTT, MTU, chunk size; ``buffer_bytes`` defaults to its alpha RTTs.
+        forward, reverse: impairments of the a->b and b->a directions.
+        seed: seeds both directions' loss and reordering draws (independent streams).
+        header_bytes: bytes added to every packet on the wire (0: payload only, as the
+            completion-time model counts).
+        copy_payload: place real bytes (True) or move only bitmaps (False).
+        nic_queue_packets: MTU packets a NIC accepts ahead of its wire (None: one chunk).
+    """
+
+    _ids = itertools.count(1)
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        link: Link,
+        *,
+        forward: PathImpairments | None = None,
+        reverse: PathImpairments | None = None,
+        seed: int | None = 0,
+        buffer_bytes: float | None = None,
+        header_bytes: int = 0,
+        copy_payload: bool = True,
+        nic_queue_packets: int | None = None,
+    ) -> None:
+        if header_bytes < 0:
+            raise ConfigError(f"header_bytes must be >= 0, got {header_bytes!r}")
+        queue = link.packets_per_chunk if nic_queue_packets is None else nic_queue_packets
+        if queue < 1:
+            raise ConfigError(f"nic_queue_packets must be >= 1, got {nic_queue_packets!r}")
+        self.id = next(self._ids)
+        self.env = env
+        self.link = link
+        self.header_bytes = int(header_bytes)
+        self.copy_payload = copy_payload
+        self.nic_queue_packets = int(queue)
+        rng_ab, rng_ba = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+        self.directions = {
+            "a": LinkDirection(
+                link, forward or PathImpairments(), rng_ab, buffer_bytes=buffer_bytes
+            ),
+            "b": LinkDirection(
+                link, reverse or PathImpairments(), rng_ba, buffer_bytes=buffer_bytes
+            ),
+        }
+        self.endpoints: dict[int, DesQP] = {}
+        self.hosts: list[DesTransport] = []
+
+    def host(self, site: str, rate_bps: float | None = None) -> DesTransport:
+        """A new host at ``site`` (``"a"`` or ``"b"``) whose NIC sends at ``rate_bps``.
+
+        The NIC rate defaults to the link rate; a lower one paces the host (several hosts
+        at full rate overload the switch queue: SDR has no congestion control).
+        """
+        if site not in self.directions:
+            raise ConfigError(f"site must be 'a' or 'b', got {site!r}")
+        rate = self.link.bandwidth_bps if rate_bps is None else rate_bps
+        horizon = self.nic_queue_packets * (self.link.mtu + self.header_bytes) * 8.0 / rate
+        transport = DesTransport(self, site, Nic(rate, horizon))
+        self.hosts.append(transport)
+        return transport
+
+    @property
+    def idle(self) -> bool:
+        """No packet is queued or in flight anywhere."""
+        return all(h.idle for h in self.hosts)
+
+    def busy_until(self) -> float:
+        """When the last queued or in-flight packet is through (-inf when idle)."""
+        times = [h.nic.free_at for h in self.hosts]
+        times += [q.last_arrival() for h in self.hosts for q in h.endpoints.values()]
+        return max(times, default=float("-inf"))
+
+
+class DesTransport(Transport):
+    """A host at one end of a :class:`DesFabric` (build it with ``fabric.host(site)``)."""
+
+    name: ClassVar[str] = "des"
+
+    def __init__(self, fabric: DesFabric, site: str, nic: Nic) -> None:
+        self.fabric = fabric
+        self.env = fabric.env
+        self.site = site
+        self.direction = fabric.directions[site]
+        self.nic = nic
+        self.header_bytes = fabric.header_bytes
+        self.copy_payload = fabric.copy_payload
+        self.endpoints: dict[int, DesQP] = {}
+        self.on_wake: Callable[[list[float]], None] = lambda times: None
+        """Set by the host driver: called with arrival times it must wake up for."""
+
+    def now(self) -> float:
+        return float(self.env.now)
+
+    def register(self, buffer: object) -> MemoryRegion:
+        return MemoryRegion(key=next(_region_keys), view=as_byte_view(buffer), owner=buffer)
+
+    def create_qp(self, attr: QPAttr) -> DesQP:
+        return DesQP(self, attr)
+
+    def wake_many(self, times: list[float]) -> None:
+        """Packets for this host land at ``times``: have the host woken then."""
+        if times:
+            self.on_wake(times)
+
+    def blocked_until(self) -> float | None:
+        """When the NIC has drained, if a QP used up its send budget (else None)."""
+        if any(qp.blocked for qp in self.endpoints.values()):
+            return self.nic.free_at
+        return None
+
+    @property
+    def idle(self) -> bool:
+        """No packet for this host is in flight and the NIC has nothing queued."""
+        return self.nic.free_at <= self.now() and all(q.idle for q in self.endpoints.values())
+
+    def close(self) -> None:
+        for qp in list(self.endpoints.values()):
+            qp.close()
