@@ -49,7 +49,8 @@ class SelectiveRepeatSender(SchemeSender):
         self._last_digest = -np.inf
         self._last_probe = -np.inf
         self._last_heard = -np.inf
-        self._heard_since_timeout = True
+        self._last_control = -np.inf  # last message from the receiver
+        self._last_backoff = -np.inf
         self._backoff = 1
 
     @property
@@ -90,8 +91,7 @@ class SelectiveRepeatSender(SchemeSender):
     def on_control(self, now: float, message: ControlMessage) -> None:
         if not self.active:
             return
-        self._last_heard = now
-        self._heard_since_timeout = True
+        self._last_heard = self._last_control = now
         self._backoff = 1
         if isinstance(message, Ack):
             if message.failed:
@@ -141,15 +141,21 @@ class SelectiveRepeatSender(SchemeSender):
         due = self.tracker.due(now)
         if len(due):
             self.count("rto_expired", len(due))
-            if not self._heard_since_timeout:
-                self._backoff = min(self._backoff * 2, _MAX_BACKOFF)
-            self._heard_since_timeout = False
+            self.back_off(now)
             self.retransmit(due)
             self.probe(now)
         elif now >= self._last_heard + self.rto:  # silence: nothing left, nothing heard
             self.probe(now)
             self._last_heard = now
+            self.back_off(now)
+
+    def back_off(self, now: float) -> None:
+        """Double the RTO if the receiver was silent for a whole RTO (at most once per RTO:
+        the many chunk timers of one round are one timeout, not many)."""
+        rto = self.rto
+        if now - self._last_control >= rto and now - self._last_backoff >= rto:
             self._backoff = min(self._backoff * 2, _MAX_BACKOFF)
+            self._last_backoff = now
 
     def probe(self, now: float) -> None:
         """Ask the receiver for its state (and resend the digest it may lack)."""
