@@ -129,8 +129,10 @@ def sim(
         None, "--rto-rtts", help="RTO in RTTs (default: sr-rto 1+alpha = 3, sr-nack 1)."
     ),
     method: MethodName = typer.Option(MethodName.analytic, "--method"),
-    samples: int = typer.Option(10_000, "--samples", help="Monte Carlo samples."),
-    seed: int = typer.Option(0, "--seed", help="Monte Carlo seed."),
+    samples: int | None = typer.Option(
+        None, "--samples", help="Samples (default: 10000 Monte Carlo, 100 simulated writes)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Monte Carlo / simulation seed."),
     burst: float | None = typer.Option(
         None,
         "--burst",
@@ -149,13 +151,20 @@ def sim(
         link = _link(bandwidth, rtt, distance, speed, mtu, chunk, alpha)
         k, m = parse_ec(ec)
         spec = SchemeSpec(scheme.value, rto_rtts=rto_rtts, k=k, m=m)
+        if samples is None:
+            samples = 100 if method == MethodName.des else 10_000
         if burst is not None or trace is not None:
-            if method != MethodName.montecarlo:
-                raise ConfigError("--burst and --trace need --method montecarlo")
+            if method == MethodName.analytic:
+                raise ConfigError("--burst and --trace need --method montecarlo or des")
             model = TraceReplay.from_file(trace) if trace else GilbertElliott.from_rate(drop, burst)
-            est = evaluate_loss_model(
-                link, parse_size(size), model, spec, samples=samples, seed=seed
-            )
+            if method == MethodName.des:
+                from simulator.des_estimate import estimate_des
+
+                est = estimate_des(link, parse_size(size), model, spec, samples=samples, seed=seed)
+            else:
+                est = evaluate_loss_model(
+                    link, parse_size(size), model, spec, samples=samples, seed=seed
+                )
         else:
             est = evaluate(
                 link,

@@ -30,6 +30,7 @@ from sdr.reliability import ReliabilityConfig, ReliableQP
 from simulator.des_driver import DesHost, DesSim
 from simulator.des_encode import with_encode_time
 from simulator.des_link import PathImpairments
+from simulator.des_losslog import LossLog
 from simulator.link import DropUnit, Link
 from simulator.loss import Bernoulli, LossModel
 from simulator.schemes import SchemeSpec
@@ -99,6 +100,8 @@ class DesRun:
     sim_s: float
     link: dict[str, Any] = field(default_factory=dict)
     """Per direction: packets, queue drops, losses, reorderings, peak backlog."""
+    chunk_losses: list[tuple[np.ndarray, np.ndarray | None]] = field(default_factory=list)
+    """Per write: lost transmissions of each data chunk and each parity chunk (EC)."""
 
     @property
     def events_per_s(self) -> float:
@@ -195,6 +198,7 @@ class _Flow:
     retransmissions: list[int] = field(default_factory=list)
     failed: int = 0
     correct: bool = True
+    log: LossLog | None = None
 
 
 def _writes(
@@ -203,6 +207,8 @@ def _writes(
     """Scenario process: ``writes`` writes on one flow, one after the other."""
     env, cts_wait = sim.env, sim.link.one_way_delay_s * 1.01 + 1e-6
     mr_src, mr_dst = flow.a.ctx.register(flow.src), flow.b.ctx.register(flow.dst)
+    lanes = flow.ra.scheme.lanes(flow.src.size)
+    flow.log = LossLog(flow.ra.qp.transport_qp, mr_src, sim.link.chunk_size)  # type: ignore[arg-type]
     for _ in range(writes):
         if verify:
             flow.src[:] = rng.integers(0, 256, flow.src.size, dtype=np.uint8)
@@ -211,6 +217,7 @@ def _writes(
         flow.b.kick()
         yield env.timeout(cts_wait)  # the CTS lands first (unless it is lost)
         start = env.now
+        flow.log.start(lanes[0], lanes[1] if len(lanes) > 1 else 0)
         wh = flow.ra.write(mr_src)
         sim.watch(wh)
         sim.watch(rh)
@@ -221,6 +228,7 @@ def _writes(
         flow.fell_back.append(rh.stats.get("fallbacks", 0) > 0)
         flow.retransmissions.append(wh.stats.get("chunks_retransmitted", 0))
         flow.failed += int(not (wh.done and rh.done))
+        flow.log.finish()
         if verify:
             flow.correct &= bool(np.array_equal(flow.src, flow.dst))
         if settle:
@@ -244,6 +252,7 @@ def _run(sim: DesSim, flows: list[_Flow], spec: SchemeSpec, wall: float) -> list
                 wall_s=wall,
                 sim_s=float(sim.env.now),
                 link=link,
+                chunk_losses=f.log.writes if f.log else [],
             )
         )
     return out

@@ -117,6 +117,8 @@ class DesQP(TransportQP):
         lengths = batch.lengths
         sizes = lengths + t.header_bytes
         arrive = t.direction.carry(t.nic.reserve(now, sizes), sizes)
+        for tap in t.fabric.taps:
+            tap(self, batch, arrive)
         slot_off = batch.remote_offsets % self.attr.max_message_size
         ends = (slot_off + lengths) % self.attr.chunk_size == 0
         ends |= lengths < self.attr.mtu
@@ -253,6 +255,8 @@ class DesFabric:
         }
         self.endpoints: dict[int, DesQP] = {}
         self.hosts: list[DesTransport] = []
+        self.taps: list[Callable[[DesQP, WriteBatch, np.ndarray], None]] = []
+        """Packet capture: called with (sending QP, batch, arrival times, NaN = lost)."""
 
     def host(self, site: str, rate_bps: float | None = None) -> DesTransport:
         """A new host at ``site`` (``"a"`` or ``"b"``) whose NIC sends at ``rate_bps``.

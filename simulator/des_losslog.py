@@ -1,0 +1,83 @@
+"""Which chunk transmissions the simulated link lost, per write (a packet capture tap).
+
+The completion-time model is a function of how many times each chunk was lost
+(``Z_i``). Recording those counts in the simulation lets the model be evaluated on the
+*same* losses the protocol saw, so the protocol's timing can be compared with the model's
+sample by sample (a control variate), not only on averages that need thousands of samples.
+
+A transmission of a chunk is lost when any of its packets is (a queue drop or a loss on
+the wire). Lane 0 is the data (packets from the user's buffer), lane 1 EC parity (packets
+from any other buffer of the same sender).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sdr.transport import MemoryRegion, WriteBatch
+from simulator.des_transport import DesQP
+
+__all__ = ["LossLog"]
+
+
+class _Lane:
+    def __init__(self, length: int, chunk_size: int, mtu: int) -> None:
+        n = -(-length // chunk_size)
+        sizes = np.minimum(chunk_size, length - np.arange(n) * chunk_size)
+        self.packets_per_chunk = -(-sizes // mtu)
+        self.sent = np.zeros(n, dtype=np.int64)
+        self.lost: set[tuple[int, int]] = set()
+
+    def record(self, chunks: np.ndarray, lost: np.ndarray) -> None:
+        firsts, starts, counts = np.unique(chunks, return_index=True, return_counts=True)
+        position = np.arange(len(chunks)) - np.repeat(starts, counts)
+        index = self.sent[chunks] + position
+        tx = index // self.packets_per_chunk[chunks]
+        for c, t in zip(chunks[lost].tolist(), tx[lost].tolist(), strict=True):
+            self.lost.add((c, t))
+        self.sent[firsts] += counts
+
+    def losses(self) -> np.ndarray:
+        z = np.zeros(len(self.sent), dtype=np.int64)
+        for c, _ in self.lost:
+            z[c] += 1
+        return z
+
+
+class LossLog:
+    """Counts lost transmissions per chunk of the current write of one sending QP."""
+
+    def __init__(self, qp: DesQP, data: MemoryRegion, chunk_size: int) -> None:
+        self.qp = qp
+        self.data = data
+        self.chunk_size = chunk_size
+        self.mtu = qp.attr.mtu
+        self.writes: list[tuple[np.ndarray, np.ndarray | None]] = []
+        """Per finished write: lost transmissions per data chunk and per parity chunk."""
+        self._lanes: list[_Lane | None] = [None, None]
+        qp.transport.fabric.taps.append(self._tap)
+
+    def start(self, length: int, parity_length: int) -> None:
+        """A new write of ``length`` data bytes (and ``parity_length`` parity bytes) begins."""
+        cs, mtu = self.chunk_size, self.mtu
+        self._lanes = [
+            _Lane(length, cs, mtu),
+            _Lane(parity_length, cs, mtu) if parity_length else None,
+        ]
+
+    def finish(self) -> None:
+        """The current write is over: keep its counts."""
+        data, parity = self._lanes
+        if data is not None:
+            self.writes.append((data.losses(), parity.losses() if parity else None))
+        self._lanes = [None, None]
+
+    def _tap(self, qp: DesQP, batch: WriteBatch, arrive: np.ndarray) -> None:
+        if qp is not self.qp:
+            return
+        lane = self._lanes[0 if batch.region is self.data else 1]
+        payload = batch.lengths > 0
+        if lane is None or not payload.any():
+            return
+        chunks = batch.src_offsets[payload] // self.chunk_size
+        lane.record(chunks, np.isnan(arrive[payload]))
