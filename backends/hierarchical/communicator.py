@@ -1,0 +1,202 @@
+"""Hierarchical collectives: memory channels inside a datacenter, SDR between datacenters.
+
+Global rank ``g`` lives in datacenter ``d = g // local_size`` with local index
+``l = g % local_size``. Every rank has an intra-datacenter communicator (its datacenter's
+ranks, memory channels: :class:`backends.shm.ShmCommunicator` on CPUs) and an
+inter-datacenter :class:`PortExecutor` over SDR port channels to the ranks with the same
+local index in the other datacenters. As in NCCL's hierarchical algorithms, each local
+rank carries one shard across the WAN, so all local ranks use the long-haul link at once:
+
+- allreduce: reduce-scatter inside the datacenter (shard ``l``), allreduce of shard ``l``
+  across datacenters (ring or mesh port plan, pipelined in slices), allgather inside;
+- allgather: allgather across datacenters (ring), then inside, then reorder to rank order;
+- reduce-scatter: reorder, reduce-scatter inside, then across datacenters (ring).
+
+Results are bitwise identical on every rank (each sum is computed once and copied), which
+data-parallel training relies on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from backends.hierarchical.links import SdrLinks
+from backends.hierarchical.port_executor import PortExecutor
+from sdr.collectives.dtypes import dtype_name
+from sdr.collectives.plan import Plan
+from sdr.collectives.port_plans import build_port_plan
+from sdr.errors import ConfigError
+
+__all__ = ["HierarchicalCommunicator", "Topology"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """``datacenters`` x ``local_size`` ranks; ``rank`` is this process's global rank."""
+
+    datacenters: int
+    local_size: int
+    rank: int
+
+    def __post_init__(self) -> None:
+        if self.datacenters < 1 or self.local_size < 1:
+            raise ConfigError(
+                f"topology {self.datacenters} x {self.local_size}; expected >= 1 each"
+            )
+        if not 0 <= self.rank < self.world_size:
+            raise ConfigError(f"rank {self.rank}; expected 0 <= rank < {self.world_size}")
+
+    @property
+    def world_size(self) -> int:
+        """All ranks of the job."""
+        return self.datacenters * self.local_size
+
+    @property
+    def datacenter(self) -> int:
+        """This rank's datacenter index."""
+        return self.rank // self.local_size
+
+    @property
+    def local_rank(self) -> int:
+        """This rank's index inside its datacenter."""
+        return self.rank % self.local_size
+
+    def wan_peers(self) -> dict[int, int]:
+        """Global rank -> datacenter index of the ranks that share this local index."""
+        return {d * self.local_size + self.local_rank: d for d in range(self.datacenters)}
+
+
+class HierarchicalCommunicator:
+    """Allreduce, allgather and reduce-scatter over datacenters x local ranks.
+
+    ``intra``: the datacenter's communicator (``None`` when ``local_size == 1``), with
+    ``allgather`` and ``reduce_scatter`` on NumPy arrays (ShmCommunicator, or a GPU one
+    with host staging). ``links``: this rank's :class:`SdrLinks`. ``algorithm``: the WAN
+    allreduce, ``"ring"`` or ``"mesh"``. ``slices``: pipeline depth of the WAN plans.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        intra: object | None,
+        links: SdrLinks,
+        *,
+        algorithm: str = "ring",
+        slices: int = 4,
+    ) -> None:
+        if algorithm not in ("ring", "mesh"):
+            raise ConfigError(f"WAN algorithm {algorithm!r}; expected 'ring' or 'mesh'")
+        if topology.local_size > 1 and intra is None:
+            raise ConfigError("local_size > 1 needs an intra-datacenter communicator")
+        self.topology = topology
+        self.rank = topology.rank
+        self.world_size = topology.world_size
+        self.intra = intra
+        self.links = links
+        self.algorithm = algorithm
+        self.slices = slices
+        self.executor = PortExecutor(
+            links.port_rank, topology.datacenters, links.channels, links.ctx
+        )
+        self.timings: defaultdict[str, float] = defaultdict(float)
+        """Seconds spent per phase (``intra``, ``wan``) over all calls."""
+        self._plans: dict[str, Plan] = {}
+
+    def _plan(self, name: str) -> Plan:
+        if name not in self._plans:
+            self._plans[name] = build_port_plan(name, self.topology.datacenters, self.slices)
+        return self._plans[name]
+
+    def _wan(self, name: str, x: np.ndarray, out: np.ndarray, dtype: str) -> np.ndarray:
+        start = time.perf_counter()
+        self.executor.run(self._plan(name), x, out, dtype)
+        self.timings["wan"] += time.perf_counter() - start
+        return out
+
+    def _intra(self, method: str, x: np.ndarray, dtype: str) -> np.ndarray:
+        start = time.perf_counter()
+        result = getattr(self.intra, method)(x, dtype=dtype)
+        self.timings["intra"] += time.perf_counter() - start
+        return result
+
+    # --- collectives ----------------------------------------------------------------------
+    def allreduce(
+        self, x: np.ndarray, out: np.ndarray | None = None, *, dtype: str | None = None
+    ) -> np.ndarray:
+        """Elementwise sum of every rank's ``x``, on every rank (``out`` may be ``x``)."""
+        dt = dtype_name(x.dtype, dtype)
+        out = np.empty_like(x) if out is None else out
+        if out.size != x.size:
+            raise ConfigError(f"allreduce output has {out.size} elements; expected {x.size}")
+        n, local = x.size, self.topology.local_size
+        padded = np.zeros(-(-n // local) * local, x.dtype)
+        padded[:n] = x.reshape(-1)
+        shard = self._intra("reduce_scatter", padded, dt) if local > 1 else padded
+        shard = np.ascontiguousarray(shard)
+        self._wan(f"allreduce_{self.algorithm}", shard, shard, dt)
+        full = self._intra("allgather", shard, dt) if local > 1 else shard
+        out.reshape(-1)[:] = full[:n]
+        return out
+
+    def allgather(
+        self, x: np.ndarray, out: np.ndarray | None = None, *, dtype: str | None = None
+    ) -> np.ndarray:
+        """Every rank's ``x`` concatenated in global rank order, on every rank."""
+        dt = dtype_name(x.dtype, dtype)
+        n, dcs, local = x.size, self.topology.datacenters, self.topology.local_size
+        out = np.empty(n * self.world_size, x.dtype) if out is None else out
+        if out.size != n * self.world_size:
+            raise ConfigError(
+                f"allgather output has {out.size} elements; expected {n * dcs * local}"
+            )
+        # plans cut each rank's block into `slices` equal chunks: pad the block to fit
+        m = -(-n // self.slices) * self.slices
+        mine = np.zeros(m, x.dtype)
+        mine[:n] = x.reshape(-1)
+        across = np.empty(m * dcs, x.dtype)
+        self._wan("allgather_ring", mine, across, dt)
+        both = self._intra("allgather", across, dt) if local > 1 else across
+        blocks = both.reshape(local, dcs, m)[:, :, :n]
+        out.reshape(-1)[:] = blocks.transpose(1, 0, 2).reshape(-1)
+        return out
+
+    def reduce_scatter(
+        self, x: np.ndarray, out: np.ndarray | None = None, *, dtype: str | None = None
+    ) -> np.ndarray:
+        """Chunk ``rank`` (of ``world_size`` equal chunks) of the elementwise sum."""
+        dt = dtype_name(x.dtype, dtype)
+        dcs, local = self.topology.datacenters, self.topology.local_size
+        if x.size % self.world_size:
+            raise ConfigError(f"reduce_scatter of {x.size} elements over {self.world_size} ranks")
+        n = x.size // self.world_size
+        out = np.empty(n, x.dtype) if out is None else out
+        if out.size != n:
+            raise ConfigError(f"reduce_scatter output has {out.size} elements; expected {n}")
+        by_local = np.ascontiguousarray(x.reshape(dcs, local, n).transpose(1, 0, 2).reshape(-1))
+        mine = self._intra("reduce_scatter", by_local, dt) if local > 1 else by_local
+        m = -(-n // self.slices) * self.slices  # equal slices per datacenter block
+        padded = np.zeros((dcs, m), x.dtype)
+        padded[:, :n] = mine.reshape(dcs, n)
+        result = np.empty(m, x.dtype)
+        self._wan("reduce_scatter_ring", padded.reshape(-1), result, dt)
+        out.reshape(-1)[:] = result[:n]
+        return out
+
+    def barrier(self) -> None:
+        """Every rank of the job meets (through the intra communicator and a WAN allreduce)."""
+        self.allreduce(np.zeros(1, np.float32))
+
+    def close(self) -> None:
+        """Drain the SDR links collectively, then release shared memory and sockets."""
+        try:
+            self.links.close()
+        finally:
+            if self.intra is not None:
+                self.intra.close()  # type: ignore[attr-defined]

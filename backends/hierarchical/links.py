@@ -1,0 +1,194 @@
+"""SDR links between datacenters: one UDP context per rank, one reliable QP per peer.
+
+A rank talks to its peers in the other datacenters (the ranks with the same local index)
+through one :class:`sdr.Context` on the UDP backend (software RoCEv2) bound to the
+address of its datacenter, one SDR QP per peer, and one :class:`ReliableQP` per QP with
+the configured reliability scheme. QP information is exchanged out of band through the
+job's bootstrap (``all_gather`` of small objects), as perftest does over TCP.
+
+``scheme = "auto"`` is resolved once, at set-up, through the simulator's selector
+(:func:`simulator.auto.resolve_auto`) for the link described by the options and the
+expected size of one WAN write (``size_hint``); every rank resolves the same inputs, so
+both ends of every link agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import sdr
+from backends.hierarchical.port_channel import SdrPortChannel
+from backends.udp import UdpTransport
+from sdr.errors import ConfigError
+from sdr.collectives.interfaces import Bootstrap
+from sdr.reliability import ReliabilityConfig, ReliableQP
+from sdr.reliability.handles import drive
+from sdr.units import parse_rate, parse_size, parse_time
+
+__all__ = ["SdrLinkOptions", "SdrLinks"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SdrLinkOptions:
+    """How ranks talk across datacenters. Sizes, rates and times accept units.
+
+    scheme: ``sr-rto``, ``sr-nack``, ``ec-mds``, ``ec-xor`` or ``auto``.
+    rate: provisioned rate of the inter-datacenter link (pacing and T_INJ), bits/s.
+    rtt: round-trip time of the link (RTO, FTO).
+    loss: expected packet drop rate (only ``auto`` uses it, to pick the scheme).
+    mtu, chunk_size: SDR packet payload and bitmap chunk (chunk a multiple of the MTU).
+    max_message_size: largest WAN write (one port put); bigger puts raise ConfigError.
+    size_hint: bytes of a typical WAN write, for ``auto``.
+    k, m: erasure-coding data and parity chunks (None: the scheme's default).
+    channels: transport QPs per generation.
+    timeout: seconds any single wait may take before sdr.TimeoutError.
+    """
+
+    scheme: str = "auto"
+    rate: str | float = "1Gbit/s"
+    rtt: str | float = "25ms"
+    loss: float = 1e-3
+    alpha: float = 2.0
+    mtu: str | int = 8192
+    chunk_size: str | int = 8192
+    max_message_size: str | int = "16MiB"
+    size_hint: str | int = "1MiB"
+    k: int | None = None
+    m: int | None = None
+    channels: int = 1
+    timeout: float = 120.0
+
+    def replace(self, **changes: Any) -> SdrLinkOptions:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def attr(self) -> sdr.QPAttr:
+        """The SDR QP attributes of every link."""
+        return sdr.QPAttr(
+            mtu=self.mtu,
+            chunk_size=self.chunk_size,
+            max_message_size=self.max_message_size,
+            max_messages=128,
+            channels=self.channels,
+            rate_limit=self.rate,
+        )
+
+    def reliability(self) -> tuple[ReliabilityConfig, Any]:
+        """The concrete reliability config (``auto`` resolved) and the selection or None."""
+        changes: dict[str, Any] = {
+            "scheme": self.scheme,
+            "rtt": parse_time(self.rtt),
+            "alpha": self.alpha,
+            "link_rate": parse_rate(self.rate),
+            "chunk_size": parse_size(self.chunk_size),
+        }
+        if self.k is not None and self.m is not None:
+            changes.update(k=self.k, m=self.m)
+        config = ReliabilityConfig().replace(**changes)
+        if config.scheme != "auto":
+            return config, None
+        from simulator.auto import resolve_auto  # loads SciPy: only for "auto"
+
+        return resolve_auto(
+            config,
+            size_bytes=parse_size(self.size_hint),
+            drop=self.loss,
+            mtu=parse_size(self.mtu),
+            chunk_sizes=(parse_size(self.chunk_size),),
+        )
+
+
+class SdrLinks:
+    """This rank's SDR connections to ``peers`` (ranks of the bootstrap), set up collectively.
+
+    Every rank of ``bootstrap`` must construct its SdrLinks at the same time (the QP
+    exchange is one ``all_gather``). ``host`` is the local address other datacenters reach
+    this rank at. ``port_ranks`` maps a bootstrap rank to its rank in the port plans
+    (its datacenter index).
+    """
+
+    def __init__(
+        self,
+        bootstrap: Bootstrap,
+        port_ranks: dict[int, int],
+        host: str,
+        options: SdrLinkOptions | None = None,
+    ) -> None:
+        self.options = options or SdrLinkOptions()
+        self.config, self.selection = self.options.reliability()
+        me = bootstrap.rank
+        if me not in port_ranks:
+            raise ConfigError(f"rank {me} is not among the linked ranks {sorted(port_ranks)}")
+        self.port_rank = port_ranks[me]
+        self.bootstrap = bootstrap
+        attr = self.options.attr()
+        self.ctx = sdr.Context(UdpTransport(host=host, port=0))
+        peers = [r for r in port_ranks if r != me]
+        qps = {r: self.ctx.create_qp(attr) for r in peers}
+        infos = bootstrap.all_gather({r: qp.info() for r, qp in qps.items()})
+        for r, qp in qps.items():
+            qp.connect(infos[r][me])
+        self.rqps = {port_ranks[r]: ReliableQP(qp, self.config) for r, qp in qps.items()}
+        self.channels = {
+            p: SdrPortChannel(p, rqp, self.drive, self.options.timeout)
+            for p, rqp in self.rqps.items()
+        }
+        bootstrap.barrier()  # every QP connected before anyone writes
+        log.info(
+            "rank %d: SDR links to %d datacenter peers, scheme %s",
+            me,
+            len(self.rqps),
+            self.config.scheme,
+        )
+
+    @property
+    def scheme(self) -> str:
+        """The concrete reliability scheme in use (``auto`` already resolved)."""
+        return self.config.scheme
+
+    def drive(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        """Progress every reliable QP of this rank until ``condition()`` holds."""
+        if not self.rqps:
+            return
+        drive(list(self.rqps.values()), condition, timeout, what)
+
+    def counters(self) -> dict[str, int]:
+        """Reliability counters summed over peers (retransmissions, NACKs, decodes ...)."""
+        total: dict[str, int] = {}
+        for rqp in self.rqps.values():
+            for key, value in rqp.counters.items():
+                total[key] = total.get(key, 0) + value
+        return total
+
+    def close(self, drain: bool = True) -> None:
+        """Close collectively: wait for this rank's writes to be acknowledged, then meet
+        every rank in a barrier while still answering peers (a lost ACK is re-requested
+        by its sender), so no rank closes while a peer still needs it. ``drain=False``
+        closes at once (after an error)."""
+        try:
+            if drain and self.rqps:
+                for ch in self.channels.values():
+                    ch.flush()
+                done = threading.Event()
+                failed: list[BaseException] = []
+
+                def meet() -> None:
+                    try:
+                        self.bootstrap.barrier()
+                    except BaseException as exc:  # noqa: BLE001 - re-raised below
+                        failed.append(exc)
+                    done.set()
+
+                threading.Thread(target=meet, daemon=True).start()
+                self.drive(done.is_set, self.options.timeout, "closing barrier")
+                if failed:
+                    raise failed[0]
+        finally:
+            self.ctx.close()
