@@ -13,12 +13,15 @@ True
 """
 
 from sdr.codecs.base import Buffer, Codec, TooManyLosses
+from sdr.codecs.gpu import GpuMDSHostCodec, GpuXORHostCodec
 from sdr.codecs.mds import MDSCodec
 from sdr.codecs.registry import available_codecs, get_codec, register_codec
 from sdr.codecs.xor import XORCodec
 
 register_codec("mds", MDSCodec)
 register_codec("xor", XORCodec)
+register_codec("mds-gpu", GpuMDSHostCodec)  # needs CuPy and a GPU when built
+register_codec("xor-gpu", GpuXORHostCodec)
 
 __all__ = [
     "Buffer",
