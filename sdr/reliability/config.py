@@ -214,7 +214,7 @@ def load_config(source: str | Path | Mapping[str, Any]) -> ReliabilityConfig:
                 raise ConfigError(f"cannot read reliability config {str(path)!r}: {exc}") from exc
         try:
             doc = tomllib.loads(str(text))
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:  # nesting too deep
             raise ConfigError(f"reliability config is not valid TOML: {exc}") from exc
     table = doc.get("reliability", doc)
     if not isinstance(table, Mapping):

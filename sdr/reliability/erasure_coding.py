@@ -9,11 +9,14 @@ the user's receive buffer need not be larger than the message. The sender queues
 at once and encodes one submessage per work step, so encoding overlaps sending.
 
 The receiver arms FTO = (M + L*m) * T_INJ + beta * rtt at the first chunk (data or
-parity). Once every submessage is recoverable it decodes the missing data into place,
-checks every chunk's CRC-32 and sends the positive ACK. When FTO expires first it sends an
+parity), and lets it expire only once no chunk arrived for beta * rtt (a sender slower
+than link_rate is still sending, not lost). Once every submessage is recoverable it
+decodes the missing data into place, checks every chunk's CRC-32 and sends the positive
+ACK. When FTO expires first it sends an
 EC_NACK listing, per failed submessage, the missing data chunks; those are repaired with
 Selective Repeat (RTO armed on the retransmissions, SACKs from then on). A PROBE from the
-sender (it finished sending and waited one RTO) counts as FTO expiry.
+sender (it finished sending and waited one RTO) counts as FTO expiry unless chunks are
+still arriving.
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ class ErasureCodingReceiver(SelectiveRepeatReceiver):
         self.recoverable = np.zeros(self.n_subs, dtype=bool)
         self.fallback = False
         self._fto_at: float | None = None
+        self._last_arrival = -np.inf
         self._dirty: set[int] = set(range(self.n_subs))
         self._todo: list[int] | None = None
         self._last_digest_request = -np.inf
@@ -103,8 +107,16 @@ class ErasureCodingReceiver(SelectiveRepeatReceiver):
 
     # --- events -------------------------------------------------------------------------
     def arm_fto(self, now: float) -> None:
+        self._last_arrival = now
         if self._fto_at is None and not self.fallback:
             self._fto_at = now + self.config.fto(self.n_chunks, self.n_subs * self.m)
+
+    def fto_deadline(self) -> float | None:
+        """FTO from the first chunk, but never while chunks still flow: a sender slower
+        than link_rate (CPU, a shared link) must not be NACKed while it is still sending."""
+        if self._fto_at is None:
+            return None
+        return max(self._fto_at, self._last_arrival + self.config.beta_value * self.config.rtt)
 
     def after_data(self, now: float, chunks: np.ndarray) -> None:
         self.arm_fto(now)
@@ -129,24 +141,28 @@ class ErasureCodingReceiver(SelectiveRepeatReceiver):
     def report(self, now: float) -> None:
         if self.fallback:
             self.ec_nack(now)
-        else:
-            self.fto_expired(now)  # the sender finished sending and waited: repair now
+        elif now >= self._last_arrival + self.config.beta_value * self.config.rtt:
+            self.fto_expired(now)  # the sender finished and waited, nothing flows: repair now
         super().report(now)
 
     # --- timers -------------------------------------------------------------------------
     def next_timer(self) -> float | None:
         if not self.active:
             return None
-        return earliest(super().next_timer(), self._fto_at)
+        return earliest(super().next_timer(), self.fto_deadline())
 
     def handle_timer(self, now: float) -> None:
         super().handle_timer(now)
-        if self.active and self._fto_at is not None and now >= self._fto_at:
+        deadline = self.fto_deadline()
+        if self.active and deadline is not None and now >= deadline:
             self.fto_expired(now)
 
     def fto_expired(self, now: float) -> None:
-        """Fall back to SR: NACK the submessages that cannot be decoded."""
+        """Fall back to SR: NACK the submessages that cannot be decoded (if any)."""
         self._fto_at = None
+        self.refresh()
+        if self.recoverable.all():
+            return  # decoding (or the checksums) is all that is missing
         if not self.fallback:
             self.fallback = True
             self.count("fallbacks")

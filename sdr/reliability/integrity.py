@@ -48,6 +48,11 @@ class DigestBuilder:
     def done(self) -> bool:
         return len(self._ready) == self.pieces
 
+    @property
+    def computed(self) -> int:
+        """Chunks checksummed so far (in order)."""
+        return self._next
+
     def step(self, max_chunks: int) -> list[Digest]:
         """Checksum up to ``max_chunks`` more chunks; returns the DIGESTs that became ready."""
         n = self.geometry.n_chunks

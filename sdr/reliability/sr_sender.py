@@ -73,7 +73,10 @@ class SelectiveRepeatSender(SchemeSender):
         return self.active and self.started and not self.digest.done
 
     def do_work(self, now: float) -> None:
-        for piece in self.digest.step(CRC_STEP_CHUNKS):
+        # keep the checksums up with the data that already left (an unpaced sender may
+        # put a whole message on the wire in one round)
+        behind = int((self.tracker.sends > 0).sum()) - self.digest.computed
+        for piece in self.digest.step(max(CRC_STEP_CHUNKS, behind)):
             self.send(piece)
             self._last_digest = now
 
