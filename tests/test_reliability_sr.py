@@ -17,7 +17,7 @@ from test_reliability_support import (
 )
 
 import sdr
-from backends.inproc import InprocNetwork, ManualClock
+from backends.inproc import InprocNetwork, InprocTransport, ManualClock
 from sdr.reliability import wait_all
 
 SCHEMES = ["sr-rto", "sr-nack"]
@@ -192,3 +192,12 @@ def test_wait_timeout_does_not_fail_the_message():
     with pytest.raises(sdr.TimeoutError, match="receive seq 0"):
         rh.wait(timeout=0.05)
     assert not rh.finished
+
+
+def test_unconnected_qp_is_a_config_error():
+    ctx = sdr.Context(InprocTransport(InprocNetwork(clock=ManualClock())))
+    from sdr.reliability import ReliableQP
+
+    rqp = ReliableQP(ctx.create_qp(ATTR), "sr-rto")
+    with pytest.raises(sdr.ConfigError, match="connect the QP"):
+        rqp.write(ctx.register(np.zeros(10, dtype=np.uint8)))

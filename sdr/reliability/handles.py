@@ -104,7 +104,8 @@ def drive(
     """Progress ``rqps`` until ``condition()`` is true (sdr.TimeoutError after ``timeout`` s).
 
     When nothing is left to do it waits on the first QP's transport until the earliest
-    timer (a ManualClock jumps there), never longer than one packet time at the rate limit.
+    timer (a ManualClock jumps there), never longer than a chunk time while a paced sender
+    has data queued, nor than half an RTT when the QPs live on several transports.
     """
     group = list(dict.fromkeys(rqps))
     ctx = group[0].ctx
@@ -119,6 +120,9 @@ def drive(
         step = max(min(timers) - now, _MIN_STEP_S) if timers else _IDLE_S
         for r in group:
             step = min(step, r.idle_step())
+        if len({id(r.ctx.transport) for r in group}) > 1:
+            # we can only block on one transport: wake up in time for the others' packets
+            step = min(step, *(r.config.rtt / 2 for r in group))
         if deadline is not None:
             step = min(step, max(deadline - now, _MIN_STEP_S))
         ctx.transport.wait(step)

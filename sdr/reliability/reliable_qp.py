@@ -113,6 +113,7 @@ class ReliableQP:
         The receive must be exactly ``length`` bytes. Keep the bytes unchanged until the
         handle completes (retransmissions read them again).
         """
+        self._check_connected()
         length = mr.check_range(offset, length)
         if length > self.qp.attr.max_message_size:
             raise ConfigError(
@@ -128,6 +129,7 @@ class ReliableQP:
         self, mr: MemoryRegion, offset: int = 0, length: int | None = None
     ) -> ReceiveHandle:
         """Post a reliable receive into mr[offset:offset+length]; the n-th gets the n-th write."""
+        self._check_connected()
         length = mr.check_range(offset, length)
         handle = ReceiveHandle(self, self._recv_seq, length)
         self._recv_seq += 1
@@ -136,6 +138,10 @@ class ReliableQP:
         self._receiving[handle.seq] = inc
         self._post(self.ctx.now())
         return handle
+
+    def _check_connected(self) -> None:
+        if not self.qp.connected:
+            raise ConfigError("connect the QP (qp.connect(peer_info)) before reliable I/O")
 
     def progress(self) -> int:
         """One round: SDR progress, control in, events to machines, actions out."""
