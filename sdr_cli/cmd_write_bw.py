@@ -25,16 +25,16 @@ from backends.udp.write_bw import (
 from sdr.errors import SDRError
 from sdr.units import parse_rate, parse_size, parse_time
 
-console = Console()
+console = Console(width=max(Console().width, 110))
 
 
 def _table(rows: list[WriteBwResult], gbits: bool) -> Table:
     unit = "Gb/sec" if gbits else "MB/sec"
     table = Table(box=None, header_style="bold")
     for name in ("#bytes", "#iterations", f"BW peak[{unit}]", f"BW average[{unit}]"):
-        table.add_column(name, justify="right")
-    table.add_column("MsgRate[Mpps]", justify="right")
-    table.add_column("side", justify="left")
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("MsgRate[Mpps]", justify="right", no_wrap=True)
+    table.add_column("side", justify="left", no_wrap=True)
     for r in rows:
 
         def bw(bits: float) -> str:

@@ -46,7 +46,9 @@ __all__ = [
     "RocePacket",
     "IcrcPrefix",
     "crc32",
+    "encode_header",
     "encode_packet",
+    "icrc_of",
     "decode_packet",
     "wire_length",
 ]
