@@ -36,7 +36,8 @@ MAX_CONTROL_SIZE = 4096
 
 
 def as_byte_view(buffer: object) -> memoryview:
-    """A writable, flat byte view of any buffer-protocol object (NumPy first).
+    """A writable, flat byte view of any buffer-protocol object (NumPy first), or of a
+    tensor through DLPack (see :mod:`sdr.dlpack`: GPU arrays are staged in pinned memory).
 
     Raises ConfigError for read-only or non-contiguous buffers, which cannot be
     registered as RDMA memory either.
@@ -44,10 +45,15 @@ def as_byte_view(buffer: object) -> memoryview:
     try:
         view = memoryview(buffer)  # type: ignore[arg-type]
     except TypeError as exc:
-        raise ConfigError(
-            f"cannot register {type(buffer).__name__}: not a buffer-protocol object "
-            "(use a NumPy array, bytearray, mmap or memoryview)"
-        ) from exc
+        from sdr.dlpack import dlpack_byte_view  # tensors: DLPack (CPU), pinned staging (GPU)
+
+        tensor_view = dlpack_byte_view(buffer)
+        if tensor_view is None:
+            raise ConfigError(
+                f"cannot register {type(buffer).__name__}: not a buffer-protocol object "
+                "(use a NumPy array, bytearray, mmap, memoryview or a DLPack tensor)"
+            ) from exc
+        view = tensor_view
     if view.readonly:
         raise ConfigError(f"cannot register a read-only {type(buffer).__name__} buffer")
     if not view.c_contiguous:

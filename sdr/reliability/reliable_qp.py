@@ -21,12 +21,13 @@ from __future__ import annotations
 import logging
 from collections import Counter, OrderedDict, deque
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sdr.api import QP
 from sdr.control import CTS
+from sdr.dlpack import to_device, to_host
 from sdr.errors import (
     ConfigError,
     MessageFailed,
@@ -56,6 +57,9 @@ from sdr.reliability.transfers import Incoming, Outgoing, OutLane, open_outgoing
 from sdr.send_table import SendState
 from sdr.transport import MemoryRegion
 
+if TYPE_CHECKING:
+    from sdr.adaptive.policy import AdaptivePolicy
+
 __all__ = ["ReliableQP"]
 
 log = logging.getLogger(__name__)
@@ -72,12 +76,18 @@ class ReliableQP:
     ``config``: a :class:`ReliabilityConfig`, a scheme name, or a mapping (a parsed
     ``[reliability]`` table); keyword arguments override its fields. Both ends must use the
     same scheme, k, m and chunk size.
+
+    ``adaptive``: an :class:`sdr.adaptive.AdaptivePolicy` picks the scheme per message
+    (both ends need one, same candidates; docs/adaptive.md). Staged GPU regions
+    (:mod:`sdr.dlpack`) are copied to the host on ``write``, back on receive completion.
     """
 
     def __init__(
         self,
         qp: QP,
         config: ReliabilityConfig | str | Mapping[str, Any] | None = None,
+        *,
+        adaptive: AdaptivePolicy | None = None,
         **overrides: Any,
     ) -> None:
         self.qp = qp
@@ -86,7 +96,13 @@ class ReliableQP:
         self.config = ReliabilityConfig.coerce(config, **overrides).resolved(
             attr.chunk_size, attr.rate_limit
         )  # type: ignore[arg-type]
-        self.scheme = create_scheme(self.config)
+        self.adaptive = adaptive
+        if adaptive is None:
+            self.scheme = create_scheme(self.config)
+        else:
+            from sdr.adaptive.scheme import AdaptiveScheme  # noqa: PLC0415 - import cycle
+
+            self.scheme = AdaptiveScheme(self.config, adaptive)
         self.n_lanes = len(self.scheme.lanes(0))
         self.max_in_flight = min(self.config.max_in_flight, attr.max_messages // self.n_lanes)
         if self.max_in_flight < 1:
@@ -119,6 +135,7 @@ class ReliableQP:
             raise ConfigError(
                 f"write of {length} bytes exceeds max_message_size {self.qp.attr.max_message_size}"
             )
+        to_host(mr, offset, length)  # a staged GPU region: refresh its host copy
         handle = WriteHandle(self, self._send_seq, length)
         self._send_seq += 1
         self._waiting.append((handle, mr, offset))
@@ -195,6 +212,8 @@ class ReliableQP:
             if send_table.in_flight + self.n_lanes > attr.max_messages:
                 break
             handle, mr, offset = self._waiting.popleft()
+            if self.adaptive is not None:
+                self.adaptive.before_write(now, handle.length)
             self._sending[handle.seq] = open_outgoing(handle, mr, offset, self.scheme, self.qp, now)
             started += 1
         return started
@@ -319,6 +338,8 @@ class ReliableQP:
             h.complete()  # unbind: late packets are discarded from now on
         self._receiving.pop(inc.handle.seq, None)
         self._finished[inc.handle.seq] = error is None
+        if error is None:
+            to_device(inc.region, inc.offset, inc.handle.length)  # a staged GPU region
         while len(self._finished) > _FINISHED_MEMORY:
             self._finished.popitem(last=False)
         assert inc.machine is not None
@@ -326,6 +347,8 @@ class ReliableQP:
 
     # --- control path -------------------------------------------------------------------
     def _route(self, now: float, data: bytes) -> None:
+        if self.adaptive is not None and self.adaptive.on_control(now, data):
+            return
         if not is_reliability_message(data):
             self.unhandled_control.append(data)
             return
