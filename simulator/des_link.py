@@ -9,17 +9,19 @@ to ``reorder_delay_s`` (reordering).
 
 The queue is computed, not stepped: a FIFO single server finishes packet ``i`` at
 ``max(arrival_i, finish_{i-1}) + size_i / rate``, so a batch of packets is carried with a
-few NumPy operations (a per-packet loop only when the queue overflows) and the caller
-learns every packet's arrival time at once. Batches are carried in the order the NICs
-post them; each NIC accepts at most ``horizon`` seconds of packets ahead of its wire
-(see :class:`Nic`), which bounds how far two senders' packets can be out of time order.
+few NumPy operations (a per-packet loop only when the queue overflows) and every packet's
+arrival time is known at once; the receiving host is woken for the arrivals it needs.
+Several senders' packets are merged in time order before they enter the queue (see
+:class:`LinkDirection`), so a shared link is exact, not an approximation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import simpy
 
 from sdr.errors import ConfigError
 from simulator.link import Link
@@ -100,17 +102,39 @@ class DirectionStats:
     counts: dict[str, int] = field(default_factory=dict)
 
 
+Deliver = Callable[[int, int, np.ndarray], None]
+"""Called with (first, stop, arrival times) for packets [first, stop) of a submission."""
+
+
+class _Submission:
+    __slots__ = ("starts", "sizes", "control", "deliver", "done")
+
+    def __init__(self, starts: np.ndarray, sizes: np.ndarray, control: bool, deliver: Deliver):
+        self.starts, self.sizes, self.control, self.deliver = starts, sizes, control, deliver
+        self.done = 0
+
+
 class LinkDirection:
-    """One direction of the long-haul link: switch queue, serialization, delay, loss."""
+    """One direction of the long-haul link: switch queue, serialization, delay, loss.
+
+    Packets are *submitted* when a NIC posts them, with the time each reaches the switch,
+    and *carried* later, all NICs' packets merged in time order: at ``s + one_way_delay``
+    for the earliest pending start ``s`` every packet that starts by then is known (a NIC
+    cannot post into the past), and none of them can land before that moment. So the
+    FIFO is exact for any number of senders, and one pass carries a whole propagation
+    delay's worth of packets.
+    """
 
     def __init__(
         self,
+        env: simpy.Environment,
         link: Link,
         impairments: PathImpairments,
         rng: np.random.Generator,
         *,
         buffer_bytes: float | None = None,
     ) -> None:
+        self.env = env
         self.link = link
         self.impairments = impairments
         self.rng = rng
@@ -121,17 +145,76 @@ class LinkDirection:
             raise ConfigError(f"switch buffer must be > 0 bytes, got {buffer_bytes!r}")
         self.last_finish = 0.0
         self.stats = DirectionStats()
+        self._pending: list[_Submission] = []
+        self._tick: float | None = None
 
-    def carry(self, starts: np.ndarray, sizes: np.ndarray, control: bool = False) -> np.ndarray:
-        """Carry packets that reach the switch at ``starts`` (seconds, in order).
+    # --- submission and merged processing ------------------------------------------------
+    def submit(
+        self, starts: np.ndarray, sizes: np.ndarray, control: bool, deliver: Deliver
+    ) -> None:
+        """Packets reach the switch at ``starts`` (ascending); ``deliver`` learns their fate."""
+        if len(starts):
+            self._pending.append(
+                _Submission(starts, np.asarray(sizes, np.float64), control, deliver)
+            )
+            self._schedule()
 
-        Returns each packet's arrival time at the far end, NaN where it was dropped (queue
-        overflow or loss).
+    @property
+    def pending(self) -> bool:
+        """Whether submitted packets wait to be carried."""
+        return bool(self._pending)
+
+    def pending_until(self) -> float:
+        """Latest switch arrival among packets not yet carried (-inf when none)."""
+        return max((float(p.starts[-1]) for p in self._pending), default=float("-inf"))
+
+    def _schedule(self) -> None:
+        first = min(float(p.starts[p.done]) for p in self._pending)
+        when = max(first + self.delay_s, self.env.now)
+        if self._tick is None or when < self._tick:
+            self._tick = when
+            self.env.timeout(when - self.env.now).callbacks.append(lambda _e: self._fire(when))
+
+    def _fire(self, when: float) -> None:
+        if self._tick != when:
+            return  # superseded by an earlier tick
+        self._tick = None
+        self.flush(self.env.now)
+        if self._pending:
+            self._schedule()
+
+    def flush(self, until: float) -> None:
+        """Carry every pending packet that reaches the switch by ``until``, in time order."""
+        parts = []
+        for sub in self._pending:
+            stop = sub.done + int(np.searchsorted(sub.starts[sub.done :], until, side="right"))
+            if stop > sub.done:
+                parts.append((sub, sub.done, stop))
+        if not parts:
+            return
+        starts = np.concatenate([sub.starts[a:b] for sub, a, b in parts])
+        sizes = np.concatenate([sub.sizes[a:b] for sub, a, b in parts])
+        control = np.concatenate([np.full(b - a, sub.control) for sub, a, b in parts])
+        order = np.argsort(starts, kind="stable")
+        arrive = np.empty(len(starts))
+        arrive[order] = self.carry(starts[order], sizes[order], control[order])
+        at = 0
+        for sub, a, b in parts:
+            sub.done = b
+            sub.deliver(a, b, arrive[at : at + b - a])
+            at += b - a
+        self._pending = [p for p in self._pending if p.done < len(p.starts)]
+
+    # --- the queue and the wire ---------------------------------------------------------
+    def carry(self, starts: np.ndarray, sizes: np.ndarray, control: np.ndarray) -> np.ndarray:
+        """Carry packets that reach the switch at ``starts`` (seconds, ascending).
+
+        ``control`` flags control messages (their own loss model). Returns each packet's
+        arrival time at the far end, NaN where it was dropped (queue overflow or loss).
         """
         n = len(starts)
         if n == 0:
             return np.empty(0)
-        sizes = np.asarray(sizes, dtype=np.float64)
         ser = sizes * (8.0 / self.rate_bps)
         cum = np.cumsum(ser)
         # FIFO: finish_i = max(last, max_j<=i (start_j - cum_{j-1})) + cum_i
@@ -147,14 +230,16 @@ class LinkDirection:
         st = self.stats
         st.max_backlog_bytes = max(st.max_backlog_bytes, float(backlog.max()))
         st.queue_drops += int(n - queued.sum())
-        lost = self._losses(sizes, control) & queued
-        if control:
-            st.control_packets += n
-            st.control_lost += int(lost.sum())
-        else:
-            st.packets += n
-            st.bytes += int(sizes.sum())
-            st.lost += int(lost.sum())
+        lost = np.zeros(n, dtype=bool)
+        data = ~control
+        lost[data] = self._losses(sizes[data], self.impairments.loss)
+        lost[control] = self._losses(sizes[control], self.impairments.control_loss)
+        lost &= queued
+        st.control_packets += int(control.sum())
+        st.control_lost += int((lost & control).sum())
+        st.packets += int(data.sum())
+        st.bytes += int(sizes[data].sum())
+        st.lost += int((lost & data).sum())
         arrive = finish + self.delay_s
         imp = self.impairments
         if imp.reorder > 0:
@@ -184,10 +269,9 @@ class LinkDirection:
         self.last_finish = last
         return finish, backlog
 
-    def _losses(self, sizes: np.ndarray, control: bool) -> np.ndarray:
-        model = self.impairments.control_loss if control else self.impairments.loss
+    def _losses(self, sizes: np.ndarray, model: LossModel | None) -> np.ndarray:
         n = len(sizes)
-        if model is None:
+        if model is None or n == 0:
             return np.zeros(n, dtype=bool)
         if isinstance(model, Bernoulli):
             return self.rng.random(n) < model.p

@@ -72,12 +72,12 @@ class LossLog:
             self.writes.append((data.losses(), parity.losses() if parity else None))
         self._lanes = [None, None]
 
-    def _tap(self, qp: DesQP, batch: WriteBatch, arrive: np.ndarray) -> None:
+    def _tap(self, qp: DesQP, batch: WriteBatch, first: int, stop: int, arrive: np.ndarray) -> None:
         if qp is not self.qp:
             return
         lane = self._lanes[0 if batch.region is self.data else 1]
-        payload = batch.lengths > 0
+        payload = batch.lengths[first:stop] > 0
         if lane is None or not payload.any():
             return
-        chunks = batch.src_offsets[payload] // self.chunk_size
+        chunks = batch.src_offsets[first:stop][payload] // self.chunk_size
         lane.record(chunks, np.isnan(arrive[payload]))

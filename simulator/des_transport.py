@@ -113,34 +113,42 @@ class DesQP(TransportQP):
             return
         self._granted -= n
         t = self.transport
-        now = t.now()
-        lengths = batch.lengths
-        sizes = lengths + t.header_bytes
-        arrive = t.direction.carry(t.nic.reserve(now, sizes), sizes)
+        sizes = batch.lengths + t.header_bytes
+        starts = t.nic.reserve(t.now(), sizes)
+        t.direction.submit(
+            starts, sizes, False, lambda a, b, arrive: self._land(batch, a, b, arrive)
+        )
+
+    def _land(self, batch: WriteBatch, first: int, stop: int, arrive: np.ndarray) -> None:
+        """Packets [first, stop) of ``batch`` were carried: queue them at the peer."""
+        t, peer, attr = self.transport, self.peer, self.attr
+        assert peer is not None
         for tap in t.fabric.taps:
-            tap(self, batch, arrive)
-        slot_off = batch.remote_offsets % self.attr.max_message_size
-        ends = (slot_off + lengths) % self.attr.chunk_size == 0
-        ends |= lengths < self.attr.mtu
+            tap(self, batch, first, stop, arrive)
+        lengths = batch.lengths[first:stop]
+        roffs = batch.remote_offsets[first:stop]
+        # wake the receiver when a chunk (or a short packet, or this part) is complete
+        ends = ((roffs % attr.max_message_size) + lengths) % attr.chunk_size == 0
+        ends |= lengths < attr.mtu
         ends[-1] = True
         if t.direction.impairments.reorder > 0:
             ends[:] = True
         region, gen = batch.region, batch.generation
-        push, order = heapq.heappush, peer._order
+        push, order, heap = heapq.heappush, peer._order, peer._data
         wakes = []
         for when, ch, roff, imm, src, length, wake in zip(
             arrive.tolist(),
-            batch.channels.tolist(),
-            batch.remote_offsets.tolist(),
-            batch.imms.tolist(),
-            batch.src_offsets.tolist(),
+            batch.channels[first:stop].tolist(),
+            roffs.tolist(),
+            batch.imms[first:stop].tolist(),
+            batch.src_offsets[first:stop].tolist(),
             lengths.tolist(),
             ends.tolist(),
             strict=True,
         ):
             if when != when:  # NaN: dropped on the way
                 continue
-            push(peer._data, (when, next(order), (gen, ch, roff, imm, region, src, length)))
+            push(heap, (when, next(order), (gen, ch, roff, imm, region, src, length)))
             if wake:
                 wakes.append(when)
         peer.transport.wake_many(wakes)
@@ -153,10 +161,15 @@ class DesQP(TransportQP):
             raise TransportError("QP is not connected")
         t = self.transport
         size = np.array([len(data) + t.header_bytes], dtype=np.float64)
-        when = float(t.direction.carry(t.nic.reserve(t.now(), size), size, control=True)[0])
-        if when == when:
-            heapq.heappush(peer._control, (when, next(peer._order), bytes(data)))
-            peer.transport.wake_many([when])
+        message = bytes(data)
+
+        def land(_first: int, _stop: int, arrive: np.ndarray) -> None:
+            when = float(arrive[0])
+            if when == when:
+                heapq.heappush(peer._control, (when, next(peer._order), message))
+                peer.transport.wake_many([when])
+
+        t.direction.submit(t.nic.reserve(t.now(), size), size, True, land)
 
     # --- receiving ----------------------------------------------------------------------
     def poll_completions(self, max_packets: int) -> CompletionBatch:
@@ -245,18 +258,16 @@ class DesFabric:
         self.copy_payload = copy_payload
         self.nic_queue_packets = int(queue)
         rng_ab, rng_ba = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+        fwd, rev = forward or PathImpairments(), reverse or PathImpairments()
         self.directions = {
-            "a": LinkDirection(
-                link, forward or PathImpairments(), rng_ab, buffer_bytes=buffer_bytes
-            ),
-            "b": LinkDirection(
-                link, reverse or PathImpairments(), rng_ba, buffer_bytes=buffer_bytes
-            ),
+            "a": LinkDirection(env, link, fwd, rng_ab, buffer_bytes=buffer_bytes),
+            "b": LinkDirection(env, link, rev, rng_ba, buffer_bytes=buffer_bytes),
         }
         self.endpoints: dict[int, DesQP] = {}
         self.hosts: list[DesTransport] = []
-        self.taps: list[Callable[[DesQP, WriteBatch, np.ndarray], None]] = []
-        """Packet capture: called with (sending QP, batch, arrival times, NaN = lost)."""
+        self.taps: list[Callable[[DesQP, WriteBatch, int, int, np.ndarray], None]] = []
+        """Packet capture: called with (sending QP, batch, first, stop, arrival times of
+        packets [first, stop) of the batch, NaN = lost) when the link carried them."""
 
     def host(self, site: str, rate_bps: float | None = None) -> DesTransport:
         """A new host at ``site`` (``"a"`` or ``"b"``) whose NIC sends at ``rate_bps``.
@@ -275,11 +286,13 @@ class DesFabric:
     @property
     def idle(self) -> bool:
         """No packet is queued or in flight anywhere."""
-        return all(h.idle for h in self.hosts)
+        pending = any(d.pending for d in self.directions.values())
+        return not pending and all(h.idle for h in self.hosts)
 
     def busy_until(self) -> float:
         """When the last queued or in-flight packet is through (-inf when idle)."""
         times = [h.nic.free_at for h in self.hosts]
+        times += [d.pending_until() + d.delay_s for d in self.directions.values()]
         times += [q.last_arrival() for h in self.hosts for q in h.endpoints.values()]
         return max(times, default=float("-inf"))
 
