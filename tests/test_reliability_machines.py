@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sdr
 from sdr.reliability import (
@@ -217,3 +219,47 @@ def test_receiver_global_timeout_is_armed_by_the_first_sign_of_the_message():
     assert isinstance(done[0].error, sdr.TimeoutError)
     assert "1 of 2 chunks missing, 1 landed but unverified" in str(done[0].error)
     assert control == [Ack(0, failed=True)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_ec_property_repairs_exactly_what_cannot_be_decoded(data):
+    name = data.draw(st.sampled_from(["ec-mds", "ec-xor"]))
+    k = data.draw(st.integers(1, 6))
+    m = data.draw(st.integers(1, 3))
+    n_chunks = data.draw(st.integers(1, 20))
+    sch = scheme(name, k=k, m=m)
+    size = n_chunks * CS - data.draw(st.integers(0, CS - 1))
+    payload_bytes = payload(size, seed=n_chunks)
+    s, r = sch.sender(0, payload_bytes), sch.receiver(0, memoryview(bytearray(size)))
+    subs = -(-n_chunks // k)
+    lost_data = data.draw(st.sets(st.integers(0, n_chunks - 1)))
+    lost_parity = data.draw(st.sets(st.integers(0, subs * m - 1)))
+    wire = Wire(s, r, lose={(0, c) for c in lost_data} | {(1, p) for p in lost_parity})
+    s.start(0.0)
+    run_work(s, 0.0)
+    wire.deliver(0.005, s.actions())
+    # which submessages can the code rebuild from what arrived?
+    undecodable = set()
+    for sub in range(subs):
+        data_ok = [c not in lost_data for c in range(sub * k, min(sub * k + k, n_chunks))]
+        parity_ok = [p not in lost_parity for p in range(sub * m, sub * m + m)]
+        if not sch.codec.can_recover(data_ok + parity_ok):
+            undecodable.add(sub)
+    expected = sorted(c for c in lost_data if c // k in undecodable)
+    now = 0.005
+    for _ in range(20):  # both machines' timers, control both ways, chunks land at once
+        run_work(r, now)
+        for msg in split(r.actions())[1]:
+            s.on_control(now, msg)
+        wire.deliver(now, s.actions())
+        if not r.active:
+            break
+        now = min(t for t in (s.next_timer(), r.next_timer()) if t is not None)
+        for machine in (s, r):
+            if machine.next_timer() is not None and machine.next_timer() <= now:
+                machine.handle_timer(now)
+    assert not r.active and r.error is None
+    assert bytes(r.data) == bytes(payload_bytes)
+    assert sorted(np.flatnonzero(s.tracker.sends > 1).tolist()) == expected
+    assert r.stats.get("fallbacks", 0) == (1 if undecodable else 0)
