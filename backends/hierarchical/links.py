@@ -24,8 +24,8 @@ from typing import Any
 import sdr
 from backends.hierarchical.port_channel import SdrPortChannel
 from backends.udp import UdpTransport
-from sdr.errors import ConfigError
 from sdr.collectives.interfaces import Bootstrap
+from sdr.errors import ConfigError
 from sdr.reliability import ReliabilityConfig, ReliableQP
 from sdr.reliability.handles import drive
 from sdr.units import parse_rate, parse_size, parse_time

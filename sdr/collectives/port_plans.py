@@ -92,6 +92,11 @@ def allreduce_ring(n: int, slices: int = 1) -> Plan:
     return as_port_plan(prog.compile())
 
 
+def _mesh_slot(sender: int, receiver: int, slices: int, s: int) -> int:
+    """Scratch chunk of ``receiver`` that ``sender``'s slice ``s`` lands in."""
+    return (sender if sender < receiver else sender - 1) * slices + s
+
+
 def allreduce_mesh(n: int, slices: int = 1) -> Plan:
     """One-shot allreduce over ``n`` datacenters: all-to-all writes, sum in rank order."""
     _check(n, slices)
@@ -107,18 +112,16 @@ def allreduce_mesh(n: int, slices: int = 1) -> Plan:
         r = rp.rank
         peers = prog.peers(r)
 
-        def slot(sender: int, s: int) -> int:
-            return ((sender if sender < r else sender - 1) if n > 1 else 0) * slices + s
-
         for s in range(slices):
             for p in peers:
-                mine = r if r < p else r - 1  # my slot at p
-                rp.put(rp.input(s), p, rp.scratch(mine * slices + s))
+                rp.put(rp.input(s), p, rp.scratch(_mesh_slot(r, p, slices, s)))
                 rp.signal(p)
         for s in range(slices):
             for p in peers:
                 rp.wait(p)
-            srcs = [rp.input(s) if q == r else rp.scratch(slot(q, s)) for q in range(n)]
+            srcs = [
+                rp.input(s) if q == r else rp.scratch(_mesh_slot(q, r, slices, s)) for q in range(n)
+            ]
             if n == 1:
                 rp.copy(rp.input(s), rp.output(s))
             else:
