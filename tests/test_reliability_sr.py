@@ -156,9 +156,10 @@ def test_zero_length_message():
     assert all(h.done for h in handles)
 
 
-def test_dead_data_path_fails_both_ends_with_a_timeout():
+@pytest.mark.parametrize("scheme", ["sr-rto", "sr-nack", "ec-mds", "ec-xor"])
+def test_dead_data_path_fails_both_ends_with_a_timeout(scheme):
     net = InprocNetwork(seed=1, clock=ManualClock(), delay=RTT / 2, drop=1.0)
-    pair = make_rpair("sr-rto", net=net, global_timeout=0.5)
+    pair = make_rpair(scheme, net=net, global_timeout=0.5)
     dst = np.zeros(20_000, dtype=np.uint8)
     rh = pair.r.post_recv(pair.r.ctx.register(dst))
     wh = pair.s.write(pair.s.ctx.register(random_bytes(20_000)))
