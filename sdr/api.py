@@ -124,7 +124,7 @@ class QP:
             attr, transport = remote["attr"], remote["transport"]
         except ProtocolError:
             raise
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise ProtocolError(f"peer info is not valid SDR QP info: {exc}") from exc
         if version != _INFO_VERSION:
             raise ProtocolError(f"peer info version {version}, expected {_INFO_VERSION}")

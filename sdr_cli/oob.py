@@ -42,7 +42,7 @@ def recv_obj(sock: socket.socket) -> Any:
         raise ProtocolError(f"out-of-band message of {size} bytes exceeds {_MAX}")
     try:
         return json.loads(_read_exact(sock, size))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ProtocolError(f"out-of-band message is not JSON: {exc}") from exc
 
 

@@ -28,4 +28,17 @@ def test_fuzz_target_survives_random_bytes(name):
 
 
 def test_targets_cover_the_parsers():
-    assert {"cts", "qp_info", "qp_attr", "completions", "key_table"} <= set(TARGETS)
+    assert {
+        "cts",
+        "qp_info",
+        "qp_attr",
+        "completions",
+        "key_table",
+        "roce_decode",
+        "udp_receive",
+        "reliability_message",
+        "reliability_config",
+        "plan",
+        "units",
+        "oob_frame",
+    } <= set(TARGETS)

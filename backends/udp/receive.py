@@ -4,7 +4,9 @@
 checks run vectorized over the batch (length, opcode, QPN lookup, length consistency,
 rkey); then, per surviving packet, the ICRC (one CRC call over header and payload,
 continuing from a cached IP/UDP prefix state), the KeyTable placement and one copy into
-the registered region. Anything that fails is counted and never written.
+the registered region. Anything that fails is counted and never written. A packet must
+also come from the address its QP is connected to (``bad_source`` otherwise): with the
+ICRC computed for the forger's own address, a right QPN and rkey would not be enough.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class Receiver:
         self._chans = np.zeros(0, dtype=np.uint16)
         self._owner = np.zeros(0, dtype=np.int64)
         self._qps: list[UdpQP] = []
+        self._peers: list[tuple[str, int] | None] = []
+        self._peer_sources = np.zeros(0, dtype=np.int64)
 
     def set_endpoints(self, endpoints: dict[int, tuple[UdpQP, int, int]]) -> None:
         """Rebuild the sorted QPN table (after a QP is created or closed)."""
@@ -73,6 +77,25 @@ class Receiver:
         self._qps = list(dict.fromkeys(qp for qp, _, _ in self._endpoints))
         index = {id(qp): i for i, qp in enumerate(self._qps)}
         self._owner = np.asarray([index[id(qp)] for qp, _, _ in self._endpoints], np.int64)
+        for qp in self._qps:
+            qp.discards.setdefault("bad_source", 0)
+        self._peers = []
+
+    def _sources_of_peers(self) -> np.ndarray:
+        """Each QP's peer address as (IPv4 << 16 | port), -1 before it is connected."""
+        peers = [qp.peer for qp in self._qps]
+        if peers != self._peers:
+            self._peers = peers
+            self._peer_sources = np.asarray(
+                [
+                    -1
+                    if p is None
+                    else int.from_bytes(socket.inet_aton(p[0]), "big") << 16 | int(p[1])
+                    for p in peers
+                ],
+                dtype=np.int64,
+            )
+        return self._peer_sources
 
     def _prefix(self, source: int) -> IcrcPrefix:
         prefix = self._prefixes.get(source)
@@ -123,8 +146,10 @@ class Receiver:
         icrc = carried.copy().view("<u4")[:, 0]
         ring.slots[rows, 4] = 0xFF  # the ICRC sees F|B|resv6 as all ones
         sources = ring.sources(n)[rows]
+        source_ok = sources == self._sources_of_peers()[self._owner[ep]]
         placed = np.asarray(
-            self._place(rows, ep, dlen, end, consistent, rkey_ok, icrc, sources, hdr), dtype=bool
+            self._place(rows, ep, dlen, end, consistent, rkey_ok, icrc, sources, hdr, source_ok),
+            dtype=bool,
         )
         if not placed.any():
             return
@@ -156,13 +181,14 @@ class Receiver:
         icrc: np.ndarray,
         sources: np.ndarray,
         hdr: np.ndarray,
+        source_ok: np.ndarray,
     ) -> list[bool]:
         """Check ICRC, rkey and placement per packet, copy the good ones; True = placed."""
         view, slot, endpoints = self.ring.view, self.ring.slot_size, self._endpoints
         prefixes, prefix_of, verify = self._prefixes, self._prefix, self.verify_icrc
         va, imm = hdr["va"][rows].tolist(), hdr["imm"][rows].tolist()
         placed = [False] * len(va)
-        for i, row, e, n, stop, ok_len, ok_key, want, src, addr, im in zip(
+        for i, row, e, n, stop, ok_len, ok_key, want, src, addr, im, ok_src in zip(
             range(len(va)),
             rows.tolist(),
             ep.tolist(),
@@ -174,10 +200,14 @@ class Receiver:
             sources.tolist(),
             va,
             imm,
+            source_ok.tolist(),
             strict=True,
         ):
             qp, gen, _ = endpoints[e]
             qstats = qp.discards
+            if not ok_src:
+                qstats["bad_source"] += 1
+                continue
             if not ok_len:
                 qstats["bad_length"] += 1
                 continue

@@ -187,8 +187,14 @@ class Plan:
 
     @staticmethod
     def loads(text: str) -> Plan:
-        """Parse a plan from a JSON string."""
-        return Plan.from_json(json.loads(text))
+        """Parse a plan from a JSON string; ConfigError when it is not valid JSON."""
+        try:
+            obj = json.loads(text)
+        except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+            raise ConfigError(f"plan is not valid JSON: {exc}") from exc
+        if not isinstance(obj, dict):
+            raise ConfigError(f"plan must be a JSON object, got {type(obj).__name__}")
+        return Plan.from_json(obj)
 
 
 def validate_plan(plan: Plan) -> None:

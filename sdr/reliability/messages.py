@@ -176,6 +176,14 @@ class Sack(ControlMessage):
         bits = np.unpackbits(raw, count=nbits, bitorder="little").astype(bool)
         return cls(seq, cum, bits, bool(flags & 1))
 
+    def clipped(self, n_chunks: int) -> Sack:
+        """This SACK limited to a message of ``n_chunks`` chunks (a forged or damaged SACK
+        may claim up to 2^32 chunks; expanding that would take gigabytes)."""
+        if self.cum + 1 + len(self.bits) <= n_chunks:
+            return self
+        cum = min(self.cum, n_chunks)
+        return Sack(self.seq, cum, self.bits[: max(0, n_chunks - cum - 1)], self.digest_ok)
+
     def acked(self) -> np.ndarray:
         """Indices of the chunks this SACK reports as arrived."""
         head = np.arange(self.cum, dtype=np.int64)
@@ -214,6 +222,15 @@ class Nack(ControlMessage):
             _RANGE.unpack_from(body, _COUNT.size + i * _RANGE.size) for i in range(count)
         )
         return cls(seq, ranges)
+
+    def clipped(self, n_chunks: int) -> Nack:
+        """This NACK limited to chunks below ``n_chunks`` (see :meth:`Sack.clipped`)."""
+        if all(first + n <= n_chunks for first, n in self.ranges):
+            return self
+        ranges = tuple(
+            (first, min(n, n_chunks - first)) for first, n in self.ranges if first < n_chunks
+        )
+        return Nack(self.seq, ranges)
 
     def chunks(self) -> np.ndarray:
         """The chunk indices the ranges cover."""

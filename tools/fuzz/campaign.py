@@ -1,0 +1,155 @@
+"""Run every fuzz target under atheris for N inputs each and write a JSON summary.
+
+    python tools/fuzz/campaign.py --runs 10000000 --jobs 1 --out fuzz-campaign.json
+    python tools/fuzz/campaign.py --runs 20000 --targets cts plan     # a quick check
+
+Each target runs in its own process (``tools/fuzz/run.py``) with a corpus directory
+seeded from ``seeds.py``; crashes are saved as ``crash-*`` files under the work
+directory. The summary (inputs executed, crashes, seconds, exit status per target) is
+rewritten after every target, so a campaign stopped early still records what finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+PRIORITY = {
+    name: i
+    for i, name in enumerate(
+        ("udp_receive", "roce_decode", "reliability_message", "reliability_config", "plan")
+    )
+}
+"""Targets fuzzed first (the network-facing decoders), the rest follow by name."""
+_RUNS = re.compile(r"stat::number_of_executed_units:\s*(\d+)")
+_DONE = re.compile(r"Done (\d+) runs in (\d+) second")
+_PULSE = re.compile(r"#(\d+)\s+(?:pulse|NEW|REDUCE|INITED)")
+
+
+def _executed(log: str) -> int:
+    """Inputs executed, from libFuzzer's final stats (or its last progress line)."""
+    for pattern in (_RUNS, _DONE):
+        found = pattern.findall(log)
+        if found:
+            return int(found[-1][0] if isinstance(found[-1], tuple) else found[-1])
+    pulses = _PULSE.findall(log)
+    return int(pulses[-1]) if pulses else 0
+
+
+def run_target(name: str, runs: int, workdir: pathlib.Path, max_len: int, timeout: float) -> dict:
+    """Fuzz one target; returns its summary row."""
+    from seeds import write_seeds
+
+    corpus = workdir / "corpus" / name
+    seeded = write_seeds(name, corpus)
+    artifacts = workdir / "crashes" / name
+    artifacts.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / f"{name}.log"
+    cmd = [
+        sys.executable,
+        str(HERE / "run.py"),
+        name,
+        f"-runs={runs}",
+        f"-max_len={max_len}",
+        "-print_final_stats=1",
+        f"-artifact_prefix={artifacts}/",
+        "-rss_limit_mb=4096",
+        str(corpus),
+    ]
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    start = time.monotonic()
+    with open(log_path, "w") as log:
+        try:
+            proc = subprocess.run(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, timeout=timeout
+            )
+            status: int | str = proc.returncode
+        except subprocess.TimeoutExpired:
+            status = "timeout"
+    seconds = time.monotonic() - start
+    text = log_path.read_text(errors="replace")
+    crashes = sorted(p.name for p in artifacts.iterdir() if p.name.startswith(("crash", "oom")))
+    executed = _executed(text)
+    return {
+        "target": name,
+        "inputs": executed,
+        "requested": runs,
+        "complete": status == 0 and executed >= runs,
+        "crashes": len(crashes),
+        "crash_files": crashes,
+        "exit_status": status,
+        "seconds": round(seconds, 1),
+        "inputs_per_s": round(executed / seconds, 1) if seconds else 0.0,
+        "seed_inputs": seeded,
+        "corpus_files": sum(1 for _ in corpus.iterdir()),
+        "log": str(log_path.relative_to(workdir)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the campaign; exit status 1 when any target crashed."""
+    import targets  # noqa: F401  (registers every target)
+    from registry import TARGETS
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10_000_000, help="inputs per target")
+    parser.add_argument("--jobs", type=int, default=1, help="targets fuzzed at once")
+    parser.add_argument("--targets", nargs="*", default=None, help="default: all")
+    parser.add_argument("--workdir", type=pathlib.Path, default=ROOT / "out" / "fuzz")
+    parser.add_argument("--out", type=pathlib.Path, default=None, help="summary JSON")
+    parser.add_argument("--max-len", type=int, default=4096)
+    parser.add_argument("--timeout", type=float, default=24 * 3600.0, help="s per target")
+    args = parser.parse_args(argv)
+    names = args.targets or sorted(
+        TARGETS, key=lambda n: (n not in PRIORITY, PRIORITY.get(n, 0), n)
+    )
+    unknown = sorted(set(names) - set(TARGETS))
+    if unknown:
+        parser.error(f"unknown targets {unknown}; known: {sorted(TARGETS)}")
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    out = args.out or args.workdir / "campaign.json"
+    summary: dict[str, Any] = {
+        "command": " ".join([pathlib.Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "python": platform.python_version(),
+        "runs_per_target": args.runs,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "targets": {},
+    }
+
+    def record(row: dict) -> None:
+        summary["targets"][row["target"]] = row
+        summary["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        out.write_text(json.dumps(summary, indent=2) + "\n")
+        print(
+            f"{row['target']:<22} {row['inputs']:>11,} inputs  {row['crashes']} crashes  "
+            f"{row['seconds']:>8.0f} s  status {row['exit_status']}",
+            flush=True,
+        )
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [
+            pool.submit(run_target, n, args.runs, args.workdir, args.max_len, args.timeout)
+            for n in names
+        ]
+        for future in as_completed(futures):
+            record(future.result())
+    return 1 if any(r["crashes"] for r in summary["targets"].values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
