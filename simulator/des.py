@@ -97,6 +97,8 @@ class DesRun:
     events: int
     """simpy events processed."""
     wall_s: float
+    cpu_s: float
+    """Process CPU time of the run (less sensitive than wall time to a busy machine)."""
     sim_s: float
     link: dict[str, Any] = field(default_factory=dict)
     """Per direction: packets, queue drops, losses, reorderings, peak backlog."""
@@ -235,7 +237,9 @@ def _writes(
             yield from sim.quiet()
 
 
-def _run(sim: DesSim, flows: list[_Flow], spec: SchemeSpec, wall: float) -> list[DesRun]:
+def _run(
+    sim: DesSim, flows: list[_Flow], spec: SchemeSpec, wall: float, cpu: float
+) -> list[DesRun]:
     stats = {site: vars(d.stats) for site, d in sim.fabric.directions.items()}
     link = {"a->b": stats["a"], "b->a": stats["b"]}
     out = []
@@ -250,6 +254,7 @@ def _run(sim: DesSim, flows: list[_Flow], spec: SchemeSpec, wall: float) -> list
                 correct=f.correct if sim.fabric.copy_payload else None,
                 events=sim.events,
                 wall_s=wall,
+                cpu_s=cpu,
                 sim_s=float(sim.env.now),
                 link=link,
                 chunk_losses=f.log.writes if f.log else [],
@@ -313,7 +318,7 @@ def simulate_flows(
         made.append(_Flow(a, b, ra, rb, src, dst))
     settle = flows == 1
     procs = [sim.env.process(_writes(sim, f, writes, rng, opts.copy_payload, settle)) for f in made]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     sim.env.run(until=sim.env.all_of(procs))
-    wall = time.perf_counter() - started
-    return _run(sim, made, spec, wall)
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return _run(sim, made, spec, wall, cpu)

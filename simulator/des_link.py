@@ -157,7 +157,7 @@ class LinkDirection:
             self._pending.append(
                 _Submission(starts, np.asarray(sizes, np.float64), control, deliver)
             )
-            self._schedule()
+            self._schedule(float(starts[0]))
 
     @property
     def pending(self) -> bool:
@@ -168,8 +168,8 @@ class LinkDirection:
         """Latest switch arrival among packets not yet carried (-inf when none)."""
         return max((float(p.starts[-1]) for p in self._pending), default=float("-inf"))
 
-    def _schedule(self) -> None:
-        first = min(float(p.starts[p.done]) for p in self._pending)
+    def _schedule(self, first: float) -> None:
+        """Carry at ``first + delay`` (unless an earlier carry is already due)."""
         when = max(first + self.delay_s, self.env.now)
         if self._tick is None or when < self._tick:
             self._tick = when
@@ -181,7 +181,7 @@ class LinkDirection:
         self._tick = None
         self.flush(self.env.now)
         if self._pending:
-            self._schedule()
+            self._schedule(min(float(p.starts[p.done]) for p in self._pending))
 
     def flush(self, until: float) -> None:
         """Carry every pending packet that reaches the switch by ``until``, in time order."""
