@@ -16,8 +16,9 @@ from test_reliability_support import (
     transfer,
 )
 
+import sdr
 from backends.inproc import InprocNetwork, ManualClock
-from sdr.reliability import wait_all
+from sdr.reliability import ReliableQP, wait_all
 
 CS = 4096  # chunk size of ATTR
 K, M = 8, 2
@@ -185,3 +186,14 @@ def test_scheme_mismatch_is_a_protocol_error():
         wait_all([wh, rh], timeout=10)
     assert "reliability scheme differs" in str(rh.error)
     assert wh.error is not None
+
+
+def test_peers_with_different_parity_counts_fail_with_a_protocol_error():
+    pair = make_rpair("ec-mds", k=K, m=M)
+    receiver = ReliableQP(pair.r.qp, "ec-mds", rtt=RTT, k=K, m=M + 2)
+    rh = receiver.post_recv(receiver.ctx.register(np.zeros(20 * CS, dtype=np.uint8)))
+    wh = pair.s.write(pair.s.ctx.register(random_bytes(20 * CS)))
+    with pytest.raises(sdr.ProtocolError):
+        wait_all([wh, rh], timeout=10)
+    assert "scheme, k, m or chunk size differ" in str(wh.error)
+    assert isinstance(rh.error, sdr.ProtocolError)

@@ -232,9 +232,13 @@ class ReliableQP:
                     self._end_outgoing(
                         out,
                         ProtocolError(
-                            f"write seq {out.handle.seq}: the matching receive has "
-                            f"{rec.remote.length} bytes for a {lane.geometry.length}-byte lane; "
-                            "post a receive of exactly the written length"
+                            f"write seq {out.handle.seq}: lane {lane.index}'s matching receive "
+                            f"has {rec.remote.length} bytes, expected {lane.geometry.length}; "
+                            + (
+                                "post a receive of exactly the written length"
+                                if lane.index == 0
+                                else "the peer's scheme, k, m or chunk size differ from ours"
+                            )
                         ),
                     )
                     return 1
