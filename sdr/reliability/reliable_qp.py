@@ -53,7 +53,7 @@ from sdr.reliability.messages import (
     is_reliability_message,
 )
 from sdr.reliability.registry import create_scheme
-from sdr.reliability.transfers import Incoming, Outgoing, OutLane, open_outgoing
+from sdr.reliability.transfers import Incoming, Outgoing, open_outgoing
 from sdr.send_table import SendState
 from sdr.transport import MemoryRegion
 
@@ -67,7 +67,6 @@ log = logging.getLogger(__name__)
 _TO_SENDER = (Ack, Sack, Nack, EcNack)
 _TO_RECEIVER = (Digest, Probe, Abort)
 _FINISHED_MEMORY = 4096
-_MAX_CTS_BACKOFF = 16
 
 
 class ReliableQP:
@@ -187,7 +186,8 @@ class ReliableQP:
         """The earliest deadline of any machine or CTS re-request."""
         times = [m.machine.next_timer() for m in self._sending.values()]
         times += [i.machine.next_timer() for i in self._receiving.values() if i.machine]
-        times += [self._cts_deadline(lane) for o in self._sending.values() for lane in o.lanes]
+        rto = self.config.rto
+        times += [lane.cts_deadline(rto) for o in self._sending.values() for lane in o.lanes]
         times += [self._start_deadline(o) for o in self._sending.values() if not o.started]
         return earliest(*times)
 
@@ -225,23 +225,11 @@ class ReliableQP:
             if rec.state is SendState.FAILED and out.machine.active:
                 self._end_outgoing(out, rec.error or ProtocolError("SDR stream failed"))
                 return 1
-            if not lane.cts_checked and rec.remote is not None:
-                lane.cts_checked = True
-                if rec.remote.length != lane.geometry.length:
-                    self._send_control(Abort(out.handle.seq, mismatch=True))
-                    self._end_outgoing(
-                        out,
-                        ProtocolError(
-                            f"write seq {out.handle.seq}: lane {lane.index}'s matching receive "
-                            f"has {rec.remote.length} bytes, expected {lane.geometry.length}; "
-                            + (
-                                "post a receive of exactly the written length"
-                                if lane.index == 0
-                                else "the peer's scheme, k, m or chunk size differ from ours"
-                            )
-                        ),
-                    )
-                    return 1
+            mismatch = lane.check_cts(out.handle.seq)
+            if mismatch is not None:
+                self._send_control(Abort(out.handle.seq, mismatch=True))
+                self._end_outgoing(out, mismatch)
+                return 1
         if not out.started and out.lanes[0].has_cts:
             out.started = True
             out.machine.start(now)
@@ -261,7 +249,7 @@ class ReliableQP:
             if len(left):
                 out.machine.on_sent(now, index, left)
                 work += 1
-            deadline = self._cts_deadline(lane)
+            deadline = lane.cts_deadline(self.config.rto)
             if deadline is not None and now >= deadline:
                 self._send_control(CtsRequest(out.handle.seq, lane.stream.record.seq))
                 lane.last_cts_request = now
@@ -271,12 +259,6 @@ class ReliableQP:
 
     def _start_deadline(self, out: Outgoing) -> float:
         return out.lanes[0].created + self.config.timeout_for(out.handle.length)
-
-    def _cts_deadline(self, lane: OutLane) -> float | None:
-        if lane.has_cts or (lane.index > 0 and lane.queued_packets == 0):
-            return None  # lane 0 always needs its CTS (it starts the message)
-        backoff = min(2**lane.cts_requests, _MAX_CTS_BACKOFF)
-        return lane.last_cts_request + self.config.rto * backoff
 
     def _carry_out_sender(self, now: float, out: Outgoing) -> int:
         actions = out.machine.actions()

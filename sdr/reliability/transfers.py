@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sdr.api import QP, Context, RecvHandle, SendStream
-from sdr.errors import ConfigError
+from sdr.errors import ConfigError, ProtocolError
 from sdr.reliability.base import Machine, Scheme, SchemeReceiver, SchemeSender
 from sdr.reliability.geometry import MessageGeometry, chunk_runs
 from sdr.reliability.handles import HandleState, ReceiveHandle, WriteHandle
@@ -23,6 +23,8 @@ from sdr.send_table import SendState
 from sdr.transport import MemoryRegion
 
 __all__ = ["OutLane", "Outgoing", "Incoming", "open_outgoing"]
+
+_MAX_CTS_BACKOFF = 16
 
 
 @dataclass
@@ -64,6 +66,31 @@ class OutLane:
         while self.pending and self.pending[0][0] <= sent:
             out.append(self.pending.popleft()[1])
         return np.array(out, dtype=np.int64)
+
+    def check_cts(self, seq: int) -> ProtocolError | None:
+        """Once the CTS is there: the error if the matching receive has the wrong length."""
+        remote = self.stream.record.remote
+        if self.cts_checked or remote is None:
+            return None
+        self.cts_checked = True
+        if remote.length == self.geometry.length:
+            return None
+        hint = (
+            "post a receive of exactly the written length"
+            if self.index == 0
+            else "the peer's scheme, k, m or chunk size differ from ours"
+        )
+        return ProtocolError(
+            f"write seq {seq}: lane {self.index}'s matching receive has {remote.length} bytes, "
+            f"expected {self.geometry.length}; {hint}"
+        )
+
+    def cts_deadline(self, rto: float) -> float | None:
+        """When to ask for a CTS again (lane 0 always needs one: it starts the message;
+        other lanes only once they have data queued). One RTO, doubling, up to 16."""
+        if self.has_cts or (self.index > 0 and self.queued_packets == 0):
+            return None
+        return self.last_cts_request + rto * min(2**self.cts_requests, _MAX_CTS_BACKOFF)
 
     @property
     def backlogged(self) -> bool:
