@@ -31,6 +31,7 @@ __all__ = [
     "GilbertElliott",
     "SizeDependent",
     "TraceReplay",
+    "Schedule",
 ]
 
 
@@ -274,3 +275,57 @@ class TraceReplay:
 
     def chunk_drop_probability(self, packets_per_chunk: int, size_bytes: int = 4096) -> None:
         return None
+
+
+@dataclass
+class Schedule:
+    """A loss model that changes along the packet stream: ``phases`` of (packets, model).
+
+    Phase ``i`` covers the next ``packets_i`` packets, then the next phase starts; the last
+    phase lasts forever (its count is ignored). Driven by packet count, not a clock, so a
+    run is reproducible: e.g. ``Schedule([(20_000, Bernoulli(1e-6)), (20_000,
+    Bernoulli(1e-2)), (0, Bernoulli(1e-4))])`` is a link whose loss changes during a run.
+    ``sample`` starts every stream at the first phase.
+    """
+
+    phases: Sequence[tuple[int, LossModel]]
+    position: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.phases:
+            raise ConfigError("a loss schedule needs at least one (packets, model) phase")
+        for count, model in self.phases:
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ConfigError(f"phase length must be a packet count >= 0, got {count!r}")
+            if not isinstance(model, LossModel):
+                raise ConfigError(f"phase model must be a loss model, got {model!r}")
+        self.phases = list(self.phases)
+        self._ends = np.cumsum([count for count, _ in self.phases[:-1]])
+
+    def phase_at(self, packet: int) -> int:
+        """Index of the phase that packet number ``packet`` (0-based) falls in."""
+        return int(np.searchsorted(self._ends, packet, side="right"))
+
+    def drop(self, rng: np.random.Generator, size_bytes: int = 4096) -> bool:
+        model = self.phases[self.phase_at(self.position)][1]
+        self.position += 1
+        return model.drop(rng, size_bytes)
+
+    def sample(
+        self, rng: np.random.Generator, streams: int, length: int, size_bytes: int = 4096
+    ) -> np.ndarray:
+        out = np.zeros((streams, length), dtype=bool)
+        start = 0
+        for i, (count, model) in enumerate(self.phases):
+            stop = length if i == len(self.phases) - 1 else min(length, start + count)
+            if stop > start:
+                out[:, start:stop] = model.sample(rng, streams, stop - start, size_bytes)
+            start = stop
+        return out
+
+    def mean_rate(self, size_bytes: int = 4096) -> float:
+        """The last phase's rate (the one that lasts)."""
+        return self.phases[-1][1].mean_rate(size_bytes)
+
+    def chunk_drop_probability(self, packets_per_chunk: int, size_bytes: int = 4096) -> None:
+        return None  # not stationary

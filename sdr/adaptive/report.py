@@ -12,8 +12,9 @@ LOSS_REPORT (type 24, receiver -> sender), same framing as sdr.reliability.messa
     type u8 | version u8 | flags u16 | seq u64 | trials u32 | losses u32 | runs u32 |
     bytes u64 | span_ns u64 | crc32 u32
 
-``bytes``/``span_ns``: bytes that landed and the time from the first to the last landing
-(the delivery rate). Sent once, when the receiver's machine finishes, before its ACK.
+``bytes``/``span_ns``: bytes of first-transmission chunks that landed and the time from
+the first to the last of them (the delivery rate; retransmissions would stretch it).
+Sent once, when the receiver's machine finishes, before its ACK.
 """
 
 from __future__ import annotations

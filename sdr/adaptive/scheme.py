@@ -184,12 +184,13 @@ class AdaptiveReceiver:
     def on_chunks(self, now: float, lane: int, chunks: np.ndarray) -> None:
         if not self.active:
             return
-        if lane < len(self.gaps):
+        if lane < len(self.gaps):  # delivery rate over first-pass arrivals only
+            fresh = int((chunks > self.gaps[lane].hi).sum())
             self.gaps[lane].add(chunks)
-        if self._first is None:
-            self._first = now
-        self._last = now
-        self._landed += len(chunks) * self.scheme.chunk_size
+            if fresh:
+                self._first = now if self._first is None else self._first
+                self._last = now
+                self._landed += fresh * self.scheme.chunk_size
         if self.inner is not None:
             self.inner.on_chunks(now, lane, chunks)
             return
