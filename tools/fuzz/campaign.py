@@ -50,8 +50,10 @@ def _executed(log: str) -> int:
     return int(pulses[-1]) if pulses else 0
 
 
-def run_target(name: str, runs: int, workdir: pathlib.Path, max_len: int, timeout: float) -> dict:
-    """Fuzz one target; returns its summary row."""
+def run_target(
+    name: str, runs: int, workdir: pathlib.Path, max_len: int, timeout: float, seconds: int
+) -> dict:
+    """Fuzz one target for ``runs`` inputs or ``seconds`` (0: no limit); its summary row."""
     from seeds import write_seeds
 
     corpus = workdir / "corpus" / name
@@ -68,6 +70,7 @@ def run_target(name: str, runs: int, workdir: pathlib.Path, max_len: int, timeou
         "-print_final_stats=1",
         f"-artifact_prefix={artifacts}/",
         "-rss_limit_mb=4096",
+        *([f"-max_total_time={seconds}"] if seconds else []),
         str(corpus),
     ]
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
@@ -113,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=pathlib.Path, default=None, help="summary JSON")
     parser.add_argument("--max-len", type=int, default=4096)
     parser.add_argument("--timeout", type=float, default=24 * 3600.0, help="s per target")
+    parser.add_argument(
+        "--max-seconds", type=int, default=0, help="stop each target after this long (0: never)"
+    )
     args = parser.parse_args(argv)
     names = args.targets or sorted(
         TARGETS, key=lambda n: (n not in PRIORITY, PRIORITY.get(n, 0), n)
@@ -127,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "python": platform.python_version(),
         "runs_per_target": args.runs,
+        "max_seconds_per_target": args.max_seconds,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "targets": {},
     }
@@ -143,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
 
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = [
-            pool.submit(run_target, n, args.runs, args.workdir, args.max_len, args.timeout)
+            pool.submit(
+                run_target, n, args.runs, args.workdir, args.max_len, args.timeout, args.max_seconds
+            )
             for n in names
         ]
         for future in as_completed(futures):
