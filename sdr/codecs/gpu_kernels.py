@@ -35,6 +35,10 @@ _SOURCE = r"""
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
+__device__ __forceinline__ uint4 zero4() {
+  uint4 z; z.x = 0u; z.y = 0u; z.z = 0u; z.w = 0u; return z;
+}
+
 __device__ __forceinline__ u32 xtime(u32 w) {
   return ((w & 0x7f7f7f7fu) << 1) ^ (((w >> 7) & 0x01010101u) * 0x1du);
 }
@@ -51,11 +55,11 @@ gf_matmul(const u64* __restrict__ in_ptrs, long long in_stride, int n_in,
        v += (long long)gridDim.x * blockDim.x) {
     uint4 acc[ROWS];
 #pragma unroll
-    for (int r = 0; r < ROWS; r++) acc[r] = make_uint4(0u, 0u, 0u, 0u);
+    for (int r = 0; r < ROWS; r++) acc[r] = zero4();
 #pragma unroll 2
     for (int i = 0; i < n_in; i++) {
       const uint4* src = (const uint4*)(in_ptrs[i] + sub * in_stride);
-      uint4 p = __ldg(src + v);
+      uint4 p = src[v];
       u32 c[ROWS];
 #pragma unroll
       for (int r = 0; r < ROWS; r++) c[r] = c_s[r * n_in + i];
@@ -86,9 +90,9 @@ xor_sets(const u64* __restrict__ in_ptrs, long long in_stride,
   for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < n_vec;
        v += (long long)gridDim.x * blockDim.x) {
     for (int r = 0; r < n_out; r++) {
-      uint4 acc = make_uint4(0u, 0u, 0u, 0u);
+      uint4 acc = zero4();
       for (int i = set_start[r]; i < set_start[r + 1]; i++) {
-        const uint4 x = __ldg((const uint4*)(in_ptrs[i] + sub * in_stride) + v);
+        const uint4 x = ((const uint4*)(in_ptrs[i] + sub * in_stride))[v];
         acc.x ^= x.x; acc.y ^= x.y; acc.z ^= x.z; acc.w ^= x.w;
       }
       ((uint4*)(out_ptrs[r] + sub * out_stride))[v] = acc;
