@@ -72,7 +72,13 @@ class UdpTransport(Transport):
         self._endpoints: dict[int, tuple[UdpQP, int, int]] = {}
         self._controls: dict[int, UdpQP] = {}
         self._qps: list[UdpQP] = []
-        self.stats = {"unknown_qpn": 0, "bad_opcode": 0, "runt": 0, "control_unknown": 0}
+        self.stats = {
+            "unknown_qpn": 0,
+            "bad_opcode": 0,
+            "runt": 0,
+            "control_unknown": 0,
+            "control_bad_source": 0,
+        }
         self._receiver = Receiver((host, self.port), self.stats, verify_icrc)
 
     # --- Transport interface ----------------------------------------------------------------
@@ -159,11 +165,12 @@ class UdpTransport(Transport):
             raise TransportError(f"sending a control message to {address}: {exc}") from exc
 
     def pump_control(self) -> None:
-        """Read every pending control datagram and queue it on the QP it names."""
-        recv = self.control_socket.recv
+        """Read every pending control datagram and queue it on the QP it names, if it comes
+        from that QP's peer (others count as ``control_bad_source``)."""
+        recv = self.control_socket.recvfrom
         while True:
             try:
-                data = recv(MAX_CONTROL_SIZE + CONTROL_HEADER.size)
+                data, source = recv(MAX_CONTROL_SIZE + CONTROL_HEADER.size)
             except BlockingIOError:
                 return
             except OSError as exc:
@@ -174,6 +181,9 @@ class UdpTransport(Transport):
                 qp = self._controls.get(CONTROL_HEADER.unpack_from(data)[0])
             if qp is None:
                 self.stats["control_unknown"] += 1
+                continue
+            if source != qp.peer_control:
+                self.stats["control_bad_source"] += 1
                 continue
             qp.control_in.append(data[CONTROL_HEADER.size :])
 

@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 _TO_SENDER = (Ack, Sack, Nack, EcNack)
 _TO_RECEIVER = (Digest, Probe, Abort)
 _FINISHED_MEMORY = 4096
+_UNHANDLED_MAX = 1024
 
 
 class ReliableQP:
@@ -111,8 +112,9 @@ class ReliableQP:
             )
         self.counters: Counter[str] = Counter()
         """Messages finished, control messages by type, scheme counters summed."""
-        self.unhandled_control: deque[bytes] = deque()
-        """Control messages outside the reliability range, for the application."""
+        self.unhandled_control: deque[bytes] = deque(maxlen=_UNHANDLED_MAX)
+        """Control messages outside the reliability range, for the application (the newest
+        1024; older ones are dropped, counted as ``control_dropped``)."""
         self._send_seq = 0
         self._recv_seq = 0
         self._waiting: deque[tuple[WriteHandle, MemoryRegion, int]] = deque()
@@ -336,6 +338,8 @@ class ReliableQP:
         if self.adaptive is not None and self.adaptive.on_control(now, data):
             return
         if not is_reliability_message(data):
+            if len(self.unhandled_control) == self.unhandled_control.maxlen:
+                self.counters["control_dropped"] += 1  # a flood the application does not read
             self.unhandled_control.append(data)
             return
         try:
