@@ -5,8 +5,10 @@ The completion-time model is a function of how many times each chunk was lost
 *same* losses the protocol saw, so the protocol's timing can be compared with the model's
 sample by sample (a control variate), not only on averages that need thousands of samples.
 
-A transmission of a chunk is lost when any of its packets is (a queue drop or a loss on
-the wire). Lane 0 is the data (packets from the user's buffer), lane 1 EC parity (packets
+A chunk counts as lost by a transmission when, after it, some packet of the chunk has
+still never arrived (a queue drop or a loss on the wire): the receiver keeps a bitmap per
+packet, so a retransmission only has to deliver the packets earlier ones lost. Lane 0 is
+the data (packets from the user's buffer), lane 1 EC parity (packets
 from any other buffer of the same sender).
 """
 
@@ -26,21 +28,31 @@ class _Lane:
         sizes = np.minimum(chunk_size, length - np.arange(n) * chunk_size)
         self.packets_per_chunk = -(-sizes // mtu)
         self.sent = np.zeros(n, dtype=np.int64)
-        self.lost: set[tuple[int, int]] = set()
+        self.lost: dict[int, dict[int, set[int]]] = {}  # chunk -> transmission -> packets
 
     def record(self, chunks: np.ndarray, lost: np.ndarray) -> None:
         firsts, starts, counts = np.unique(chunks, return_index=True, return_counts=True)
         position = np.arange(len(chunks)) - np.repeat(starts, counts)
         index = self.sent[chunks] + position
-        tx = index // self.packets_per_chunk[chunks]
-        for c, t in zip(chunks[lost].tolist(), tx[lost].tolist(), strict=True):
-            self.lost.add((c, t))
+        ppc = self.packets_per_chunk[chunks]
+        tx, packet = index // ppc, index % ppc
+        for c, t, k in zip(
+            chunks[lost].tolist(), tx[lost].tolist(), packet[lost].tolist(), strict=True
+        ):
+            self.lost.setdefault(c, {}).setdefault(t, set()).add(k)
         self.sent[firsts] += counts
 
     def losses(self) -> np.ndarray:
+        """Transmissions after which each chunk still missed a packet (the receiver's
+        packet bitmap keeps what earlier transmissions delivered)."""
         z = np.zeros(len(self.sent), dtype=np.int64)
-        for c, _ in self.lost:
-            z[c] += 1
+        for c, per_tx in self.lost.items():
+            missing = set(range(int(self.packets_per_chunk[c])))
+            for t in range(max(per_tx) + 1):
+                missing &= per_tx.get(t, set())
+                if not missing:
+                    break
+                z[c] += 1
         return z
 
 

@@ -11,6 +11,10 @@ is a control-variate estimate of the simulated mean.
 ``protocol=False`` is the paper's model (:mod:`simulator.analytic`) itself;
 ``protocol=True`` adds what the real protocol does differently (see docs/simulator.md):
 
+* a chunk is complete once every packet arrived, over any number of transmissions (the
+  receiver keeps a packet bitmap); this is in the loss counts, not in the formula: the
+  simulation records them that way, :func:`expected_protocol_difference` samples both;
+
 * ``sr-nack``: a lost last chunk has no later chunk to reveal the hole, so it waits for
   the backstop RTO (``1 + alpha`` RTTs), not one RTT;
 * EC: the receiver decodes (and acknowledges) as soon as every submessage has ``k`` of its
@@ -106,24 +110,44 @@ def _recovered_at(
 
 
 def expected_protocol_difference(
-    link: Link, size_bytes: int, spec: SchemeSpec, p: float, *, samples: int = 4000, seed: int = 0
+    link: Link, size_bytes: int, spec: SchemeSpec, p: float, *, samples: int = 2000, seed: int = 0
 ) -> float:
     """E[protocol - model] under i.i.d. chunk losses of probability ``p`` (seconds).
 
     The documented differences of the real protocol from the model (module docstring),
-    averaged over sampled loss counts (EC writes that fall back are left out). Adding it
-    to the model's mean predicts the simulated mean.
+    averaged over sampled losses (EC writes that fall back are left out). Losses are drawn
+    per packet (``1 - (1 - p)^(1/N)`` each), so that the model sees a chunk lost by every
+    transmission that lost any packet and the protocol only until every packet of the
+    chunk has arrived once. Adding the result to the model's mean predicts the simulated
+    mean.
     """
     rng = np.random.default_rng(seed)
     n = link.num_chunks(size_bytes)
     n_parity = -(-n // spec.k) * spec.m if spec.is_ec else 0
-    z = rng.geometric(1.0 - p, size=(samples, n)) - 1
-    zp = rng.geometric(1.0 - p, size=(samples, n_parity)) - 1 if spec.is_ec else None
+    z_model, z_proto = _chunk_losses(rng, link, p, samples, n + n_parity)
     diffs = []
     for i in range(samples):
-        par = None if zp is None else zp[i]
-        a = paired_model_time(link, size_bytes, spec, z[i], par, protocol=True)
-        b = paired_model_time(link, size_bytes, spec, z[i], par, protocol=False)
+        zp_m = z_model[i, n:] if spec.is_ec else None
+        zp_p = z_proto[i, n:] if spec.is_ec else None
+        a = paired_model_time(link, size_bytes, spec, z_proto[i, :n], zp_p, protocol=True)
+        b = paired_model_time(link, size_bytes, spec, z_model[i, :n], zp_m, protocol=False)
         if a == a and b == b:
             diffs.append(a - b)
     return float(np.mean(diffs)) if diffs else 0.0
+
+
+def _chunk_losses(
+    rng: np.random.Generator, link: Link, p: float, samples: int, chunks: int, rounds: int = 6
+) -> tuple[np.ndarray, np.ndarray]:
+    """Lost transmissions per chunk as the model counts them and as the protocol does.
+
+    From the same per-packet losses of ``rounds`` transmissions: the model's count is the
+    transmissions before the first that lost no packet; the protocol's, the transmissions
+    before every packet has arrived at least once.
+    """
+    per_packet = float(-np.expm1(np.log1p(-p) / link.packets_per_chunk))
+    lost = rng.random((samples, chunks, rounds, link.packets_per_chunk)) < per_packet
+    clean = ~lost.any(axis=3)
+    complete = np.logical_or.accumulate(~lost, axis=2).all(axis=3)
+    clean[:, :, -1] = complete[:, :, -1] = True  # beyond ``rounds``: negligible
+    return np.argmax(clean, axis=2), np.argmax(complete, axis=2)
