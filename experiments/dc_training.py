@@ -14,14 +14,14 @@ Used by ``experiments/train_two_dcs.py`` and ``tests/test_ddp_hook.py``.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing as mp
 import os
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from backends.hierarchical.local_job import run_ranks
 
 __all__ = ["TrainSpec", "run_job", "train_single_site"]
 
@@ -146,18 +146,6 @@ def _train_rank(spec: TrainSpec, rank: int, job: dict[str, Any]) -> dict[str, An
         dist.destroy_process_group()
 
 
-def _worker(spec: TrainSpec, rank: int, job: dict[str, Any], queue: Any) -> None:
-    try:
-        namespaces = job.get("namespaces")
-        if namespaces:
-            from backends.wan import enter_namespace
-
-            enter_namespace(namespaces[rank // job["local_size"]])
-        queue.put(_train_rank(spec, rank, job))
-    except BaseException:  # noqa: BLE001 - reported to the parent
-        queue.put({"rank": rank, "error": traceback.format_exc()})
-
-
 def run_job(
     spec: TrainSpec,
     *,
@@ -188,34 +176,16 @@ def run_job(
         "port": port,
         "master": master,
         "hosts": hosts or ["127.0.0.1"] * datacenters,
-        "namespaces": namespaces,
         "ifnames": ifnames or ["lo"] * datacenters,
         "options": options,
         "slices": slices,
     }
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(spec, r, job, queue)) for r in range(world)]
-    for p in procs:
-        p.start()
-    reports: dict[int, dict[str, Any]] = {}
-    try:
-        deadline = time.monotonic() + timeout
-        while len(reports) < world:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"training job: {len(reports)}/{world} ranks reported")
-            item = queue.get(timeout=left)
-            reports[item["rank"]] = item
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    errors = [r["error"] for r in reports.values() if "error" in r]
-    if errors:
-        raise RuntimeError("training ranks failed:\n" + "\n".join(errors))
-    ranks = [reports[r] for r in range(world)]
+    ranks = run_ranks(
+        world,
+        lambda rank: _train_rank(spec, rank, job),
+        namespaces=[namespaces[r // local_size] for r in range(world)] if namespaces else None,
+        timeout=timeout,
+    )
     return {
         "losses": np.mean([r["losses"] for r in ranks], axis=0).tolist(),
         "step_s": np.max([r["step_s"] for r in ranks], axis=0).tolist(),

@@ -116,7 +116,8 @@ class HierarchicalCommunicator:
 
     def _wan(self, name: str, x: np.ndarray, out: np.ndarray, dtype: str) -> np.ndarray:
         start = time.perf_counter()
-        self.executor.run(self._plan(name), x, out, dtype)
+        with self.links.exclusive():
+            self.executor.run(self._plan(name), x, out, dtype)
         self.timings["wan"] += time.perf_counter() - start
         return out
 

@@ -6,6 +6,13 @@ address of its datacenter, one SDR QP per peer, and one :class:`ReliableQP` per 
 the configured reliability scheme. QP information is exchanged out of band through the
 job's bootstrap (``all_gather`` of small objects), as perftest does over TCP.
 
+Progress: SDR is progressed by whoever waits. While this rank runs a WAN collective, its
+waits progress the QPs; at every other time (intra-datacenter phases, the application's
+own compute) a background thread does, so acknowledgements, retransmissions and paced
+sends never stall a peer that still waits for them (a lost ACK would otherwise wait for
+this rank's next collective, and a rank blocked inside its datacenter could deadlock the
+ring). :meth:`SdrLinks.exclusive` hands progress to the caller for the WAN phase.
+
 ``scheme = "auto"`` is resolved once, at set-up, through the simulator's selector
 (:func:`simulator.auto.resolve_auto`) for the link described by the options and the
 expected size of one WAN write (``size_hint``); every rank resolves the same inputs, so
@@ -17,7 +24,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +42,8 @@ __all__ = ["SdrLinkOptions", "SdrLinks"]
 
 log = logging.getLogger(__name__)
 
+_IDLE_S = 0.002  # longest sleep of the background progress thread with nothing to do
+
 
 @dataclass(frozen=True)
 class SdrLinkOptions:
@@ -48,7 +58,8 @@ class SdrLinkOptions:
     size_hint: bytes of a typical WAN write, for ``auto``.
     k, m: erasure-coding data and parity chunks (None: the scheme's default).
     channels: transport QPs per generation.
-    timeout: seconds any single wait may take before sdr.TimeoutError.
+    timeout: seconds any single wait may take before sdr.TimeoutError; also the
+        reliability layer's global timeout of one write.
     """
 
     scheme: str = "auto"
@@ -88,6 +99,9 @@ class SdrLinkOptions:
             "alpha": self.alpha,
             "link_rate": parse_rate(self.rate),
             "chunk_size": parse_size(self.chunk_size),
+            # a peer posts its receives when the application reaches its next collective,
+            # which may be long after our write starts: wait as long as any collective wait
+            "global_timeout": self.timeout,
         }
         if self.k is not None and self.m is not None:
             changes.update(k=self.k, m=self.m)
@@ -140,7 +154,12 @@ class SdrLinks:
             p: SdrPortChannel(p, rqp, self.drive, self.options.timeout)
             for p, rqp in self.rqps.items()
         }
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._background, daemon=True, name="sdr-progress")
         bootstrap.barrier()  # every QP connected before anyone writes
+        if self.rqps:
+            self._thread.start()
         log.info(
             "rank %d: SDR links to %d datacenter peers, scheme %s",
             me,
@@ -152,6 +171,27 @@ class SdrLinks:
     def scheme(self) -> str:
         """The concrete reliability scheme in use (``auto`` already resolved)."""
         return self.config.scheme
+
+    def _background(self) -> None:
+        rqps = list(self.rqps.values())
+        transport = self.ctx.transport
+        while not self._stop.is_set():
+            with self._lock:
+                if self._stop.is_set():
+                    break
+                work = sum(r.progress() for r in rqps)
+                now = self.ctx.now()
+                timers = [t for t in (r.next_timer() for r in rqps) if t is not None]
+                step = min([_IDLE_S] + [max(t - now, 0.0) for t in timers])
+                step = min([step] + [r.idle_step() for r in rqps])
+            if not work:
+                transport.wait(step)  # outside the lock: the caller may take over at once
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """The caller progresses the QPs (by waiting on channels); the thread stands by."""
+        with self._lock:
+            yield
 
     def drive(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
         """Progress every reliable QP of this rank until ``condition()`` holds."""
@@ -172,6 +212,9 @@ class SdrLinks:
         every rank in a barrier while still answering peers (a lost ACK is re-requested
         by its sender), so no rank closes while a peer still needs it. ``drain=False``
         closes at once (after an error)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
         try:
             if drain and self.rqps:
                 for ch in self.channels.values():
