@@ -54,8 +54,7 @@ def _candidates(k: int, m: int) -> list[Any]:
 
 def _setup(args: argparse.Namespace, peer: str) -> tuple[Any, Any, Any]:
     from backends.udp import UdpTransport
-    from sdr.adaptive import AdaptivePolicy
-    from sdr.reliability import ReliabilityConfig, ReliableQP
+    from sdr.reliability import ReliableQP
     from sdr_cli import oob
 
     size = parse_size(args.size)
@@ -79,28 +78,51 @@ def _setup(args: argparse.Namespace, peer: str) -> tuple[Any, Any, Any]:
     qp = ctx.create_qp(attr)
     oob.send_obj(sock, qp.info().decode())
     qp.connect(oob.recv_obj(sock).encode())
-    scheme = "sr-nack" if args.scheme == "adaptive" else args.scheme
+    config, policy = _reliability(args, args.scheme, sender=args.role == "send")
+    return ctx, ReliableQP(qp, config, adaptive=policy), sock
+
+
+def _reliability(args: argparse.Namespace, scheme: str, sender: bool) -> tuple[Any, Any]:
+    """The reliability config and, for ``adaptive``, the policy of one end."""
+    from sdr.adaptive import AdaptivePolicy
+    from sdr.reliability import ReliabilityConfig
+
     config = ReliabilityConfig(
-        scheme=scheme,
+        scheme="sr-nack" if scheme == "adaptive" else scheme,
         rtt=args.rtt,
         link_rate=args.rate,
         k=args.k,
         m=args.m,
         max_in_flight=args.in_flight,
     )
-    policy = None
-    if args.scheme == "adaptive":
-        selector = None
-        if args.role == "send":
-            from simulator.adaptive_select import analytic_selector
+    if scheme != "adaptive":
+        return config, None
+    selector = None
+    if sender:
+        from simulator.adaptive_select import analytic_selector
 
-            selector = analytic_selector(
-                link_rate=args.rate, rtt=args.rtt, mtu=8192, chunk_size=args.chunk
-            )
-        policy = AdaptivePolicy(
-            selector, _candidates(args.k, args.m), interval=args.interval, gain=args.gain
+        selector = analytic_selector(
+            link_rate=args.rate, rtt=args.rtt, mtu=8192, chunk_size=args.chunk
         )
-    return ctx, ReliableQP(qp, config, adaptive=policy), sock
+    policy = AdaptivePolicy(
+        selector, _candidates(args.k, args.m), interval=args.interval, gain=args.gain
+    )
+    return config, policy
+
+
+def _policy_report(policy: Any, start: float) -> dict[str, Any]:
+    if policy is None:
+        return {}
+    return {
+        "switches": [
+            {"t": s.time - start, "from": s.old.label(), "to": s.new.label(), "why": s.reason}
+            for s in policy.switches
+        ],
+        "choices": {c.label(): n for c, n in policy.choices.items()},
+        "evaluations": policy.evaluations,
+        "final_estimate": policy.estimator.estimate().describe(),
+        "last_scores_ms": {c.label(): v * 1e3 for c, v in policy.last_scores.items()},
+    }
 
 
 def _payload(size: int) -> np.ndarray:
@@ -141,12 +163,7 @@ def role_send(args: argparse.Namespace) -> None:
             "intact": verdict["intact"],
             "wire_bytes": rqp.qp.counters()["bytes_sent"],
         }
-        if policy is not None:
-            out["switches"] = [
-                {"t": s.time - start, "from": s.old.label(), "to": s.new.label(), "why": s.reason}
-                for s in policy.switches
-            ]
-            out["choices"] = {c.label(): n for c, n in policy.choices.items()}
+        out.update(_policy_report(policy, start))
         print(json.dumps(out), flush=True)
     finally:
         ctx.close()
@@ -187,15 +204,98 @@ def role_recv(args: argparse.Namespace) -> None:
         sock.close()
 
 
-def run_one(scheme: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One transfer of every message with ``scheme`` over a fresh link."""
-    from backends.wan import LinkSpec, TunLink, netns_exec
+def _schedule(args: argparse.Namespace) -> Any:
     from simulator.loss import Bernoulli, Schedule
 
-    phases = [
-        (int(n), Bernoulli(float(p))) for n, p in (x.split(":") for x in args.phases.split(","))
-    ]
-    spec = LinkSpec(rate=args.rate, rtt=args.rtt, loss=Schedule(phases), seed=args.seed)
+    phases = [x.split(":") for x in args.phases.split(",")]
+    if args.phase_unit == "seconds":  # one packet per phase: the driver picks it by time
+        return Schedule([(1, Bernoulli(float(p))) for _, p in phases])
+    return Schedule([(int(float(n)), Bernoulli(float(p))) for n, p in phases])
+
+
+def run_inproc(scheme: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The same run over the in-process wire with a simulated clock: the real protocol
+    code, the modelled link's times, independent of this machine's load."""
+    from backends.inproc import InprocNetwork, InprocTransport, ManualClock
+    from sdr.reliability import ReliableQP, drive
+    from sdr.units import parse_time
+
+    schedule, loss_rng = _schedule(args), np.random.default_rng(args.seed + 7)
+    clock = ManualClock()
+    ends = np.cumsum([float(x.split(":")[0]) for x in args.phases.split(",")][:-1])
+    start = 0.0  # phases in seconds of simulated time from the first write
+    sent_packets = [0]
+
+    class ScheduledNetwork(InprocNetwork):
+        """Forward data packets lose by the schedule (per packet or by simulated time)."""
+
+        def send(self, dst: int, item: Any, control: bool = False) -> None:
+            if not control:
+                sent_packets[0] += 1
+                if args.phase_unit == "seconds":
+                    phase = int(np.searchsorted(ends, clock.t - start, side="right"))
+                    schedule.position = int(sum(n for n, _ in schedule.phases[:phase]))
+                if schedule.drop(loss_rng):
+                    return
+            super().send(dst, item, control)
+
+    rtt = parse_time(args.rtt)
+    net = ScheduledNetwork(
+        seed=args.seed, clock=clock, delay=rtt / 2, control_drop=args.reverse_loss
+    )
+    size = parse_size(args.size)
+    attr = sdr.QPAttr(
+        mtu=8192, chunk_size=args.chunk, max_message_size=size, max_messages=64,
+        channels=2, rate_limit=args.rate,
+    )  # fmt: skip
+    a, b = sdr.Context(InprocTransport(net)), sdr.Context(InprocTransport(net))
+    qa, qb = a.create_qp(attr), b.create_qp(attr)
+    qa.connect(qb.info())
+    qb.connect(qa.info())
+    s_cfg, s_policy = _reliability(args, scheme, sender=True)
+    r_cfg, r_policy = _reliability(args, scheme, sender=False)
+    s, r = ReliableQP(qa, s_cfg, adaptive=s_policy), ReliableQP(qb, r_cfg, adaptive=r_policy)
+    payload = _payload(size)
+    ring = [np.zeros(size, dtype=np.uint8) for _ in range(40)]
+    rmrs = [b.register(x) for x in ring]
+    rhs = [r.post_recv(rmrs[i % len(ring)]) for i in range(args.messages)]
+    drive([s, r], lambda: clock.t >= rtt, what="CTS")  # receives posted ahead
+    start = clock.t
+    smr = a.register(payload)
+    whs = [s.write(smr) for _ in range(args.messages)]
+    done: dict[int, float] = {}
+    bad = 0
+
+    def finished() -> bool:
+        nonlocal bad
+        for i, (wh, rh) in enumerate(zip(whs, rhs, strict=True)):
+            if i not in done and wh.finished and rh.finished:
+                done[i] = clock.t - start
+                bad += int(not np.array_equal(ring[i % len(ring)], payload))
+        return len(done) == len(whs)
+
+    drive([s, r], finished, timeout=1e6, what="messages")
+    out: dict[str, Any] = {
+        "scheme": scheme,
+        "total_s": max(done.values()),
+        "finish_s": [done[i] for i in range(len(whs))],
+        "retransmissions": sum(h.retransmissions for h in whs),
+        "intact": bad == 0,
+        "wire_bytes": qa.counters()["bytes_sent"],
+        "link": {"forward_packets": sent_packets[0]},
+    }
+    out.update(_policy_report(s_policy, start))
+    return out
+
+
+def run_one(scheme: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One transfer of every message with ``scheme`` over a fresh link."""
+    if args.link == "inproc":
+        return run_inproc(scheme, args)
+    from backends.wan import LinkSpec, TunLink, netns_exec
+
+    spec = LinkSpec(rate=args.rate, rtt=args.rtt, loss=_schedule(args), seed=args.seed)
+
     reverse = LinkSpec(rate=args.rate, rtt=args.rtt, loss=args.reverse_loss, seed=args.seed + 1)
     common = [
         "--scheme", scheme, "--size", args.size, "--messages", str(args.messages),
@@ -232,6 +332,13 @@ def main() -> None:
     p.add_argument("--role", choices=("bench", "send", "recv"), default="bench")
     p.add_argument("--peer", default="")
     p.add_argument("--scheme", default="adaptive")
+    p.add_argument("--link", choices=("tun", "inproc"), default="tun")
+    p.add_argument(
+        "--phase-unit",
+        choices=("packets", "seconds"),
+        default="packets",
+        help="phase lengths in forward packets, or seconds of simulated time (inproc only)",
+    )
     p.add_argument("--schemes", default=",".join((*FIXED, "adaptive")))
     p.add_argument("--size", default="2MiB")
     p.add_argument("--messages", type=int, default=120)
@@ -256,8 +363,13 @@ def main() -> None:
         role_recv(args)
         return
     results = {s: run_one(s, args) for s in args.schemes.split(",")}
-    best_fixed = min((r["total_s"], s) for s, r in results.items() if s != "adaptive")
-    print(f"{args.messages} x {args.size} on {args.rate}, RTT {args.rtt}, phases {args.phases}")
+    best_fixed = min(
+        ((r["total_s"], s) for s, r in results.items() if s != "adaptive"), default=(None, None)
+    )
+    print(
+        f"{args.messages} x {args.size} on {args.rate}, RTT {args.rtt}, phases {args.phases}, "
+        f"link {args.link}"
+    )
     print(f"{'scheme':<10}{'total s':>9}{'vs adaptive':>13}{'retx':>7}{'intact':>8}")
     ada = results.get("adaptive", {}).get("total_s")
     for s, r in results.items():

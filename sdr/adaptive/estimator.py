@@ -10,8 +10,9 @@ Sans-I/O: fed observations with an explicit ``now``, never reads a clock.
   evidence arrives, not with wall time: a quiet connection keeps its estimate.
 * Burstiness: mean loss-run length in chunks (decayed ``losses / runs``): 1 for
   independent losses, larger for bursts (Gilbert-Elliott links).
-* RTT: windowed minimum of samples (ACK arrival minus the message's last data departure:
-  queueing and decoding only add to it), over the last ``rtt_window`` samples.
+* RTT: median of the last ``rtt_window`` samples (ACK arrival minus the message's last
+  data departure: queueing and decoding add to a sample, a needless retransmission that
+  left after the receiver was done takes from it; the median ignores both tails).
 * Bandwidth: EWMA of the receiver's delivery rate (bytes that landed / first-to-last
   arrival span of a message).
 """
@@ -21,6 +22,8 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+
+import numpy as np
 
 from sdr.errors import ConfigError
 
@@ -61,7 +64,7 @@ class LinkEstimate:
 
 
 class LinkEstimator:
-    """Decayed loss counts, a windowed minimum RTT and an EWMA delivery rate."""
+    """Decayed loss counts, a windowed median RTT and an EWMA delivery rate."""
 
     def __init__(
         self, half_life_chunks: float = 256.0, rtt_window: int = 16, bw_weight: float = 0.25
@@ -119,5 +122,5 @@ class LinkEstimator:
         """The current estimate."""
         drop = self._losses / self._trials if self._trials > 0 else None
         burst = self._losses / self._runs if self._runs > 1e-9 else (1.0 if drop == 0 else None)
-        rtt = min(self._rtts) if self._rtts else None
+        rtt = float(np.median(self._rtts)) if self._rtts else None
         return LinkEstimate(drop, burst, rtt, self._bandwidth, self._trials)

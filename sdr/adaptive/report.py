@@ -2,10 +2,11 @@
 
 :class:`GapCounter` watches one lane's chunk bitmap. Chunks of a lane leave in index order
 on their first transmission, so when chunk ``c`` lands beyond the highest index seen so
-far, every chunk between that is still missing was lost on its first transmission (or is
-reordered by more than a chunk, counted as a loss). Retransmissions land below the highest
-index and are not counted again. A loss at the very end of a lane is not seen (no later
-chunk shows it): a small undercount, one tail per lane.
+far, every chunk between that is still missing was lost on its first transmission. A hole
+is settled only once a chunk ``reorder`` (2) indices past it landed, so small reordering
+across channels is not counted as loss. Retransmissions land in settled ground and are
+not counted again. Losses in the last ``reorder + 1`` chunks of a lane are not seen (no
+later chunk shows them): a small undercount.
 
 LOSS_REPORT (type 24, receiver -> sender), same framing as sdr.reliability.messages::
 
@@ -76,11 +77,17 @@ def is_loss_report(data: bytes) -> bool:
 
 
 class GapCounter:
-    """First-transmission losses of one lane, from the chunks that land (in any batches)."""
+    """First-transmission losses of one lane, from the chunks that land (in any batches).
 
-    def __init__(self, n_chunks: int) -> None:
+    A hole counts as a loss once a chunk ``reorder`` or more indices beyond it has landed
+    (multi-channel receive paths complete neighbouring chunks slightly out of order).
+    """
+
+    def __init__(self, n_chunks: int, reorder: int = 2) -> None:
         self.landed = np.zeros(max(n_chunks, 0), dtype=bool)
+        self.reorder = max(0, reorder)
         self.hi = -1
+        self.confirmed = -1  # chunks <= confirmed are settled (landed or counted lost)
         self.trials = 0
         self.losses = 0
         self.runs = 0
@@ -90,14 +97,16 @@ class GapCounter:
         chunks = chunks[(chunks >= 0) & (chunks < len(self.landed))]
         if not len(chunks):
             return
-        top = int(chunks.max())
         self.landed[chunks] = True
-        if top <= self.hi:
+        self.hi = max(self.hi, int(chunks.max()))
+        settle = self.hi - self.reorder
+        if settle <= self.confirmed:
             return
-        missing = ~self.landed[self.hi + 1 : top]
-        self.trials += top - self.hi
+        missing = ~self.landed[self.confirmed + 1 : settle + 1]
+        self.trials += settle - self.confirmed
         self.losses += int(missing.sum())
-        # runs: places where a missing chunk follows a landed one (or starts the window)
-        starts = missing & ~np.concatenate([[False], missing[:-1]])
-        self.runs += int(starts.sum())
-        self.hi = top
+        # a run starts where a missing chunk follows a landed (or settled-landed) one
+        before = bool(self.confirmed >= 0 and not self.landed[self.confirmed])
+        prev = np.concatenate([[before], missing[:-1]])
+        self.runs += int((missing & ~prev).sum())
+        self.confirmed = settle
