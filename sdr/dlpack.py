@@ -53,22 +53,22 @@ def is_device_array(obj: object) -> bool:
 
 
 class StagingBuffer(np.ndarray):
-    """Pinned host bytes standing in for a GPU buffer (``device``: a CuPy uint8 view)."""
+    """Pinned host bytes standing in for a GPU buffer (``gpu``: a CuPy uint8 view of it)."""
 
-    device: Any
+    gpu: Any
 
     def to_host(self, start: int = 0, stop: int | None = None) -> None:
         """Copy device bytes [start, stop) into this buffer (synchronous)."""
         stop = len(self) if stop is None else stop
         if stop > start:
-            self.device[start:stop].get(out=np.asarray(self)[start:stop])
+            self.gpu[start:stop].get(out=np.asarray(self)[start:stop])
 
     def to_device(self, start: int = 0, stop: int | None = None) -> None:
         """Copy bytes [start, stop) of this buffer to the device (synchronous)."""
         stop = len(self) if stop is None else stop
         if stop > start:
-            self.device[start:stop].set(np.asarray(self)[start:stop])
-            self.device[start:stop].device.synchronize()
+            self.gpu[start:stop].set(np.asarray(self)[start:stop])
+            self.gpu[start:stop].device.synchronize()
 
 
 def _staging(obj: object) -> StagingBuffer:
@@ -86,7 +86,7 @@ def _staging(obj: object) -> StagingBuffer:
     pinned = cupy.cuda.alloc_pinned_memory(max(device.size, 1))
     host = np.frombuffer(pinned, dtype=np.uint8, count=device.size)
     stage = host.view(StagingBuffer)
-    stage.device = device
+    stage.gpu = device
     stage.to_host()  # the region starts with the tensor's bytes
     return stage
 
