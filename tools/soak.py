@@ -132,6 +132,7 @@ class _Side:
         self.next_seq = [0] * len(SCHEMES)
         self.tally = dict(started=0, completed=0, failed=0, verified=0, corrupt=0, bytes=0)
         self.errors: dict[str, int] = {}
+        self.messages: list[str] = []  # the first few failures, verbatim
         self.rqps: list[Any] = []
         self.start = 0.0
         self.last_sample = 0.0
@@ -179,6 +180,8 @@ class _Side:
                 self.tally["failed"] += 1
                 name = type(handle.error).__name__
                 self.errors[name] = self.errors.get(name, 0) + 1
+                if len(self.messages) < 10:
+                    self.messages.append(f"{SCHEMES[s]} seq {seq}: {handle.error}")
                 continue
             self.tally["completed"] += 1
             self.tally["bytes"] += len(buf)
@@ -223,6 +226,7 @@ class _Side:
             "in_flight": sum(len(f) for f in self.flight),
             **self.tally,
             "errors": dict(self.errors),
+            "error_messages": list(self.messages),
             "counters": counters,
         }
 
@@ -350,6 +354,7 @@ def summarize(result: dict[str, Any], warmup: float = 0.2) -> dict[str, Any]:
             },
             "gbytes": round(samples[-1]["bytes"] / 1e9, 3),
             "errors": samples[-1]["errors"],
+            "error_messages": samples[-1].get("error_messages", []),
         }
     return out
 

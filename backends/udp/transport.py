@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import select
+import struct
 import time
 from typing import Any, ClassVar
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from backends.udp.qp import CONTROL_HEADER, UdpQP
 from backends.udp.receive import Receiver
-from backends.udp.roce import ROCE_PORT
+from backends.udp.roce import ROCE_PORT, crc32
 from backends.udp.sockets import DEFAULT_SOCKET_BUFFER, open_udp_socket, prefault
 from sdr.config import QPAttr
 from sdr.errors import TransportError
@@ -30,6 +31,11 @@ from sdr.transport import MAX_CONTROL_SIZE, MemoryRegion, Transport, as_byte_vie
 __all__ = ["UdpTransport"]
 
 log = logging.getLogger(__name__)
+
+_CRC = struct.Struct("!I")
+"""Control datagrams end with a CRC-32 of what precedes it (the data path has its ICRC):
+with UDP checksums off, a damaged CTS would otherwise misdirect a whole message."""
+_OVERHEAD = CONTROL_HEADER.size + _CRC.size
 
 
 class UdpTransport(Transport):
@@ -78,6 +84,7 @@ class UdpTransport(Transport):
             "runt": 0,
             "control_unknown": 0,
             "control_bad_source": 0,
+            "control_bad_crc": 0,
         }
         self._receiver = Receiver((host, self.port), self.stats, verify_icrc)
 
@@ -158,7 +165,8 @@ class UdpTransport(Transport):
     def send_control(self, address: tuple[str, int], control_id: int, data: bytes) -> None:
         """Send one control message to the QP ``control_id`` at ``address``."""
         try:
-            self.control_socket.sendto(CONTROL_HEADER.pack(control_id) + data, address)
+            datagram = CONTROL_HEADER.pack(control_id) + data
+            self.control_socket.sendto(datagram + _CRC.pack(crc32(datagram)), address)
         except BlockingIOError:
             log.debug("control message dropped: send queue full")  # unreliable, like UC
         except OSError as exc:
@@ -170,14 +178,14 @@ class UdpTransport(Transport):
         recv = self.control_socket.recvfrom
         while True:
             try:
-                data, source = recv(MAX_CONTROL_SIZE + CONTROL_HEADER.size)
+                data, source = recv(MAX_CONTROL_SIZE + _OVERHEAD)
             except BlockingIOError:
                 return
             except OSError as exc:
                 log.debug("control receive error ignored: %s", exc)
                 continue
             qp = None
-            if len(data) >= CONTROL_HEADER.size:
+            if len(data) >= _OVERHEAD:
                 qp = self._controls.get(CONTROL_HEADER.unpack_from(data)[0])
             if qp is None:
                 self.stats["control_unknown"] += 1
@@ -185,7 +193,10 @@ class UdpTransport(Transport):
             if source != qp.peer_control:
                 self.stats["control_bad_source"] += 1
                 continue
-            qp.control_in.append(data[CONTROL_HEADER.size :])
+            if crc32(data[: -_CRC.size]) != _CRC.unpack_from(data, len(data) - _CRC.size)[0]:
+                self.stats["control_bad_crc"] += 1  # damaged: dropped, like a lost message
+                continue
+            qp.control_in.append(data[CONTROL_HEADER.size : -_CRC.size])
 
     def info(self) -> dict[str, Any]:
         """Where this transport listens (for logs and tools)."""
