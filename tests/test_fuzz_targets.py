@@ -12,7 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools" / "fuzz"))
+from seeds import seeds  # noqa: E402
 from targets import TARGETS  # noqa: E402
+
+SEEDS = seeds()
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
@@ -23,6 +26,29 @@ def test_fuzz_target_survives_random_bytes(name):
     @given(st.binary(max_size=2048))
     def run(data):
         fn(data)
+
+    run()
+
+
+@pytest.mark.parametrize("name", sorted(SEEDS))
+def test_fuzz_target_survives_mutated_seeds(name):
+    """Valid inputs with a few bytes changed: these reach the deep checks."""
+    fn = TARGETS[name]
+    for seed in SEEDS[name]:
+        fn(seed)
+
+    @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        st.sampled_from(SEEDS[name]),
+        st.lists(st.tuples(st.integers(0, 4095), st.integers(0, 255)), max_size=6),
+        st.integers(0, 4096),
+    )
+    def run(seed, edits, cut):
+        data = bytearray(seed)
+        for at, value in edits:
+            if data:
+                data[at % len(data)] = value
+        fn(bytes(data[: max(cut, 1)] if cut < len(data) else data))
 
     run()
 
