@@ -22,6 +22,7 @@ both ends of every link agree.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -119,6 +120,16 @@ class SdrLinkOptions:
         )
 
 
+Address = tuple[str, int]
+
+
+def _through(info: bytes, data: Address, control: Address) -> bytes:
+    """Peer info rewritten to reach the peer through a middlebox's stand-in ports."""
+    body = json.loads(info)
+    body["transport"].update(host=data[0], port=data[1], control_port=control[1])
+    return json.dumps(body).encode()
+
+
 class SdrLinks:
     """This rank's SDR connections to ``peers`` (ranks of the bootstrap), set up collectively.
 
@@ -126,6 +137,10 @@ class SdrLinks:
     exchange is one ``all_gather``). ``host`` is the local address other datacenters reach
     this rank at. ``port_ranks`` maps a bootstrap rank to its rank in the port plans
     (its datacenter index).
+
+    ``port`` / ``control_port``: this rank's UDP ports (0: any free one). ``routes`` maps a
+    peer's bootstrap rank to the (data, control) addresses to send to instead of the
+    peer's own (a middlebox in between, e.g. the WAN emulator's relay on loopback).
     """
 
     def __init__(
@@ -134,6 +149,10 @@ class SdrLinks:
         port_ranks: dict[int, int],
         host: str,
         options: SdrLinkOptions | None = None,
+        *,
+        port: int = 0,
+        control_port: int = 0,
+        routes: dict[int, tuple[Address, Address]] | None = None,
     ) -> None:
         self.options = options or SdrLinkOptions()
         self.config, self.selection = self.options.reliability()
@@ -143,12 +162,16 @@ class SdrLinks:
         self.port_rank = port_ranks[me]
         self.bootstrap = bootstrap
         attr = self.options.attr()
-        self.ctx = sdr.Context(UdpTransport(host=host, port=0))
+        self.ctx = sdr.Context(UdpTransport(host=host, port=port, control_port=control_port))
         peers = [r for r in port_ranks if r != me]
         qps = {r: self.ctx.create_qp(attr) for r in peers}
         infos = bootstrap.all_gather({r: qp.info() for r, qp in qps.items()})
+        routes = routes or {}
         for r, qp in qps.items():
-            qp.connect(infos[r][me])
+            info = infos[r][me]
+            if r in routes:
+                info = _through(info, *routes[r])
+            qp.connect(info)
         self.rqps = {port_ranks[r]: ReliableQP(qp, self.config) for r, qp in qps.items()}
         self.channels = {
             p: SdrPortChannel(p, rqp, self.drive, self.options.timeout)
