@@ -11,7 +11,8 @@ the reference. For every reliability scheme (and ``auto``) it prints and writes:
 
 - the largest difference between the loss curve and the single-site curve;
 - time per training step (median and mean over the steps after the first two);
-- a chart (loss curves and step times) and JSON with every number.
+- a chart (loss curves and step times) and JSON with every number;
+- the same on the link without loss (``no loss``: the floor set by RTT and compute).
 
 Without root (no namespaces) it runs the same job over loopback with no emulated link and
 says so: the loss comparison holds, step times then measure no WAN.
@@ -52,6 +53,12 @@ def _args() -> argparse.Namespace:
     p.add_argument("--out", default="out/train_two_dcs")
     p.add_argument("--figure", default=None, help="also copy the chart here (docs/figures/..)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--no-baseline",
+        dest="baseline",
+        action="store_false",
+        help="skip the extra run on the same link without loss (the floor)",
+    )
     return p.parse_args()
 
 
@@ -147,6 +154,14 @@ def main() -> int:
                 print(f"training with {scheme} ...", flush=True)
                 rows.append(_summarize(scheme, _run_scheme(spec, scheme, args, link), reference))
         summary = link.summary
+        if args.baseline:
+            print("training with sr-nack on the same link without loss ...", flush=True)
+            lossless = LinkSpec(rate=args.rate, rtt=args.rtt, loss=0.0, seed=args.seed)
+            with TunLink(lossless) as link0:
+                job = _run_scheme(spec, "sr-nack", args, link0)
+            row = _summarize("sr-nack", job, reference)
+            row["scheme"] = "no loss"
+            rows.append(row)
     link_text = "none (loopback)" if reason else f"{args.rate}, RTT {args.rtt}, loss {args.loss:g}"
     print(f"\nlink: {link_text}; 2 datacenters x 2 ranks; {args.steps} steps\n")
     print(
