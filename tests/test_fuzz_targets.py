@@ -67,4 +67,5 @@ def test_targets_cover_the_parsers():
         "plan",
         "units",
         "oob_frame",
+        "offload_header",
     } <= set(TARGETS)

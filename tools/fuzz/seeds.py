@@ -65,6 +65,12 @@ def _udp_receive() -> list[bytes]:
     return out
 
 
+def _offload() -> bytes:
+    from backends.offload.wire import encode_header
+
+    return encode_header(1, 0, 0x00400001, 8192) + bytes(64)
+
+
 def seeds() -> dict[str, list[bytes]]:
     """Valid and near-valid inputs for every target that has a structured format."""
     from sdr.control import CTS
@@ -99,6 +105,7 @@ def seeds() -> dict[str, list[bytes]]:
         "qp_info": [json.dumps(info).encode()],
         "qp_attr": [json.dumps({"mtu": 1024, "chunk_size": "4KiB", "channels": 2}).encode()],
         "oob_frame": [json.dumps({"info": "x", "n": [1, 2.5, None]}).encode()],
+        "offload_header": [_offload()],
     }
 
 

@@ -25,7 +25,7 @@ from backends.udp.roce import (
     encode_packet,
 )
 
-__all__ = ["fuzz_roce_decode", "fuzz_udp_receive"]
+__all__ = ["fuzz_roce_decode", "fuzz_udp_receive", "fuzz_offload_header"]
 
 _SRC = ("127.0.0.1", 40000)
 _DST = ("127.0.0.1", 4791)
@@ -59,6 +59,18 @@ def fuzz_roce_decode(data: bytes) -> None:
     fields2, payload2, good2 = decode_packet(again, _SRC, _DST)
     assert good2 and fields2.dest_qpn == fields.dest_qpn and fields2.va == fields.va
     assert bytes(payload2) == bytes(payload)
+
+
+@target("offload_header")
+def fuzz_offload_header(data: bytes) -> None:
+    """The offload wire's packet header: parsed fields re-encode to the same header."""
+    from backends.offload.wire import HEADER, encode_header, parse_header
+
+    fields = parse_header(memoryview(data))
+    if fields is None:
+        return
+    again = encode_header(*fields)
+    assert again[:6] == data[:6] and again[8:] == data[8 : HEADER.size]  # reserved: 6..8
 
 
 # --- the receive datapath -------------------------------------------------------------------
