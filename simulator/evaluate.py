@@ -36,7 +36,8 @@ class Estimate:
     """Predicted completion time of one write (all times in seconds).
 
     ``quantile_method`` says where p50/p99/p99.9 come from: ``"analytic-cdf"`` (exact
-    quantiles of the product-formula CDF) or ``"montecarlo"`` (sampled, with ``*_ci_s``).
+    quantiles of the product-formula CDF), ``"montecarlo"`` (sampled, with ``*_ci_s``) or
+    ``"des"`` (simulated writes of the real protocol, with ``*_ci_s``).
     ``fallback_probability`` is P(EC needs its SR fallback), ``None`` for SR schemes.
     """
 
