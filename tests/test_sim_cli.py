@@ -83,8 +83,6 @@ def test_sim_nack_default_rto_and_table(app) -> None:
 
 
 def test_sim_errors(app) -> None:
-    result = runner.invoke(app, _a("sim --scheme ec-mds --size 1MiB --drop 0.01 --method des"))
-    assert result.exit_code == 2 and "not available yet" in result.output
     result = runner.invoke(
         app, _a("sim --scheme sr-rto --size 1MiB --drop 0.01 --rtt 1ms --distance 1km")
     )
