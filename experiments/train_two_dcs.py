@@ -50,6 +50,11 @@ def _args() -> argparse.Namespace:
     p.add_argument("--rtt", default="25ms")
     p.add_argument("--loss", type=float, default=1e-2, help="packet drop rate of the link")
     p.add_argument("--slices", type=int, default=2, help="pipeline slices of the WAN ring")
+    p.add_argument(
+        "--size-hint",
+        default="32KiB",
+        help="typical WAN write for 'auto': bucket / (local ranks x datacenters x slices)",
+    )
     p.add_argument("--out", default="out/train_two_dcs")
     p.add_argument("--figure", default=None, help="also copy the chart here (docs/figures/..)")
     p.add_argument("--seed", type=int, default=0)
@@ -65,7 +70,9 @@ def _args() -> argparse.Namespace:
 def _run_scheme(
     spec: TrainSpec, scheme: str, args: argparse.Namespace, link: TunLink | None
 ) -> dict[str, Any]:
-    opts = SdrLinkOptions(scheme=scheme, rate=args.rate, rtt=args.rtt, loss=args.loss)
+    opts = SdrLinkOptions(
+        scheme=scheme, rate=args.rate, rtt=args.rtt, loss=args.loss, size_hint=args.size_hint
+    )
     if link is None:
         return run_job(spec, datacenters=2, local_size=2, options=opts, port=free_port())
     assert link.pair.tun_a is not None and link.pair.tun_b is not None
