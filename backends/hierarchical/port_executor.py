@@ -14,6 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
+import sdr
 from backends.hierarchical.port_channel import SdrPortChannel
 from sdr.collectives.dtypes import dtype_name, from_f32, storage_dtype, to_f32
 from sdr.collectives.layout import Layout, LoweredOp, Span, lower, make_layout
@@ -53,10 +54,12 @@ def _expected(plan: Plan, sender: int, receiver: int, layout: Layout) -> tuple[t
 class PortExecutor:
     """Executes port plans for one datacenter rank ``rank`` over ``channels`` (by port rank).
 
-    ``ctx`` registers the scratch buffer (an :class:`sdr.Context`).
+    ``ctx`` registers the scratch buffer that peers' writes land in.
     """
 
-    def __init__(self, rank: int, world_size: int, channels: dict[int, SdrPortChannel], ctx):  # noqa: ANN001
+    def __init__(
+        self, rank: int, world_size: int, channels: dict[int, SdrPortChannel], ctx: sdr.Context
+    ) -> None:
         self.rank = rank
         self.world_size = world_size
         self.channels = channels
