@@ -84,7 +84,7 @@ def _setup(args: argparse.Namespace, peer: str) -> tuple[Any, Any, Any]:
 
 def _reliability(args: argparse.Namespace, scheme: str, sender: bool) -> tuple[Any, Any]:
     """The reliability config and, for ``adaptive``, the policy of one end."""
-    from sdr.adaptive import AdaptivePolicy
+    from sdr.adaptive import AdaptivePolicy, LinkEstimator
     from sdr.reliability import ReliabilityConfig
 
     config = ReliabilityConfig(
@@ -105,7 +105,11 @@ def _reliability(args: argparse.Namespace, scheme: str, sender: bool) -> tuple[A
             link_rate=args.rate, rtt=args.rtt, mtu=8192, chunk_size=args.chunk
         )
     policy = AdaptivePolicy(
-        selector, _candidates(args.k, args.m), interval=args.interval, gain=args.gain
+        selector,
+        _candidates(args.k, args.m),
+        interval=args.interval,
+        gain=args.gain,
+        estimator=LinkEstimator(half_life_chunks=args.half_life),
     )
     return config, policy
 
@@ -302,6 +306,7 @@ def run_one(scheme: str, args: argparse.Namespace) -> dict[str, Any]:
         "--rate", args.rate, "--rtt", args.rtt, "--chunk", args.chunk, "--k", str(args.k),
         "--m", str(args.m), "--in-flight", str(args.in_flight), "--timeout", str(args.timeout),
         "--interval", str(args.interval), "--gain", str(args.gain),
+        "--half-life", str(args.half_life),
     ]  # fmt: skip
     with TunLink(spec, reverse, mtu=9000) as link:
         py = [sys.executable, "-m", "benchmarks.adaptive"]
@@ -352,6 +357,7 @@ def main() -> None:
     p.add_argument("--in-flight", type=int, default=1)
     p.add_argument("--interval", type=float, default=0.1)
     p.add_argument("--gain", type=float, default=0.05)
+    p.add_argument("--half-life", type=float, default=128.0, help="estimator, in chunks")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--json", default="")

@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 
-from sdr.adaptive import AdaptivePolicy, Candidate, LinkEstimate
+from sdr.adaptive import AdaptivePolicy, Candidate, LinkEstimate, LinkEstimator
 from sdr.errors import ConfigError
 from simulator.adaptive_select import analytic_selector
 from simulator.loss import Bernoulli, Schedule
@@ -80,6 +80,8 @@ def test_policy_validation():
         AdaptivePolicy(None, [SR], initial=EC)
     with pytest.raises(ConfigError):
         AdaptivePolicy(None, [SR], patience=0)
+    with pytest.raises(ConfigError, match="never reached"):
+        AdaptivePolicy(None, [SR], min_trials=64, estimator=LinkEstimator(half_life_chunks=32))
 
 
 def test_analytic_selector_prefers_sr_when_clean_and_ec_when_lossy():

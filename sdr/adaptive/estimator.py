@@ -67,7 +67,7 @@ class LinkEstimator:
     """Decayed loss counts, a windowed median RTT and an EWMA delivery rate."""
 
     def __init__(
-        self, half_life_chunks: float = 256.0, rtt_window: int = 16, bw_weight: float = 0.25
+        self, half_life_chunks: float = 128.0, rtt_window: int = 16, bw_weight: float = 0.25
     ) -> None:
         if not half_life_chunks > 0:
             raise ConfigError(f"half_life_chunks must be > 0, got {half_life_chunks!r}")

@@ -21,6 +21,7 @@ needs no selector (it learns each message's scheme from the DIGEST fingerprint).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,6 +117,12 @@ class AdaptivePolicy:
         self.patience = patience
         self.min_trials = min_trials
         self.estimator = estimator or LinkEstimator()
+        ceiling = self.estimator.half_life_chunks / math.log(2)  # steady-state decayed trials
+        if min_trials >= ceiling:
+            raise ConfigError(
+                f"min_trials={min_trials} is never reached with a {self.estimator.half_life_chunks}"
+                f"-chunk half-life (decayed trials stay below {ceiling:.0f}); lower it"
+            )
         self.switches: list[Switch] = []
         self.evaluations = 0
         self.choices: dict[Candidate, int] = {}
