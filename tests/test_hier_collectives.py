@@ -7,10 +7,12 @@ rank must hold bitwise the same allreduce result (data-parallel training relies 
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
-from backends.hierarchical import SdrLinkOptions, connect
+from backends.hierarchical import SdrLinkOptions, connect, connect_from_env
 from backends.hierarchical.local_job import run_ranks
 from backends.shm import free_port
 from sdr.collectives.dtypes import bf16_to_f32, f32_to_bf16
@@ -91,9 +93,30 @@ def test_hierarchical_collectives_match_numpy(
         assert c.get("writes_failed", 0) == 0
 
 
-def test_auto_scheme_is_resolved_alike_on_every_rank() -> None:
-    world, results = _job(2, 1, "auto", slices=1)
+def test_connect_from_env_with_auto_scheme() -> None:
+    """A launcher's environment (torchrun style) sets everything; ``auto`` resolves alike."""
+    port = free_port()
+
+    def body(rank: int) -> dict:
+        os.environ.update(
+            RANK=str(rank),
+            WORLD_SIZE="2",
+            SDR_LOCAL_SIZE="1",
+            SDR_PORT=str(port),
+            SDR_SCHEME="auto",
+            SDR_RTT="2ms",
+            SDR_RATE="4Gbit/s",
+            SDR_LOSS="0.001",
+            SDR_SLICES="3",
+        )
+        comm = connect_from_env()
+        try:
+            return {"scheme": comm.links.scheme, "out": comm.allreduce(_data(rank, 5000))}
+        finally:
+            comm.close()
+
+    results = run_ranks(2, body, timeout=60)
     schemes = {r["scheme"] for r in results}
     assert len(schemes) == 1 and schemes != {"auto"}
-    ref = np.sum([_data(r, SIZES[-1]) for r in range(world)], axis=0)
-    np.testing.assert_allclose(results[1]["allreduce"][-1], ref, rtol=1e-5, atol=1e-5)
+    ref = _data(0, 5000) + _data(1, 5000)
+    np.testing.assert_allclose(results[1]["out"], ref, rtol=1e-5, atol=1e-5)
