@@ -28,6 +28,7 @@ import numpy as np
 from backends.hierarchical.links import SdrLinks
 from backends.hierarchical.port_executor import PortExecutor
 from sdr.collectives.dtypes import dtype_name
+from sdr.collectives.interfaces import Bootstrap
 from sdr.collectives.plan import Plan
 from sdr.collectives.port_plans import build_port_plan
 from sdr.errors import ConfigError
@@ -80,6 +81,7 @@ class HierarchicalCommunicator:
     ``allgather`` and ``reduce_scatter`` on NumPy arrays (ShmCommunicator, or a GPU one
     with host staging). ``links``: this rank's :class:`SdrLinks`. ``algorithm``: the WAN
     allreduce, ``"ring"`` or ``"mesh"``. ``slices``: pipeline depth of the WAN plans.
+    ``bootstrap``: the job's bootstrap, closed with the communicator (None: not owned).
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class HierarchicalCommunicator:
         *,
         algorithm: str = "ring",
         slices: int = 4,
+        bootstrap: Bootstrap | None = None,
     ) -> None:
         if algorithm not in ("ring", "mesh"):
             raise ConfigError(f"WAN algorithm {algorithm!r}; expected 'ring' or 'mesh'")
@@ -101,6 +104,7 @@ class HierarchicalCommunicator:
         self.intra = intra
         self.links = links
         self.algorithm = algorithm
+        self.bootstrap = bootstrap
         self.slices = slices
         self.executor = PortExecutor(
             links.port_rank, topology.datacenters, links.channels, links.ctx
@@ -201,3 +205,5 @@ class HierarchicalCommunicator:
         finally:
             if self.intra is not None:
                 self.intra.close()  # type: ignore[attr-defined]
+            if self.bootstrap is not None:
+                self.bootstrap.close()

@@ -60,7 +60,9 @@ def connect(
             intra.close()
         world.close()
         raise
-    comm = HierarchicalCommunicator(topo, intra, links, algorithm=algorithm, slices=slices)
+    comm = HierarchicalCommunicator(
+        topo, intra, links, algorithm=algorithm, slices=slices, bootstrap=world
+    )
     log.info(
         "rank %d: datacenter %d local %d, WAN scheme %s",
         rank,
