@@ -74,6 +74,15 @@ class Topology:
         return {d * self.local_size + self.local_rank: d for d in range(self.datacenters)}
 
 
+def _array_module(x: object) -> object:
+    """NumPy, or CuPy for a CuPy array (imported only then)."""
+    if type(x).__module__.startswith("cupy"):
+        import cupy  # noqa: PLC0415 - optional dependency
+
+        return cupy
+    return np
+
+
 class HierarchicalCommunicator:
     """Allreduce, allgather and reduce-scatter over datacenters x local ranks.
 
@@ -135,17 +144,24 @@ class HierarchicalCommunicator:
     def allreduce(
         self, x: np.ndarray, out: np.ndarray | None = None, *, dtype: str | None = None
     ) -> np.ndarray:
-        """Elementwise sum of every rank's ``x``, on every rank (``out`` may be ``x``)."""
+        """Elementwise sum of every rank's ``x``, on every rank (``out`` may be ``x``).
+
+        ``x`` may be a NumPy array, or a CuPy array when the intra-datacenter communicator
+        is a GPU one: then both intra phases stay on the GPUs and only this rank's shard
+        crosses to host memory for the WAN.
+        """
         dt = dtype_name(x.dtype, dtype)
-        out = np.empty_like(x) if out is None else out
+        xp = _array_module(x)
+        out = xp.empty_like(x) if out is None else out
         if out.size != x.size:
             raise ConfigError(f"allreduce output has {out.size} elements; expected {x.size}")
         n, local = x.size, self.topology.local_size
-        padded = np.zeros(-(-n // local) * local, x.dtype)
+        padded = xp.zeros(-(-n // local) * local, x.dtype)
         padded[:n] = x.reshape(-1)
         shard = self._intra("reduce_scatter", padded, dt) if local > 1 else padded
-        shard = np.ascontiguousarray(shard)
-        self._wan(f"allreduce_{self.algorithm}", shard, shard, dt)
+        host = np.ascontiguousarray(shard.get() if xp is not np else shard)  # only the shard
+        self._wan(f"allreduce_{self.algorithm}", host, host, dt)
+        shard = host if xp is np else xp.asarray(host)
         full = self._intra("allgather", shard, dt) if local > 1 else shard
         out.reshape(-1)[:] = full[:n]
         return out

@@ -14,8 +14,10 @@ DDP hands the hook one flattened gradient bucket (:class:`torch.distributed.Grad
 at a time, in the order gradients become ready during backward. The hook sums the bucket
 over all ranks (reduce-scatter inside the datacenter, SDR allreduce of a shard across
 datacenters, allgather inside), divides by the world size as DDP's default hook does, and
-returns a completed future. Supported bucket types: float32, float16 and bfloat16 on CPU
-(GPU buckets are staged through host memory).
+returns a completed future. Supported bucket types: float32, float16 and bfloat16. CUDA
+buckets stay on the GPU for the intra-datacenter phases when the communicator's intra
+part is a GPU communicator (only the WAN shard is staged through host memory); otherwise
+they are staged to host memory whole.
 """
 
 # No ``from __future__ import annotations``: DDP checks the hook's annotations as objects.
@@ -67,6 +69,17 @@ def sdr_allreduce_hook(
     """Average ``bucket`` over every rank through SDR (a DDP communication hook)."""
     grads = bucket.buffer()
     start = time.perf_counter()
+    if grads.device.type == "cuda" and _gpu_intra(state.comm):
+        import cupy  # noqa: PLC0415 - present whenever the intra communicator is a GPU one
+
+        flat = grads.detach()
+        arr = cupy.from_dlpack(flat.view(_NUMPY_VIEW[flat.dtype][0]))
+        dtype = _NUMPY_VIEW[flat.dtype][1]
+        if dtype == "bfloat16":
+            arr = arr.view(cupy.uint16)
+        state.comm.allreduce(arr, out=arr, dtype=dtype)  # intra on the GPUs, shard via host
+        flat.div_(state.comm.world_size)
+        return _done(state, grads, start)
     host = grads.detach()
     staged = host.device.type != "cpu" or not host.is_contiguous()
     if staged:
@@ -76,6 +89,14 @@ def sdr_allreduce_hook(
     host.div_(state.comm.world_size)
     if staged:
         grads.copy_(host)
+    return _done(state, grads, start)
+
+
+def _gpu_intra(comm: HierarchicalCommunicator) -> bool:
+    return type(comm.intra).__module__.startswith("backends.gpu")
+
+
+def _done(state: SdrHookState, grads: torch.Tensor, start: float) -> torch.futures.Future:
     state.buckets += 1
     state.bytes += grads.numel() * grads.element_size()
     state.seconds += time.perf_counter() - start

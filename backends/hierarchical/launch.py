@@ -41,8 +41,13 @@ def connect(
     algorithm: str = "ring",
     slices: int = 4,
     timeout: float = 120.0,
+    device: int | None = None,
 ) -> HierarchicalCommunicator:
-    """This rank's :class:`HierarchicalCommunicator` (collective: every rank calls it)."""
+    """This rank's :class:`HierarchicalCommunicator` (collective: every rank calls it).
+
+    ``device``: a CUDA device for this rank; its datacenter then uses the GPU communicator
+    (CUDA IPC memory channels) inside, and allreduce takes CuPy arrays.
+    """
     if local_size < 1 or world_size % local_size:
         raise ConfigError(f"world_size {world_size} is not a multiple of local_size {local_size}")
     topo = Topology(world_size // local_size, local_size, rank)
@@ -53,7 +58,12 @@ def connect(
             boot = TcpBootstrap(
                 topo.local_rank, local_size, port + 1 + topo.datacenter, timeout=timeout
             )
-            intra = ShmCommunicator(boot, timeout=timeout)
+            if device is None:
+                intra = ShmCommunicator(boot, timeout=timeout)
+            else:
+                from backends.gpu.communicator import GpuCommunicator  # noqa: PLC0415
+
+                intra = GpuCommunicator(boot, device=device)
         links = SdrLinks(world, topo.wan_peers(), host, options)
     except BaseException:
         if intra is not None:

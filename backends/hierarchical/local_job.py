@@ -39,9 +39,14 @@ def run_ranks(
     *,
     namespaces: Sequence[str | None] | None = None,
     timeout: float = 300.0,
+    start_method: str = "fork",
 ) -> list[Any]:
-    """``[fn(0), ..., fn(world - 1)]``, each computed in its own forked process."""
-    ctx = mp.get_context("fork")
+    """``[fn(0), ..., fn(world - 1)]``, each computed in its own process.
+
+    ``start_method="spawn"`` for processes that use CUDA after the parent touched it
+    (``fn`` must then be picklable: a module-level function or a partial of one).
+    """
+    ctx = mp.get_context(start_method)
     queue = ctx.Queue()
     spaces = list(namespaces) if namespaces is not None else [None] * world
     procs = [ctx.Process(target=_child, args=(fn, r, spaces[r], queue)) for r in range(world)]

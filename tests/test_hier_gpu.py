@@ -1,0 +1,56 @@
+"""Hierarchical allreduce with a GPU datacenter: CUDA IPC inside, SDR to a CPU datacenter.
+
+Datacenter 0 is two GPU ranks (GPU communicator, CuPy arrays, the shard staged to host
+memory for the WAN); datacenter 1 is two CPU ranks (shared memory). Skipped without CuPy
+and two CUDA devices.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from backends.gpu import cuda_available
+from backends.hierarchical import SdrLinkOptions, connect
+from backends.hierarchical.local_job import run_ranks
+from backends.shm import free_port
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not cuda_available(2), reason="needs CuPy and >= 2 CUDA devices"),
+]
+
+SIZES = (1, 4097, 1 << 20)
+
+
+def _data(rank: int, n: int) -> np.ndarray:
+    return np.random.default_rng(rank * 11 + n).standard_normal(n).astype(np.float32)
+
+
+def _rank(port: int, rank: int) -> list[np.ndarray]:
+    gpu = rank < 2
+    opts = SdrLinkOptions(scheme="ec-xor", rtt="2ms", rate="4Gbit/s", timeout=60)
+    comm = connect(rank, 4, 2, port=port, options=opts, device=rank if gpu else None)
+    try:
+        outs = []
+        for n in SIZES:
+            x = _data(rank, n)
+            if gpu:
+                import cupy
+
+                outs.append(comm.allreduce(cupy.asarray(x)).get())
+            else:
+                outs.append(comm.allreduce(x))
+        return outs
+    finally:
+        comm.close()
+
+
+def test_gpu_and_cpu_datacenters_allreduce() -> None:
+    results = run_ranks(4, functools.partial(_rank, free_port()), timeout=300, start_method="spawn")
+    for i, n in enumerate(SIZES):
+        ref = np.sum([_data(r, n) for r in range(4)], axis=0)
+        for r in range(4):
+            np.testing.assert_allclose(results[r][i], ref, rtol=1e-5, atol=1e-5)
