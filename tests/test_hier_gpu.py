@@ -54,3 +54,41 @@ def test_gpu_and_cpu_datacenters_allreduce() -> None:
         ref = np.sum([_data(r, n) for r in range(4)], axis=0)
         for r in range(4):
             np.testing.assert_allclose(results[r][i], ref, rtol=1e-5, atol=1e-5)
+
+
+class _Bucket:
+    """The part of torch.distributed.GradBucket the hook uses."""
+
+    def __init__(self, tensor: object) -> None:
+        self._tensor = tensor
+
+    def buffer(self) -> object:
+        return self._tensor
+
+
+def _hook_rank(port: int, rank: int) -> np.ndarray:
+    import torch
+
+    from backends.hierarchical.ddp_hook import SdrHookState, sdr_allreduce_hook
+
+    gpu = rank < 2
+    opts = SdrLinkOptions(scheme="sr-nack", rtt="2ms", rate="4Gbit/s", timeout=60)
+    comm = connect(rank, 4, 2, port=port, options=opts, device=rank if gpu else None)
+    try:
+        grads = torch.from_numpy(_data(rank, 10_001)).to(f"cuda:{rank}" if gpu else "cpu")
+        fut = sdr_allreduce_hook(SdrHookState(comm), _Bucket(grads))
+        out = fut.wait()
+        assert out.data_ptr() == grads.data_ptr()  # averaged in place, on its device
+        return out.cpu().numpy()
+    finally:
+        comm.close()
+
+
+def test_ddp_hook_on_cuda_buckets() -> None:
+    pytest.importorskip("torch")
+    results = run_ranks(
+        4, functools.partial(_hook_rank, free_port()), timeout=300, start_method="spawn"
+    )
+    ref = np.sum([_data(r, 10_001) for r in range(4)], axis=0) / 4
+    for r in range(4):
+        np.testing.assert_allclose(results[r], ref, rtol=1e-5, atol=1e-6)
