@@ -259,10 +259,6 @@ def main() -> int:
             f"{r['measured_lossless_s'] * 1e3:.0f} | {r['ratio']:.2f} | "
             f"{r['correct']} |"
         )
-    chart = out / "ring_allreduce_dcs.png"
-    _chart(rows, chart, title)
-    if args.figure:
-        shutil.copyfile(chart, args.figure)
     report = {
         "command": " ".join(sys.argv),
         "machine": {"platform": platform.platform(), "python": platform.python_version()},
@@ -272,6 +268,10 @@ def main() -> int:
         "seconds": time.time() - started,
     }
     (out / "results.json").write_text(json.dumps(report, indent=1))
+    chart = out / "ring_allreduce_dcs.png"
+    _chart(rows, chart, title)
+    if args.figure:
+        shutil.copyfile(chart, args.figure)
     print(f"\nwrote {out / 'results.json'} and {chart}")
     return 0 if all(r["correct"] for r in rows) else 1
 
