@@ -14,11 +14,26 @@ True
 
 from sdr.codecs.base import Buffer, Codec, TooManyLosses
 from sdr.codecs.gpu import GpuMDSHostCodec, GpuXORHostCodec
-from sdr.codecs.mds import MDSCodec
 from sdr.codecs.registry import available_codecs, get_codec, register_codec
 from sdr.codecs.xor import XORCodec
 
-register_codec("mds", MDSCodec)
+
+def _mds(k: int, m: int, chunk_size: int) -> Codec:
+    """MDS through pyeclib, imported on first use (SR and XOR users need no pyeclib)."""
+    from sdr.codecs.mds import MDSCodec
+
+    return MDSCodec(k, m, chunk_size)
+
+
+def __getattr__(name: str) -> object:
+    if name == "MDSCodec":
+        from sdr.codecs.mds import MDSCodec
+
+        return MDSCodec
+    raise AttributeError(f"module 'sdr.codecs' has no attribute {name!r}")
+
+
+register_codec("mds", _mds)
 register_codec("xor", XORCodec)
 register_codec("mds-gpu", GpuMDSHostCodec)  # needs CuPy and a GPU when built
 register_codec("xor-gpu", GpuXORHostCodec)
