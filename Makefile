@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format system figures clean
+.PHONY: demo test lint format system figures train-dcs clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -36,3 +36,7 @@ clean:
 # The paper's figures (CSV + PNG) from the simulator, into out/figures.
 figures: $(STAMP)
 	$(BIN)/python experiments/make_figures.py --out out/figures
+
+# Train a small model across two emulated datacenters (root: namespaces), every scheme.
+train-dcs: $(STAMP) system
+	$(BIN)/python experiments/train_two_dcs.py --figure out/train_two_dcs.png

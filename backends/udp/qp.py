@@ -48,7 +48,7 @@ _RESV8_ONES = 0xFF000000
 _ZEROS = bytes(4)
 _SEND_BATCH = 256
 _BURST_S = 0.002
-_BURST_PACKETS = 128
+_BURST_PACKETS = 16  # the largest burst a small-BDP queue must absorb is max(16 packets, 2 ms)
 _WAKE_PACKETS = 64
 _BATCH_S = 0.001
 
