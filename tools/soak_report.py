@@ -50,9 +50,11 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
     for role, samples in result["samples"].items():
         t = np.array([s["t"] for s in samples])
         mem.plot(t / 60, [s["rss"] / 2**20 for s in samples], label=role)
+        keep = np.concatenate([[True], np.diff(t) >= 1.0])  # the final sample may come early
+        t = t[keep]
         if len(t) > 1:
-            b = np.array([s["bytes"] for s in samples], dtype=float)
-            rate.plot(t[1:] / 60, np.diff(b) * 8 / np.maximum(np.diff(t), 1e-9) / 1e6, label=role)
+            b = np.array([s["bytes"] for s in samples], dtype=float)[keep]
+            rate.plot(t[1:] / 60, np.diff(b) * 8 / np.diff(t) / 1e6, label=role)
     mem.set_ylabel("RSS (MiB)")
     rate.set_ylabel("verified goodput (Mbit/s)")
     rate.set_xlabel("minutes")
