@@ -103,3 +103,22 @@ def test_memory_per_connection_stays_flat_over_many_messages(monkeypatch) -> Non
     state = _connection_state(ra, rb)
     assert all(v == 0 for v in state.values()), state
     assert ra.counters["writes_completed"] == 800 and rb.counters["receives_completed"] == 800
+
+
+def test_max_queued_gives_backpressure_instead_of_an_unbounded_queue() -> None:
+    pair = make_pair(ATTR, delay=0.0005)
+    ra = ReliableQP(pair.qa, "sr-rto", rtt="1ms", max_in_flight=2, max_queued=3)
+    rb = ReliableQP(pair.qb, "sr-rto", rtt="1ms")
+    src = pair.a.register(random_bytes(8192, seed=5))
+    writes = [ra.write(src) for _ in range(5)]  # 2 in flight, 3 waiting
+    assert ra.in_flight == 2
+    with pytest.raises(sdr.ResourceBusy, match="max_queued=3"):
+        ra.write(src)
+    outs = [np.zeros(8192, dtype=np.uint8) for _ in range(6)]
+    recvs = [rb.post_recv(pair.b.register(o)) for o in outs]
+    drive([ra, rb], lambda: writes[0].finished, 60)
+    writes.append(ra.write(src))  # room again: accepted, in order
+    wait_all(writes + recvs, timeout=60)
+    assert [w.seq for w in writes] == list(range(6)) and all(w.done for w in writes)
+    with pytest.raises(sdr.ConfigError):
+        ReliableQP(pair.qa, "sr-rto", max_queued=-1)

@@ -66,6 +66,8 @@ class ReliabilityConfig:
     global_timeout: seconds after which a stuck message fails with sdr.TimeoutError;
         None: max(1 s, 100 RTOs) + 4x the message's transmit time at link_rate.
     max_in_flight: reliable messages in flight per direction (more writes wait).
+    max_queued: writes that may wait beyond max_in_flight; one more raises ResourceBusy
+        (backpressure). None: no limit (the queue holds handles, never copies).
     params: extra parameters for user-registered schemes.
     """
 
@@ -80,6 +82,7 @@ class ReliabilityConfig:
     ack_interval: float | str | None = None
     global_timeout: float | str | None = None
     max_in_flight: int = 16
+    max_queued: int | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -113,6 +116,8 @@ class ReliabilityConfig:
                     raise ConfigError(f"global_timeout must be > 0 s, got {value!r}")
                 set_(self, name, seconds)
         set_(self, "max_in_flight", _integer("max_in_flight", self.max_in_flight, 1, 1 << 16))
+        if self.max_queued is not None:
+            set_(self, "max_queued", _integer("max_queued", self.max_queued, 0, 1 << 30))
         if not isinstance(self.params, Mapping):
             raise ConfigError(f"params must be a table/mapping, got {self.params!r}")
         set_(self, "params", dict(self.params))

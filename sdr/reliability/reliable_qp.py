@@ -136,6 +136,13 @@ class ReliableQP:
             raise ConfigError(
                 f"write of {length} bytes exceeds max_message_size {self.qp.attr.max_message_size}"
             )
+        cap = self.config.max_queued
+        full = bool(self._waiting) or self.in_flight >= self.max_in_flight  # this one would wait
+        if cap is not None and full and len(self._waiting) >= cap:
+            raise ResourceBusy(
+                f"{self.in_flight} writes in flight and {len(self._waiting)} waiting "
+                f"(max_queued={cap}); retry after one finishes"
+            )
         to_host(mr, offset, length)  # a staged GPU region: refresh its host copy
         handle = WriteHandle(self, self._send_seq, length)
         self._send_seq += 1
