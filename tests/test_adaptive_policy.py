@@ -41,15 +41,28 @@ def test_switch_needs_patience_consecutive_wins_beyond_gain(caplog):
             {SR: 1.0, EC: 0.6},  # win 2 -> switch
         ]
     )
-    policy = fed(AdaptivePolicy(sel, [SR, EC], interval=0.0, gain=0.1, patience=2))
+    policy = fed(
+        AdaptivePolicy(sel, [SR, EC], interval=0.0, gain=0.1, patience=2, strong_gain=None)
+    )
     caplog.set_level(logging.INFO, logger="sdr.adaptive.policy")
     chosen = [policy.before_write(float(t), 1 << 20) for t in range(4)]
     assert chosen == [SR, SR, SR, EC]
     assert len(policy.switches) == 1
     sw = policy.switches[0]
     assert (sw.old, sw.new, sw.time) == (SR, EC, 3.0)
-    assert "40% faster" in sw.reason and "2 consecutive" in sw.reason
+    assert "40% faster" in sw.reason and "2 consecutive evaluation" in sw.reason
     assert "switch sr-nack -> ec-mds(32,8)" in caplog.text
+
+
+def test_a_strong_margin_switches_at_once():
+    sel = Scripted([{SR: 1.0, EC: 0.9}, {SR: 1.0, EC: 0.8}])
+    policy = fed(AdaptivePolicy(sel, [SR, EC], interval=0.0, gain=0.05, strong_gain=0.2))
+    assert policy.before_write(0.0, 1) == SR  # 11% faster: one evaluation is not enough
+    assert policy.before_write(1.0, 1) == EC  # 25% faster: strong, at once (streak 2 anyway)
+    sel2 = Scripted([{SR: 1.0, EC: 0.7}])
+    policy2 = fed(AdaptivePolicy(sel2, [SR, EC], interval=0.0, strong_gain=0.2))
+    assert policy2.before_write(0.0, 1) == EC
+    assert "in 1 consecutive evaluation(s)" in policy2.switches[0].reason
 
 
 def test_evaluations_respect_interval_and_min_trials():
@@ -67,7 +80,7 @@ def test_evaluations_respect_interval_and_min_trials():
 def test_a_changing_winner_restarts_the_streak():
     xor = Candidate("ec-xor", 32, 8)
     sel = Scripted([{SR: 1.0, EC: 0.5, xor: 0.9}, {SR: 1.0, EC: 0.9, xor: 0.5}])
-    policy = fed(AdaptivePolicy(sel, [SR, EC, xor], interval=0.0, patience=2))
+    policy = fed(AdaptivePolicy(sel, [SR, EC, xor], interval=0.0, patience=2, strong_gain=None))
     policy.before_write(0.0, 1)
     policy.before_write(1.0, 1)
     assert policy.current == SR and not policy.switches

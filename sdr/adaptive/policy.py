@@ -10,7 +10,9 @@ completion time per candidate. The policy:
 * switches only between messages (the next admitted write uses the new scheme);
 * switches only when the best candidate is predicted at least ``gain`` (fraction) faster
   than the current one in ``patience`` consecutive evaluations (one noisy estimate never
-  flips the scheme, and two candidates within ``gain`` never flap);
+  flips the scheme, and two candidates within ``gain`` never flap), or at once when it is
+  predicted ``strong_gain`` faster (a large margin is not noise; waiting costs most when
+  the link has just turned bad);
 * logs every switch with its reason (INFO on ``sdr.adaptive.policy``) and keeps it in
   :attr:`AdaptivePolicy.switches`.
 
@@ -97,6 +99,7 @@ class AdaptivePolicy:
         interval: float = 0.1,
         gain: float = 0.05,
         patience: int = 2,
+        strong_gain: float | None = 0.15,
         min_trials: float = 64.0,
         estimator: LinkEstimator | None = None,
     ) -> None:
@@ -115,6 +118,7 @@ class AdaptivePolicy:
         self.interval = interval
         self.gain = gain
         self.patience = patience
+        self.strong_gain = strong_gain
         self.min_trials = min_trials
         self.estimator = estimator or LinkEstimator()
         ceiling = self.estimator.half_life_chunks / math.log(2)  # steady-state decayed trials
@@ -180,12 +184,13 @@ class AdaptivePolicy:
         if best != self._streak_target:
             self._streak, self._streak_target = 0, best
         self._streak += 1
-        if self._streak < self.patience:
+        strong = self.strong_gain is not None and new_s * (1.0 + self.strong_gain) <= old_s
+        if self._streak < self.patience and not strong:
             return
         reason = (
             f"predicted {new_s * 1e3:.1f} ms vs {old_s * 1e3:.1f} ms for {length} B "
             f"({(1 - new_s / old_s) * 100:.0f}% faster) in {self._streak} consecutive "
-            f"evaluations at {est.describe()}"
+            f"evaluation(s) at {est.describe()}"
         )
         switch = Switch(now, self.current, best, old_s, new_s, est, reason)
         self.switches.append(switch)
