@@ -32,7 +32,6 @@ import numpy as np
 from sdr.codecs.base import Codec, TooManyLosses
 from sdr.codecs.gpu_kernels import MAX_INPUTS, THREADS, gf_matmul_kernel, xor_sets_kernel
 from sdr.codecs.gpu_matrix import decode_plan, generator_matrix
-from sdr.codecs.mds import DEFAULT_EC_TYPE
 from sdr.codecs.xor import XORCodec
 from sdr.errors import ConfigError
 
@@ -46,6 +45,7 @@ __all__ = [
 ]
 
 _MAX_BLOCKS_X = 1024
+_EC_TYPE = "isa_l_rs_vand_inv"  # sdr.codecs.mds.DEFAULT_EC_TYPE, without importing pyeclib
 
 
 def _cupy() -> Any:
@@ -185,7 +185,7 @@ class _GpuCodecBase:
 class GpuRSCodec(_GpuCodecBase):
     """Systematic Reed-Solomon over GF(2^8) with ISA-L's ``isa_l_rs_vand_inv`` matrix."""
 
-    def __init__(self, k: int, m: int, chunk_size: int, ec_type: str = DEFAULT_EC_TYPE) -> None:
+    def __init__(self, k: int, m: int, chunk_size: int, ec_type: str = _EC_TYPE) -> None:
         super().__init__(k, m, chunk_size)
         self.generator = generator_matrix(k, m, ec_type)
         self._generator_dev = self._cp.asarray(self.generator.reshape(-1))
