@@ -79,3 +79,10 @@ def test_matrix_inverse_round_trip():
     inv = gf_invert_matrix(a)
     x = rng.integers(0, 256, (6, 16), dtype=np.uint8)
     assert np.array_equal(gf_matmul(inv, gf_matmul(a, x)), x)
+
+
+def test_gpu_codec_defaults_to_the_cpu_codecs_backend():
+    from sdr.codecs.gpu import _EC_TYPE
+    from sdr.codecs.mds import DEFAULT_EC_TYPE
+
+    assert _EC_TYPE == DEFAULT_EC_TYPE
