@@ -15,7 +15,7 @@ by the per-chunk estimate. The models assume independent losses; with bursty los
 like ``b`` independent losses and SR like one, so the EC candidates are scored with the
 chunk drop rate while SR candidates see the rate of loss *events* (drop / burst).
 An evaluation costs a few milliseconds per candidate (one analytic mean each), run in the
-sender's progress loop; so inputs are quantized (drop rate to 1/16 decade, RTT to 0.5 ms,
+sender's progress loop; so inputs are quantized (drop rate to 1/16 decade, RTT to 0.1 ms,
 bandwidth to 1/32 decade) and scores cached: a steady link costs a dictionary lookup.
 """
 
