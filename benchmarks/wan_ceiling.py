@@ -25,7 +25,7 @@ from backends.wan import LinkSpec, TunLink, can_use_namespaces, netns_exec
 
 
 def run(size: int, seconds: float, rate: str, rtt: str, offered: str) -> dict[str, float]:
-    with TunLink(LinkSpec(rate=rate, rtt=rtt, queue="64MiB")) as link:
+    with TunLink(LinkSpec(rate=rate, rtt=rtt, queue="64MiB"), mtu=max(9000, size + 28)) as link:
         server = subprocess.Popen(
             netns_exec(link.ns_b, "iperf3", "-s", "-1", "-J"), stdout=subprocess.PIPE, text=True
         )
@@ -66,7 +66,7 @@ def run(size: int, seconds: float, rate: str, rtt: str, offered: str) -> dict[st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--sizes", default="1400,8900")
+    parser.add_argument("--sizes", default="1400,8900,32000,64000")
     parser.add_argument("--rate", default="100Gbit/s")
     parser.add_argument("--rtt", default="0ms")
     parser.add_argument("--offered", default="1G,2G,0", help="iperf3 -b values (0: unlimited)")

@@ -58,7 +58,7 @@ def run_sdr(
             "--message-size",
             format_size(message),
             "--mtu",
-            "8192",
+            str(args.mtu),
             "--chunk",
             args.chunk,
         ],
@@ -66,7 +66,7 @@ def run_sdr(
     model = Link(
         bandwidth_bps=parse_rate(args.rate),
         rtt_s=parse_time(args.rtt),
-        mtu=8192,
+        mtu=args.mtu,
         chunk_size=parse_size(args.chunk),
     )
     predicted = predict(model, message, loss, report["config"]) if message == size else None
@@ -104,6 +104,8 @@ def main() -> None:
     p.add_argument("--rate", default="1Gbit/s")
     p.add_argument("--rtt", default="25ms")
     p.add_argument("--chunk", default="64KiB")
+    p.add_argument("--mtu", type=int, default=32768, help="SDR payload bytes per packet")
+    p.add_argument("--tun-mtu", type=int, default=65000, help="MTU of the emulated link")
     p.add_argument("--message-size", default="64MiB", help="largest SDR message")
     p.add_argument("--sdr", default=",".join(SDR))
     p.add_argument("--peers", default=",".join(PEERS))
@@ -121,7 +123,7 @@ def main() -> None:
         task = bar.add_task("runs", total=len(sizes) * len(losses) * len(protocols))
         for loss in losses:
             spec = LinkSpec(rate=args.rate, rtt=args.rtt, loss=loss, seed=args.seed)
-            with TunLink(spec) as link:
+            with TunLink(spec, mtu=args.tun_mtu) as link:
                 for size in sizes:
                     ideal = size * 8 / parse_rate(args.rate) + parse_time(args.rtt)
                     for proto in protocols:

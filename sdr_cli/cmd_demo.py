@@ -28,7 +28,8 @@ def demo(
     rtt: str = typer.Option("25ms", help="round-trip time"),
     loss: float = typer.Option(1e-3, help="packet loss probability on the link"),
     schemes: str = typer.Option(SCHEMES, help="comma-separated schemes to run"),
-    mtu: int = typer.Option(8192, help="SDR payload bytes per packet (TUN MTU is 9000)"),
+    mtu: int = typer.Option(32768, help="SDR payload bytes per packet"),
+    tun_mtu: int = typer.Option(65000, help="MTU of the emulated link (9000: jumbo frames)"),
     chunk: str = typer.Option("64KiB", help="bitmap chunk size"),
     out: str = typer.Option("out/demo", help="where the table (JSON) and chart (PNG) go"),
     seed: int = typer.Option(1, help="seed of the link's loss process"),
@@ -66,7 +67,7 @@ def demo(
     rows = []
     with (
         tempfile.TemporaryDirectory() as tmp,
-        TunLink(LinkSpec(rate=rate, rtt=rtt, loss=loss, seed=seed)) as link,
+        TunLink(LinkSpec(rate=rate, rtt=rtt, loss=loss, seed=seed), mtu=tun_mtu) as link,
     ):  # noqa: E501
         source = make_payload(Path(tmp) / "payload.bin", nbytes, seed)
         with Progress(
