@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from sdr.config import QPAttr
 from sdr.transport import MemoryRegion
 
-__all__ = ["KeyTable", "Placement", "LATE", "OUT_OF_RANGE", "BAD_GENERATION", "MALFORMED"]
+__all__ = [
+    "KeyTable",
+    "KeyTableBindings",
+    "Placement",
+    "LATE",
+    "OUT_OF_RANGE",
+    "BAD_GENERATION",
+    "MALFORMED",
+]
 
 LATE = "late"
 OUT_OF_RANGE = "out_of_range"
@@ -96,3 +104,27 @@ class KeyTable:
     def bound_count(self) -> int:
         """Entries currently bound (for leak checks)."""
         return sum(e is not None for gen in self._entries for e in gen)
+
+
+class KeyTableBindings:
+    """``bind``/``unbind`` of a TransportQP that resolves packets through ``self.keys``.
+
+    Software drivers (inproc, udp, the simulator's) keep their key table in this one
+    class; list it before ``TransportQP`` in the bases.
+    """
+
+    keys: KeyTable
+
+    def bind(
+        self,
+        generation: int,
+        slot: int,
+        region: MemoryRegion,
+        offset: int,
+        length: int,
+        msg_id: int,
+    ) -> None:
+        self.keys.bind(generation, slot, region, offset, length, msg_id)
+
+    def unbind(self, generation: int, slot: int) -> None:
+        self.keys.unbind(generation, slot)

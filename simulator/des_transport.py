@@ -29,7 +29,7 @@ import simpy
 
 from sdr.config import QPAttr
 from sdr.errors import ConfigError, ProtocolError, TransportError
-from sdr.key_table import KeyTable, Placement
+from sdr.key_table import KeyTable, KeyTableBindings, Placement
 from sdr.transport import (
     MAX_CONTROL_SIZE,
     CompletionBatch,
@@ -49,7 +49,7 @@ _endpoint_ids = itertools.count(1)
 _region_keys = itertools.count(1)
 
 
-class DesQP(TransportQP):
+class DesQP(KeyTableBindings, TransportQP):
     """Transport side of one SDR QP inside the simulation."""
 
     def __init__(self, transport: DesTransport, attr: QPAttr) -> None:
@@ -79,20 +79,6 @@ class DesQP(TransportQP):
         if peer.transport.site == self.transport.site:
             raise ConfigError("DES peers must sit at opposite ends of the link (sites a and b)")
         self.peer = peer
-
-    def bind(
-        self,
-        generation: int,
-        slot: int,
-        region: MemoryRegion,
-        offset: int,
-        length: int,
-        msg_id: int,
-    ) -> None:
-        self.keys.bind(generation, slot, region, offset, length, msg_id)
-
-    def unbind(self, generation: int, slot: int) -> None:
-        self.keys.unbind(generation, slot)
 
     # --- sending ------------------------------------------------------------------------
     def send_budget(self, now: float) -> int:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from backends.inproc.network import InprocNetwork, ManualClock
 from sdr.config import QPAttr
 from sdr.errors import ConfigError, ProtocolError, TransportError
-from sdr.key_table import KeyTable, Placement
+from sdr.key_table import KeyTable, KeyTableBindings, Placement
 from sdr.pacing import TokenBucket
 from sdr.transport import (
     MAX_CONTROL_SIZE,
@@ -40,7 +40,7 @@ def default_network() -> InprocNetwork:
     return _DEFAULT_NETWORK
 
 
-class InprocQP(TransportQP):
+class InprocQP(KeyTableBindings, TransportQP):
     """Transport side of one QP on the in-process wire."""
 
     def __init__(self, transport: InprocTransport, attr: QPAttr) -> None:
@@ -65,20 +65,6 @@ class InprocQP(TransportQP):
                 "contexts)"
             )
         self.peer = int(remote["endpoint"])
-
-    def bind(
-        self,
-        generation: int,
-        slot: int,
-        region: MemoryRegion,
-        offset: int,
-        length: int,
-        msg_id: int,
-    ) -> None:
-        self.keys.bind(generation, slot, region, offset, length, msg_id)
-
-    def unbind(self, generation: int, slot: int) -> None:
-        self.keys.unbind(generation, slot)
 
     def send_budget(self, now: float) -> int:
         return self.pacer.budget(now, self.attr.mtu * 8)

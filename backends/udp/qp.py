@@ -29,9 +29,9 @@ from backends.udp.roce import (
 )
 from sdr.config import QPAttr
 from sdr.errors import ConfigError, ProtocolError, TransportError
-from sdr.key_table import KeyTable
+from sdr.key_table import KeyTable, KeyTableBindings
 from sdr.pacing import TokenBucket
-from sdr.transport import MAX_CONTROL_SIZE, CompletionBatch, MemoryRegion, TransportQP, WriteBatch
+from sdr.transport import MAX_CONTROL_SIZE, CompletionBatch, TransportQP, WriteBatch
 
 if TYPE_CHECKING:
     from backends.udp.transport import UdpTransport
@@ -70,7 +70,7 @@ COUNTER_NAMES = (
 )
 
 
-class UdpQP(TransportQP):
+class UdpQP(KeyTableBindings, TransportQP):
     """One QP's endpoints on a :class:`UdpTransport` (created by ``create_qp``)."""
 
     def __init__(self, transport: UdpTransport, attr: QPAttr) -> None:
@@ -152,19 +152,6 @@ class UdpQP(TransportQP):
         self._ring.set_peer(host, port)
 
     # --- key table --------------------------------------------------------------------------
-    def bind(
-        self,
-        generation: int,
-        slot: int,
-        region: MemoryRegion,
-        offset: int,
-        length: int,
-        msg_id: int,
-    ) -> None:
-        self.keys.bind(generation, slot, region, offset, length, msg_id)
-
-    def unbind(self, generation: int, slot: int) -> None:
-        self.keys.unbind(generation, slot)
 
     # --- send path --------------------------------------------------------------------------
     def send_budget(self, now: float) -> int:
