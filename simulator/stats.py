@@ -9,6 +9,7 @@ q-quantile among ``n`` sorted samples is Binomial(n, q).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -49,6 +50,14 @@ class SampleSummary:
     mean_ci: tuple[float, float]
     quantiles: dict[str, float]
     quantile_cis: dict[str, tuple[float, float]]
+
+    def estimate_fields(self) -> dict[str, Any]:
+        """The sampled fields of an ``Estimate``: mean, p50/p99/p99.9 and their CIs."""
+        out: dict[str, Any] = {"mean_s": self.mean, "mean_ci_s": self.mean_ci}
+        for name in ("p50", "p99", "p999"):
+            out[f"{name}_s"] = self.quantiles[name]
+            out[f"{name}_ci_s"] = self.quantile_cis[name]
+        return out
 
 
 def summarize(samples: np.ndarray, confidence: float = 0.95) -> SampleSummary:
