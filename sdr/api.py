@@ -122,6 +122,8 @@ class QP:
             remote = verify_info(json.loads(remote_info), self.ctx.secret)
             version, backend = remote["version"], remote["backend"]
             attr, transport = remote["attr"], remote["transport"]
+            if not isinstance(attr, dict) or not isinstance(transport, dict):
+                raise TypeError("its attr and transport must be JSON objects")
         except ProtocolError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:

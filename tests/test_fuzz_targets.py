@@ -53,6 +53,25 @@ def test_fuzz_target_survives_mutated_seeds(name):
     run()
 
 
+REGRESSIONS = {
+    "qp_info": [
+        b"[" * 5000,  # RecursionError from json
+        b'{"version": 1, "backend": "inproc", "attr": "}2:{", "transport": {"": 1}}',
+    ],
+    "plan": [b"", b"[" * 5000, b"[1, 2]"],
+    "reliability_config": [b"a = " + b"[" * 5000],
+    "oob_frame": [b"[" * 5000],
+    "cts": [bytes.fromhex("010101060005000300000000000000050000000000001000")],  # pad byte set
+    "reliability_message": [bytes.fromhex("0112010001000000000000000004" + "2b0000030000000305")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(REGRESSIONS))
+def test_inputs_that_once_crashed_a_target(name):
+    for data in REGRESSIONS[name]:
+        TARGETS[name](data)
+
+
 def test_targets_cover_the_parsers():
     assert {
         "cts",
