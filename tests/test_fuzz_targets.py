@@ -62,7 +62,7 @@ REGRESSIONS = {
     "reliability_config": [b"a = " + b"[" * 5000],
     "oob_frame": [b"[" * 5000],
     "cts": [bytes.fromhex("010101060005000300000000000000050000000000001000")],  # pad byte set
-    "reliability_message": [bytes.fromhex("0112010001000000000000000004" + "2b0000030000000305")],
+    "reliability_message": [bytes.fromhex("011201000100000000000000042b0000030000000305")],
 }
 
 
