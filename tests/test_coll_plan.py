@@ -172,3 +172,15 @@ def test_cli_prints_plans_and_selection():
     assert Plan.loads(res.output).world_size == 3
     res = runner.invoke(app, ["coll-select", "allreduce", "4MiB", "--world", "2"])
     assert res.exit_code == 0 and "allreduce_oneshot" in res.output
+
+
+def test_selection_hands_large_calls_to_nccl_where_it_measured_faster_on_4_gpus():
+    from sdr.collectives import NCCL, select_algorithm
+
+    mib = 1 << 20
+    assert select_algorithm("allreduce", 1 * mib, 4, nccl_available=True) != NCCL
+    assert select_algorithm("allreduce", 4 * mib, 4, nccl_available=True) == NCCL
+    assert select_algorithm("allgather", 4 * mib, 4, nccl_available=True) != NCCL
+    assert select_algorithm("allgather", 8 * mib, 8, nccl_available=True) == NCCL
+    assert select_algorithm("allreduce", 64 * mib, 2, nccl_available=True) != NCCL
+    assert select_algorithm("allreduce", 4 * mib, 4) != NCCL  # without NCCL: our best plan

@@ -27,6 +27,12 @@ NCCL_UNMEASURED_FROM = 64 * MiB
 #: With 2 GPUs our allreduce read 0.96-1.11x NCCL at 256 MiB, 0.92-1.04x at 512 MiB and
 #: 0.89-0.99x at 1 GiB over three runs: NCCL from 256 MiB.
 NCCL_ALLREDUCE_2GPU_FROM = 256 * MiB
+#: With 4 GPUs (one run, docs/collectives.md "4 GPUs"): our allreduce is 1.4-2.3x NCCL up
+#: to 1 MiB, 1.01x at 2 MiB and 0.56-0.79x from 4 MiB; allgather 1.3-1.8x up to 4 MiB,
+#: 0.97x at 8 MiB and below from there. Larger worlds (unmeasured) take NCCL from the same
+#: sizes: the gap grows with the world size.
+NCCL_ALLREDUCE_4GPU_FROM = 4 * MiB
+NCCL_ALLGATHER_4GPU_FROM = 8 * MiB
 #: Above this many ranks, full-mesh algorithms open too many channels: use the ring.
 MESH_MAX_RANKS = 8
 
@@ -73,4 +79,8 @@ def _nccl_is_faster(collective: str, nbytes: int, world_size: int) -> bool:
         return nbytes >= NCCL_ALLREDUCE_2GPU_FROM
     if collective == "allgather" and world_size == 2:
         return False  # ours 1.03-2.9x NCCL up to 512 MiB, 0.98-1.06x at 1 GiB
+    if world_size >= 4:
+        if collective == "allgather":
+            return nbytes >= NCCL_ALLGATHER_4GPU_FROM
+        return nbytes >= NCCL_ALLREDUCE_4GPU_FROM
     return nbytes >= NCCL_UNMEASURED_FROM
