@@ -53,9 +53,9 @@ def _candidates(k: int, m: int) -> list[Any]:
 
 
 def _setup(args: argparse.Namespace, peer: str) -> tuple[Any, Any, Any]:
+    from backends import oob
     from backends.udp import UdpTransport
     from sdr.reliability import ReliableQP
-    from sdr_cli import oob
 
     size = parse_size(args.size)
     attr = sdr.QPAttr(
@@ -135,8 +135,8 @@ def _payload(size: int) -> np.ndarray:
 
 def role_send(args: argparse.Namespace) -> None:
     """Write the messages, report the total and per-message times as one JSON line."""
+    from backends import oob
     from sdr.reliability.handles import drive
-    from sdr_cli import oob
 
     ctx, rqp, sock = _setup(args, args.peer)
     try:
@@ -176,8 +176,8 @@ def role_send(args: argparse.Namespace) -> None:
 
 def role_recv(args: argparse.Namespace) -> None:
     """Post the receives into a ring of buffers; check every message's bytes."""
+    from backends import oob
     from sdr.reliability.handles import drive
-    from sdr_cli import oob
 
     ctx, rqp, sock = _setup(args, args.peer)
     try:

@@ -16,9 +16,9 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from backends import oob
 from sdr.errors import SDRError
 from sdr.units import format_size
-from sdr_cli import oob
 from sdr_cli.file_transfer import TransferOptions, send_file, serve_file
 
 console = Console(stderr=True)

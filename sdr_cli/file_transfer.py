@@ -22,12 +22,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import sdr
+from backends import oob
 from backends.udp import UdpTransport
 from sdr.errors import MessageFailed, ProtocolError, SDRError
 from sdr.reliability import ReliabilityConfig, ReliableQP, load_config
 from sdr.reliability.handles import drive
 from sdr.units import parse_rate, parse_size, parse_time
-from sdr_cli import oob
 
 __all__ = ["TransferOptions", "send_file", "serve_file", "Progress"]
 

@@ -14,7 +14,8 @@ import struct
 import time
 from typing import Any
 
-from sdr.errors import ConfigError, TimeoutError, TransportError
+from backends.oob import read_exact
+from sdr.errors import ConfigError, TimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -33,19 +34,9 @@ def _send(sock: socket.socket, obj: Any) -> None:
     sock.sendall(_LEN.pack(len(data)) + data)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        part = sock.recv(n - len(buf))
-        if not part:
-            raise TransportError("bootstrap peer closed the connection")
-        buf += part
-    return bytes(buf)
-
-
 def _recv(sock: socket.socket) -> Any:
-    (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
-    return pickle.loads(_recv_exact(sock, n))  # noqa: S301 - peers are ranks of our own job
+    (n,) = _LEN.unpack(read_exact(sock, _LEN.size))
+    return pickle.loads(read_exact(sock, n))  # noqa: S301 - peers are ranks of our own job
 
 
 class TcpBootstrap:

@@ -12,9 +12,7 @@ all its chunks arrived; messages that never complete within ``timeout`` count as
 
 from __future__ import annotations
 
-import json
 import socket
-import struct
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -22,14 +20,14 @@ from typing import Any
 import numpy as np
 
 import sdr
+from backends.oob import DEFAULT_PORT, recv_obj, send_obj
 from backends.udp.roce import ROCE_PORT
 from backends.udp.transport import UdpTransport
 from sdr.errors import ConfigError, ProtocolError, TransportError
 
 __all__ = ["WriteBwParams", "WriteBwResult", "run_server", "run_client", "source_address_for"]
 
-DEFAULT_TCP_PORT = 18515  # perftest's default
-_LEN = struct.Struct("!I")
+DEFAULT_TCP_PORT = DEFAULT_PORT  # perftest's default
 
 
 @dataclass
@@ -80,24 +78,6 @@ class WriteBwResult:
         return asdict(self)
 
 
-def _send_obj(sock: socket.socket, obj: Any) -> None:
-    data = json.dumps(obj).encode()
-    sock.sendall(_LEN.pack(len(data)) + data)
-
-
-def _recv_obj(sock: socket.socket) -> Any:
-    def exact(n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = sock.recv(n - len(buf))
-            if not chunk:
-                raise ProtocolError("peer closed the out-of-band connection")
-            buf += chunk
-        return buf
-
-    return json.loads(exact(_LEN.unpack(exact(_LEN.size))[0]))
-
-
 def pattern(size: int) -> np.ndarray:
     """The bytes every message carries (so the receiver can verify them)."""
     return (np.arange(size, dtype=np.uint64) * 2654435761 >> np.uint64(13)).astype(np.uint8)
@@ -144,16 +124,16 @@ def run_server(
     finally:
         listener.close()
     with conn, sdr.Context(backend=UdpTransport(host=bind, port=udp_port)) as ctx:
-        request = _recv_obj(conn)
+        request = recv_obj(conn)
         try:
             params = WriteBwParams(**request["params"])
             attr = params.attr()
         except (TypeError, KeyError, ConfigError) as exc:
-            _send_obj(conn, {"error": str(exc)})
+            send_obj(conn, {"error": str(exc)})
             raise ProtocolError(f"bad write-bw request: {exc}") from exc
         qp = ctx.create_qp(attr)
         qp.connect(request["info"].encode())
-        _send_obj(conn, {"info": qp.info().decode()})
+        send_obj(conn, {"info": qp.info().decode()})
         depth = max(1, min(params.inflight, attr.max_messages))
         ring = np.zeros((depth, max(params.size, 1)), dtype=np.uint8)
         regions = [ctx.register(ring[i]) for i in range(depth)]
@@ -191,8 +171,8 @@ def run_server(
                 ctx.transport.wait(0.0005)
         _summarise(res, stamps, start if start is not None else ctx.now())
         res.counters = {**qp.counters(), **qp.transport_qp.stats}
-        client = WriteBwResult(**_recv_obj(conn)["result"])
-        _send_obj(conn, {"result": res.as_dict()})
+        client = WriteBwResult(**recv_obj(conn)["result"])
+        send_obj(conn, {"result": res.as_dict()})
         return res, client
 
 
@@ -212,8 +192,8 @@ def run_client(
         raise TransportError(f"cannot reach write-bw server {server}:{tcp_port}: {exc}") from exc
     with conn, sdr.Context(backend=UdpTransport(host=bind, port=udp_port)) as ctx:
         qp = ctx.create_qp(attr)
-        _send_obj(conn, {"params": asdict(params), "info": qp.info().decode()})
-        reply = _recv_obj(conn)
+        send_obj(conn, {"params": asdict(params), "info": qp.info().decode()})
+        reply = recv_obj(conn)
         if "error" in reply:
             raise ConfigError(f"server refused the parameters: {reply['error']}")
         qp.connect(reply["info"].encode())
@@ -244,6 +224,6 @@ def run_client(
         while time.monotonic() < end:  # answer late CTSs so the server is not left waiting
             if ctx.progress() == 0:
                 ctx.transport.wait(0.001)
-        _send_obj(conn, {"result": res.as_dict()})
-        server_res = WriteBwResult(**_recv_obj(conn)["result"])
+        send_obj(conn, {"result": res.as_dict()})
+        server_res = WriteBwResult(**recv_obj(conn)["result"])
         return res, server_res

@@ -22,11 +22,11 @@ import numpy as np
 from registry import target
 
 import sdr
+from backends import oob
 from sdr.collectives.plan import Plan, validate_plan
 from sdr.reliability.config import load_config
 from sdr.reliability.messages import Digest, EcNack, Nack, Sack, decode_message
 from sdr.units import parse_distance, parse_rate, parse_size, parse_time
-from sdr_cli import oob
 
 __all__ = ["fuzz_reliability_message", "fuzz_reliability_config", "fuzz_plan", "fuzz_units"]
 

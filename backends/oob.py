@@ -1,7 +1,7 @@
-"""The out-of-band channel of a transfer: length-prefixed JSON over one TCP connection.
+"""The out-of-band channel: length-prefixed JSON over one TCP connection.
 
-Used once per transfer to exchange QP info and configuration (as perftest does) and, at
-the end, the file digest and the receiver's verdict. The data never goes this way.
+Used to exchange QP info and configuration before a transfer (as perftest does) and small
+verdicts after it (``sdr send/recv``, ``sdr write-bw``). The data never goes this way.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from sdr.errors import ProtocolError, TransportError
 
-__all__ = ["send_obj", "recv_obj", "listen", "connect", "DEFAULT_PORT"]
+__all__ = ["send_obj", "recv_obj", "read_exact", "listen", "connect", "DEFAULT_PORT"]
 
 DEFAULT_PORT = 18515  # perftest's default exchange port
 _LEN = struct.Struct("!I")
@@ -26,7 +26,8 @@ def send_obj(sock: socket.socket, obj: Any) -> None:
     sock.sendall(_LEN.pack(len(data)) + data)
 
 
-def _read_exact(sock: socket.socket, n: int) -> bytes:
+def read_exact(sock: socket.socket, n: int) -> bytes:
+    """Exactly ``n`` bytes from a stream socket; TransportError if the peer closes first."""
     buf = bytearray()
     while len(buf) < n:
         part = sock.recv(n - len(buf))
@@ -37,11 +38,11 @@ def _read_exact(sock: socket.socket, n: int) -> bytes:
 
 
 def recv_obj(sock: socket.socket) -> Any:
-    (size,) = _LEN.unpack(_read_exact(sock, _LEN.size))
+    (size,) = _LEN.unpack(read_exact(sock, _LEN.size))
     if size > _MAX:
         raise ProtocolError(f"out-of-band message of {size} bytes exceeds {_MAX}")
     try:
-        return json.loads(_read_exact(sock, size))
+        return json.loads(read_exact(sock, size))
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(f"out-of-band message is not JSON: {exc}") from exc
 
