@@ -86,7 +86,10 @@ def _parse(value: object, units: dict[str, float], kind: str, example: str) -> f
     if isinstance(value, bool):
         raise ConfigError(f"{kind} must be a number or a string like {example!r}, got {value!r}")
     if isinstance(value, int | float):
-        result = float(value)
+        try:
+            result = float(value)
+        except OverflowError:  # an int beyond float range (TOML integers are unbounded)
+            raise ConfigError(f"{kind} {value} is out of range") from None
     elif isinstance(value, str):
         match = _PATTERN.match(value)
         if not match or match.group(2) not in units:

@@ -49,3 +49,10 @@ def test_format_then_parse_round_trips_whole_units(n):
     text = format_size(n)
     if "." not in text:  # exact binary multiples print without a fraction
         assert parse_size(text) == n
+
+
+@pytest.mark.parametrize("parse", [parse_size, parse_rate, parse_time, parse_distance])
+def test_integers_beyond_float_range_are_config_errors(parse):
+    """TOML integers are unbounded: 10**400 is an error that names the value, not a crash."""
+    with pytest.raises(ConfigError, match="out of range"):
+        parse(10**400)

@@ -37,11 +37,17 @@ _TIMEOUT_TX = 4
 
 
 def _number(name: str, value: object, low: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{name} must be a finite number, got {value!r}")
-    if value < low:
+    try:
+        result = float(value)
+    except OverflowError:  # an int beyond float range (TOML integers are unbounded)
+        result = math.inf
+    if not math.isfinite(result):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    if result < low:
         raise ConfigError(f"{name} must be >= {low}, got {value!r}")
-    return float(value)
+    return result
 
 
 def _integer(name: str, value: object, low: int, high: int) -> int:

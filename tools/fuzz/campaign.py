@@ -2,6 +2,7 @@
 
     python tools/fuzz/campaign.py --runs 10000000 --jobs 1 --out fuzz-campaign.json
     python tools/fuzz/campaign.py --runs 20000 --targets cts plan     # a quick check
+    python tools/fuzz/campaign.py --targets udp_receive --session-inputs 1000000
 
 Each target runs in its own process (``tools/fuzz/run.py``) with a corpus directory
 seeded from ``seeds.py``; crashes are saved as ``crash-*`` files under the work
@@ -50,17 +51,18 @@ def _executed(log: str) -> int:
     return int(pulses[-1]) if pulses else 0
 
 
-def run_target(
-    name: str, runs: int, workdir: pathlib.Path, max_len: int, timeout: float, seconds: int
-) -> dict:
-    """Fuzz one target for ``runs`` inputs or ``seconds`` (0: no limit); its summary row."""
-    from seeds import write_seeds
-
-    corpus = workdir / "corpus" / name
-    seeded = write_seeds(name, corpus)
-    artifacts = workdir / "crashes" / name
-    artifacts.mkdir(parents=True, exist_ok=True)
-    log_path = workdir / f"{name}.log"
+def _session(
+    name: str,
+    runs: int,
+    corpus: pathlib.Path,
+    artifacts: pathlib.Path,
+    log_path: pathlib.Path,
+    max_len: int,
+    timeout: float,
+    seconds: float,
+    rss_limit_mb: int,
+) -> tuple[int | str, int]:
+    """One libFuzzer process over the shared corpus: (exit status, inputs executed)."""
     cmd = [
         sys.executable,
         str(HERE / "run.py"),
@@ -69,12 +71,11 @@ def run_target(
         f"-max_len={max_len}",
         "-print_final_stats=1",
         f"-artifact_prefix={artifacts}/",
-        "-rss_limit_mb=4096",
-        *([f"-max_total_time={seconds}"] if seconds else []),
+        f"-rss_limit_mb={rss_limit_mb}",
+        *([f"-max_total_time={max(1, int(seconds))}"] if seconds else []),
         str(corpus),
     ]
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    start = time.monotonic()
     with open(log_path, "w") as log:
         try:
             proc = subprocess.run(
@@ -83,10 +84,52 @@ def run_target(
             status: int | str = proc.returncode
         except subprocess.TimeoutExpired:
             status = "timeout"
-    seconds = time.monotonic() - start
-    text = log_path.read_text(errors="replace")
+    return status, _executed(log_path.read_text(errors="replace"))
+
+
+def run_target(
+    name: str,
+    runs: int,
+    workdir: pathlib.Path,
+    max_len: int,
+    timeout: float,
+    seconds: int,
+    session_inputs: int = 0,
+    rss_limit_mb: int = 4096,
+) -> dict:
+    """Fuzz one target for ``runs`` inputs or ``seconds`` (0: no limit); its summary row.
+
+    With ``session_inputs`` the inputs are split over several libFuzzer processes of at
+    most that many each, all growing one corpus: atheris 3.0 keeps a reference to the
+    result of every instrumented comparison that is a NumPy array, so a long session of a
+    target whose code compares arrays grows without bound (a few KiB per input) although
+    the code under test does not (docs/reliability.md, "Fuzzing"). A crash ends the target.
+    """
+    from seeds import write_seeds
+
+    corpus = workdir / "corpus" / name
+    seeded = write_seeds(name, corpus)
+    artifacts = workdir / "crashes" / name
+    artifacts.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    executed, sessions, status = 0, 0, 0
+    logs = []
+    while executed < runs:
+        left_s = seconds - (time.monotonic() - start) if seconds else 0.0
+        if seconds and left_s < 1:
+            break
+        sessions += 1
+        log_path = workdir / (f"{name}.log" if sessions == 1 else f"{name}.{sessions}.log")
+        logs.append(str(log_path.relative_to(workdir)))
+        todo = min(runs - executed, session_inputs) if session_inputs else runs - executed
+        status, done = _session(
+            name, todo, corpus, artifacts, log_path, max_len, timeout, left_s, rss_limit_mb
+        )
+        executed += done
+        if status != 0 or done == 0 or not session_inputs:
+            break
+    elapsed = time.monotonic() - start
     crashes = sorted(p.name for p in artifacts.iterdir() if p.name.startswith(("crash", "oom")))
-    executed = _executed(text)
     return {
         "target": name,
         "inputs": executed,
@@ -95,11 +138,12 @@ def run_target(
         "crashes": len(crashes),
         "crash_files": crashes,
         "exit_status": status,
-        "seconds": round(seconds, 1),
-        "inputs_per_s": round(executed / seconds, 1) if seconds else 0.0,
+        "sessions": sessions,
+        "seconds": round(elapsed, 1),
+        "inputs_per_s": round(executed / elapsed, 1) if elapsed else 0.0,
         "seed_inputs": seeded,
         "corpus_files": sum(1 for _ in corpus.iterdir()),
-        "log": str(log_path.relative_to(workdir)),
+        "logs": logs,
     }
 
 
@@ -119,6 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-seconds", type=int, default=0, help="stop each target after this long (0: never)"
     )
+    parser.add_argument(
+        "--session-inputs",
+        type=int,
+        default=0,
+        help="split each target into libFuzzer sessions of at most this many inputs "
+        "(0: one session); bounds atheris' own memory growth",
+    )
+    parser.add_argument("--rss-limit-mb", type=int, default=4096, help="libFuzzer RSS limit")
     args = parser.parse_args(argv)
     names = args.targets or sorted(
         TARGETS, key=lambda n: (n not in PRIORITY, PRIORITY.get(n, 0), n)
@@ -134,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "runs_per_target": args.runs,
         "max_seconds_per_target": args.max_seconds,
+        "session_inputs": args.session_inputs,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "targets": {},
     }
@@ -151,7 +204,15 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = [
             pool.submit(
-                run_target, n, args.runs, args.workdir, args.max_len, args.timeout, args.max_seconds
+                run_target,
+                n,
+                args.runs,
+                args.workdir,
+                args.max_len,
+                args.timeout,
+                args.max_seconds,
+                args.session_inputs,
+                args.rss_limit_mb,
             )
             for n in names
         ]

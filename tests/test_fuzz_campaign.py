@@ -1,0 +1,57 @@
+"""The fuzz campaign's bookkeeping (tools/fuzz/campaign.py), without atheris: libFuzzer
+sessions are replaced by a stand-in that reports how many inputs it ran."""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def campaign():
+    spec = importlib.util.spec_from_file_location("campaign", ROOT / "tools/fuzz/campaign.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_sessions(campaign, monkeypatch, results):
+    """Each session returns the next (status, inputs) of ``results``; returns the asks."""
+    asked = []
+
+    def session(name, runs, corpus, artifacts, log_path, *rest):
+        asked.append(runs)
+        log_path.write_text("")
+        status, done = results[len(asked) - 1]
+        if status:
+            (artifacts / "crash-1").write_bytes(b"x")
+        return status, min(done, runs)
+
+    monkeypatch.setattr(campaign, "_session", session)
+    return asked
+
+
+def test_inputs_are_split_into_sessions_that_add_up(campaign, monkeypatch, tmp_path):
+    asked = _fake_sessions(campaign, monkeypatch, [(0, 10**9)] * 5)
+    row = campaign.run_target("cts", 250, tmp_path, 64, 60.0, 0, session_inputs=100)
+    assert asked == [100, 100, 50]
+    assert row["inputs"] == 250 and row["sessions"] == 3 and row["complete"]
+    assert row["logs"] == ["cts.log", "cts.2.log", "cts.3.log"]
+    assert row["crashes"] == 0
+
+
+def test_a_crash_ends_the_target(campaign, monkeypatch, tmp_path):
+    asked = _fake_sessions(campaign, monkeypatch, [(0, 100), (77, 30), (0, 100)])
+    row = campaign.run_target("cts", 1000, tmp_path, 64, 60.0, 0, session_inputs=100)
+    assert asked == [100, 100]
+    assert row["inputs"] == 130 and not row["complete"]
+    assert row["crashes"] == 1 and row["exit_status"] == 77
+
+
+def test_one_session_without_splitting(campaign, monkeypatch, tmp_path):
+    asked = _fake_sessions(campaign, monkeypatch, [(0, 400)])
+    row = campaign.run_target("cts", 1000, tmp_path, 64, 60.0, 0)
+    assert asked == [1000]
+    assert row["inputs"] == 400 and not row["complete"] and row["sessions"] == 1
