@@ -1,12 +1,16 @@
-"""Allreduce and allgather on the GPUs of one host: our plans against NCCL in the same run.
+"""Collectives on the GPUs of one host: our plans against NCCL in the same run.
 
     python benchmarks/gpu_collectives.py --world 2 --out gpu_collectives.json
+    python benchmarks/gpu_collectives.py --collectives reduce_scatter broadcast
 
-One process per GPU. For every size (1 KiB .. 1 GiB, bfloat16) it times each of our
-candidate algorithms and NCCL (through torch.distributed), eagerly launched and captured
-in a CUDA graph, and prints latency, bus bandwidth and the NCCL/ours latency ratio (> 1:
-ours is faster). Bus bandwidth: allreduce S/t * 2(n-1)/n, allgather S/t * (n-1)/n with S
-the full (output) size. NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
+One process per GPU. For every collective (allreduce, allgather, reduce-scatter,
+broadcast from rank 0) and size (1 KiB .. 1 GiB, bfloat16) it times each of our candidate
+algorithms and NCCL (through torch.distributed), eagerly launched and captured in a CUDA
+graph, and prints latency, bus bandwidth and the NCCL/ours latency ratio (> 1: ours is
+faster). Sizes are the full message: the allreduce and broadcast buffer, the allgather
+output, the reduce-scatter input. Bus bandwidth as nccl-tests computes it: allreduce
+S/t * 2(n-1)/n, allgather and reduce-scatter S/t * (n-1)/n, broadcast S/t. NVLink
+multicast stays off (NCCL_NVLS_ENABLE=0).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from backends.shm.bootstrap import TcpBootstrap, free_port  # noqa: E402
 from sdr.collectives import select_algorithm  # noqa: E402
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast")
 
 
 def candidates(coll: str, size: int) -> list[str]:
@@ -39,12 +44,33 @@ def candidates(coll: str, size: int) -> list[str]:
         if size >= 256 * KiB:
             algs += ["allreduce_oneshot", "allreduce_oneshot_get", "allreduce_twoshot"]
         return algs
-    algs = []
+    algs = []  # allgather, reduce_scatter, broadcast: an LL and a mesh algorithm each
     if size <= 32 * MiB:
-        algs.append("allgather_ll")
+        algs.append(f"{coll}_ll")
     if size >= 256 * KiB:
-        algs.append("allgather_mesh")
+        algs.append(f"{coll}_mesh")
     return algs
+
+
+def _nccl_call(coll: str, t_in, t_out, dist):  # noqa: ANN001, ANN202
+    """The NCCL call of ``coll`` through torch.distributed."""
+    if coll == "allreduce":
+        return lambda: dist.all_reduce(t_in)
+    if coll == "allgather":
+        return lambda: dist.all_gather_into_tensor(t_out, t_in)
+    if coll == "reduce_scatter":
+        return lambda: dist.reduce_scatter_tensor(t_out, t_in)
+    return lambda: dist.broadcast(t_in, src=0)
+
+
+def _elements(coll: str, size: int, world: int) -> tuple[int, int]:
+    """(input, output) bfloat16 elements for a full message of ``size`` bytes."""
+    full = size // 2
+    if coll == "allgather":
+        return full // world, full
+    if coll == "reduce_scatter":
+        return full, full // world
+    return full, full
 
 
 def _timers(cp, torch):
@@ -69,7 +95,15 @@ def _timers(cp, torch):
     return cupy_time, torch_time
 
 
-def worker(rank: int, world: int, port: int, tport: int, sizes: list[int], q) -> None:  # noqa: ANN001
+def worker(  # noqa: PLR0913
+    rank: int,
+    world: int,
+    port: int,
+    tport: int,
+    sizes: list[int],
+    colls: list[str],
+    q,  # noqa: ANN001
+) -> None:
     os.environ.update(NCCL_NVLS_ENABLE="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(tport))
     import cupy as cp
     import torch
@@ -90,10 +124,9 @@ def worker(rank: int, world: int, port: int, tport: int, sizes: list[int], q) ->
         torch.cuda.synchronize()
         boot.barrier()
 
-    for coll in ("allreduce", "allgather"):
+    for coll in colls:
         for size in sizes:
-            n_out = size // 2  # bfloat16 elements of the full message
-            n_in = n_out if coll == "allreduce" else n_out // world
+            n_in, n_out = _elements(coll, size, world)
             k = max(1, min(50, (64 * MiB) // size))
             reps = max(3, min(20, (512 * MiB) // (size * k)))
             eager_iters = max(5, min(200, (256 * MiB) // size))
@@ -103,8 +136,14 @@ def worker(rank: int, world: int, port: int, tport: int, sizes: list[int], q) ->
             for alg in candidates(coll, size):
                 fn = getattr(comm, coll)
 
-                def launch(fn=fn, alg=alg, x=x, out=out):
-                    fn(x, out, dtype="bfloat16", algorithm=alg)
+                if coll == "broadcast":  # in place, root 0
+
+                    def launch(fn=fn, alg=alg, x=x):
+                        fn(x, 0, dtype="bfloat16", algorithm=alg)
+                else:
+
+                    def launch(fn=fn, alg=alg, x=x, out=out):
+                        fn(x, out, dtype="bfloat16", algorithm=alg)
 
                 for _ in range(3):
                     launch()
@@ -124,14 +163,7 @@ def worker(rank: int, world: int, port: int, tport: int, sizes: list[int], q) ->
                 row["ours"][alg] = {"eager_us": eager, "graph_us": g / (k * reps)}
             t_in = torch.ones(n_in, dtype=torch.bfloat16, device="cuda")
             t_out = torch.empty(n_out, dtype=torch.bfloat16, device="cuda")
-            if coll == "allreduce":
-
-                def nccl_call(t_in=t_in):
-                    dist.all_reduce(t_in)
-            else:
-
-                def nccl_call(t_in=t_in, t_out=t_out):
-                    dist.all_gather_into_tensor(t_out, t_in)
+            nccl_call = _nccl_call(coll, t_in, t_out, dist)
 
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
@@ -166,7 +198,7 @@ def worker(rank: int, world: int, port: int, tport: int, sizes: list[int], q) ->
 
 def busbw(coll: str, size: int, us: float, world: int) -> float:
     """Bus bandwidth in GB/s."""
-    factor = 2 * (world - 1) / world if coll == "allreduce" else (world - 1) / world
+    factor = {"allreduce": 2 * (world - 1) / world, "broadcast": 1.0}.get(coll, (world - 1) / world)
     return size / (us * 1e-6) * factor / 1e9
 
 
@@ -209,6 +241,7 @@ def main() -> None:
     ap.add_argument("--min-bytes", type=int, default=KiB)
     ap.add_argument("--max-bytes", type=int, default=GiB)
     ap.add_argument("--out", default="gpu_collectives.json")
+    ap.add_argument("--collectives", nargs="+", choices=COLLECTIVES, default=list(COLLECTIVES))
     args = ap.parse_args()
     sizes = []
     s = args.min_bytes
@@ -222,7 +255,7 @@ def main() -> None:
     print(HEADER, flush=True)
     t0 = time.time()
     procs = [
-        ctx.Process(target=worker, args=(r, args.world, port, tport, sizes, q))
+        ctx.Process(target=worker, args=(r, args.world, port, tport, sizes, args.collectives, q))
         for r in range(args.world)
     ]
     for p in procs:
@@ -232,11 +265,12 @@ def main() -> None:
         p.join()
     meta, rows = results[0][1], results[0][2]
     doc = {
-        "command": " ".join([sys.executable, *sys.argv]),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": {"host": platform.node(), **meta, "world": args.world},
         "parameters": {
             "dtype": "bfloat16",
             "sizes": sizes,
+            "collectives": args.collectives,
             "nvls": 0,
             "knobs": {k: v for k, v in os.environ.items() if k.startswith("SDR_GPU_")},
         },

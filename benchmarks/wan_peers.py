@@ -186,7 +186,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
             "python": sys.version.split()[0],
             "machine": platform.machine(),
             "cpus": os.cpu_count(),
-            "command": " ".join(sys.argv),
+            "command": " ".join(["python -m benchmarks.wan_peers", *sys.argv[1:]]),
             "args": vars(args),
         }
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

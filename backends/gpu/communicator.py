@@ -13,7 +13,7 @@ import logging
 from functools import lru_cache
 from typing import Any
 
-from backends.gpu.executor import GpuExecutor
+from backends.gpu.executor import GpuExecutor, plan_blocks
 from backends.gpu.memory import GpuMemoryChannel, GpuRegion
 from backends.gpu.nccl import NcclComm, nccl_module
 from sdr.collectives import NCCL, build_plan, lower, make_layout, select_algorithm
@@ -80,7 +80,7 @@ class GpuCommunicator:
                 max(layout.packets, self.region.packets_cap),
             )
         ops = _lowered(plan, self.rank, layout)
-        prepared = self.executor.prepare((id(plan), layout, dtype), ops)
+        prepared = self.executor.prepare((id(plan), layout, dtype), ops, plan_blocks(plan, layout))
         self.executor.launch(prepared, x.data.ptr, out.data.ptr, dtype)
         return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,8 @@ from backends.gpu.kernels import (
     kernel_source,
 )
 from backends.gpu.memory import GpuRegion
-from sdr.collectives.layout import LoweredOp, Span
+from sdr.collectives.layout import Layout, LoweredOp, Span, lower
+from sdr.collectives.plan import Plan
 from sdr.errors import ConfigError, TransportError
 
 log = logging.getLogger(__name__)
@@ -39,13 +41,26 @@ BLOCKS_MAX = int(os.environ.get("SDR_GPU_MAX_BLOCKS", MAX_BLOCKS))
 
 
 def blocks_for(ops: list[LoweredOp]) -> int:
-    """Thread blocks for one call (a function of the ops only, so equal on every rank)."""
+    """Thread blocks that one rank's ops want (see :func:`plan_blocks` for a whole call)."""
     want = 1
     for op in ops:
         if op.nbytes:
             pk = any(s.buffer == "packets" for s in (op.dst, *op.srcs) if s is not None)
             want = max(want, -(-op.nbytes // (LL_BYTES_PER_BLOCK if pk else BYTES_PER_BLOCK)))
     return max(1, min(BLOCKS_MAX, MAX_BLOCKS, want))
+
+
+@lru_cache(maxsize=512)
+def plan_blocks(plan: Plan, layout: Layout) -> int:
+    """Thread blocks for one call of ``plan``: the most that any rank's ops want.
+
+    Every rank must launch the same number: semaphores pair block b's signal with block
+    b's wait on the peer, and a put and the op that consumes it on the peer must split
+    their bytes over blocks alike. Plans whose ranks move different amounts (a pipelined
+    broadcast: the root copies the whole buffer, peers one slice at a time) would
+    otherwise pair mismatched slices.
+    """
+    return max(blocks_for(lower(plan, r, layout)) for r in range(plan.world_size))
 
 
 def buffer_id(span: Span) -> int:
@@ -117,12 +132,13 @@ class GpuExecutor:
             self._kernels[dtype] = mod.get_function("sdr_exec")
         return self._kernels[dtype]
 
-    def prepare(self, key: Any, ops: list[LoweredOp]) -> tuple[Any, int, int]:
-        """(device op array, op count, blocks) for ``ops``, cached under ``key``."""
+    def prepare(self, key: Any, ops: list[LoweredOp], blocks: int) -> tuple[Any, int, int]:
+        """(device op array, op count, blocks) for ``ops``, cached under ``key``; ``blocks``
+        from :func:`plan_blocks`, the same on every rank."""
         if key not in self._ops:
             with self.cp.cuda.Device(self.device):
                 arr = self.cp.asarray(encode(ops))
-            self._ops[key] = (arr, len(ops), blocks_for(ops))
+            self._ops[key] = (arr, len(ops), blocks)
         return self._ops[key]
 
     def launch(self, prepared: tuple[Any, int, int], in_ptr: int, out_ptr: int, dtype: str):

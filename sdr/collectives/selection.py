@@ -21,9 +21,13 @@ NCCL = "nccl"
 ONESHOT_LL_MAX = 512 * KiB
 TWOSHOT_LL_MAX = 1 * MiB
 ONESHOT_MAX = 16 * MiB
-#: From here NCCL takes the call at world sizes we have not benchmarked (more than 2 GPUs)
-#: and for reduce-scatter and broadcast, which we have not benchmarked at all.
+#: From here NCCL takes the call at a world size between the ones we benchmarked (3 GPUs;
+#: 4 and more use the 4-GPU thresholds below).
 NCCL_UNMEASURED_FROM = 64 * MiB
+#: With 2 GPUs (three runs, docs/collectives.md): our broadcast is 1.3-2.4x NCCL up to
+#: 2 MiB, 1.06-1.07x at 4 MiB and 0.93-0.94x at 8 MiB, falling to 0.83x at 1 GiB (NCCL
+#: moves 368 GB/s, our root's puts 305). Our reduce-scatter is 1.01-3.3x NCCL at every size.
+NCCL_BROADCAST_2GPU_FROM = 8 * MiB
 #: With 2 GPUs our allreduce read 0.96-1.11x NCCL at 256 MiB, 0.92-1.04x at 512 MiB and
 #: 0.89-0.99x at 1 GiB over three runs: NCCL from 256 MiB.
 NCCL_ALLREDUCE_2GPU_FROM = 256 * MiB
@@ -77,8 +81,10 @@ def _nccl_is_faster(collective: str, nbytes: int, world_size: int) -> bool:
     """Where NCCL measured faster than us, or where we have no measurement of our own."""
     if collective == "allreduce" and world_size == 2:
         return nbytes >= NCCL_ALLREDUCE_2GPU_FROM
-    if collective == "allgather" and world_size == 2:
-        return False  # ours 1.03-2.9x NCCL up to 512 MiB, 0.98-1.06x at 1 GiB
+    if world_size == 2 and collective in ("allgather", "reduce_scatter"):
+        return False  # ours 1.03-2.9x / 1.01-3.3x NCCL up to 512 MiB, 0.98-1.06x at 1 GiB
+    if collective == "broadcast" and world_size == 2:
+        return nbytes >= NCCL_BROADCAST_2GPU_FROM
     if world_size >= 4:
         if collective == "allgather":
             return nbytes >= NCCL_ALLGATHER_4GPU_FROM
