@@ -246,9 +246,24 @@ class TraceReplay:
     @classmethod
     def from_file(cls, path: str | Path) -> TraceReplay:
         """Read a trace of whitespace-separated 0/1 values (``#`` starts a comment)."""
+        try:
+            text = Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read loss trace {str(path)!r}: {exc}") from None
+        return cls.from_text(text, str(path))
+
+    @classmethod
+    def from_text(cls, text: str, name: str = "<trace>") -> TraceReplay:
+        """Parse trace text: whitespace-separated 0/1 values, ``#`` starts a comment."""
         values: list[int] = []
-        for line in Path(path).read_text().splitlines():
-            values.extend(int(tok) for tok in line.split("#", 1)[0].split())
+        for lineno, line in enumerate(text.splitlines(), 1):
+            for tok in line.split("#", 1)[0].split():
+                if tok not in ("0", "1"):
+                    raise ConfigError(
+                        f"{name}:{lineno}: {tok[:40]!r} in a loss trace; expected 0 "
+                        "(delivered) or 1 (lost)"
+                    )
+                values.append(int(tok))
         return cls(values)
 
     @classmethod

@@ -87,4 +87,5 @@ def test_targets_cover_the_parsers():
         "units",
         "oob_frame",
         "offload_header",
+        "loss_trace",
     } <= set(TARGETS)

@@ -130,6 +130,18 @@ def test_trace_replay_is_exact_and_loops(tmp_path) -> None:
         TraceReplay([0, 2])
 
 
+@pytest.mark.parametrize(
+    ("text", "where"), [("0 1\n0 x1\n", ":2: 'x1'"), ("1 2", ":1: '2'"), ("", "non-empty")]
+)
+def test_a_bad_trace_file_names_the_line(tmp_path, text, where) -> None:
+    path = tmp_path / "trace.txt"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=where):
+        TraceReplay.from_file(path)
+    with pytest.raises(ConfigError, match="cannot read"):
+        TraceReplay.from_file(tmp_path / "missing.txt")
+
+
 def test_packet_level_helpers() -> None:
     link = Link(400e9, 0.025, alpha=2.0)
     assert link.one_way_delay_s == pytest.approx(0.0125)

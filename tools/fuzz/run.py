@@ -13,7 +13,16 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-INSTRUMENTED = ("sdr", "backends", "sdr_cli", "registry", "targets", "targets_wire", "targets_text")
+INSTRUMENTED = (
+    "sdr",
+    "backends",
+    "sdr_cli",
+    "simulator",
+    "registry",
+    "targets",
+    "targets_wire",
+    "targets_text",
+)
 """Top-level modules whose code atheris instruments (and everything below them)."""
 
 

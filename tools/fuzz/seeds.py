@@ -106,6 +106,7 @@ def seeds() -> dict[str, list[bytes]]:
         "qp_attr": [json.dumps({"mtu": 1024, "chunk_size": "4KiB", "channels": 2}).encode()],
         "oob_frame": [json.dumps({"info": "x", "n": [1, 2.5, None]}).encode()],
         "offload_header": [_offload()],
+        "loss_trace": [b"0 0 1  # a loss\n0 1\n", b"# header\n" + b"0 " * 40 + b"1\n"],
     }
 
 

@@ -9,6 +9,7 @@
 - ``plan``: a collective execution plan from JSON, validated; a valid plan round-trips.
 - ``units``: the size/rate/time/distance parsers on arbitrary strings.
 - ``oob_frame``: the out-of-band channel's length-prefixed JSON frames.
+- ``loss_trace``: a recorded loss trace for the simulator (``sdr sim ... --trace``).
 """
 
 from __future__ import annotations
@@ -27,8 +28,15 @@ from sdr.collectives.plan import Plan, validate_plan
 from sdr.reliability.config import load_config
 from sdr.reliability.messages import Digest, EcNack, Nack, Sack, decode_message
 from sdr.units import parse_distance, parse_rate, parse_size, parse_time
+from simulator.loss import TraceReplay
 
-__all__ = ["fuzz_reliability_message", "fuzz_reliability_config", "fuzz_plan", "fuzz_units"]
+__all__ = [
+    "fuzz_reliability_message",
+    "fuzz_reliability_config",
+    "fuzz_plan",
+    "fuzz_units",
+    "fuzz_loss_trace",
+]
 
 _MAX_CHUNKS = 1 << 40
 _LIMIT = 4096  # chunks of the message a decoded SACK/NACK is applied to
@@ -109,6 +117,18 @@ def fuzz_units(data: bytes) -> None:
     except sdr.ConfigError:
         return
     assert math.isfinite(value) and value >= 0, value
+
+
+@target("loss_trace")
+def fuzz_loss_trace(data: bytes) -> None:
+    """A recorded loss trace for the simulator: 0/1 tokens, ``#`` comments."""
+    try:
+        model = TraceReplay.from_text(_text(data))
+    except sdr.ConfigError:
+        return
+    tokens = [t for line in _text(data).splitlines() for t in line.split("#", 1)[0].split()]
+    assert np.asarray(model.trace).dtype == bool and len(model.trace) == len(tokens)
+    assert 0.0 <= model.mean_rate() <= 1.0
 
 
 _OOB: tuple[socket.socket, socket.socket] | None = None
