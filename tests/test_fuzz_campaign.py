@@ -27,7 +27,7 @@ def _fake_sessions(campaign, monkeypatch, results):
         status, done = results[len(asked) - 1]
         if status:
             (artifacts / "crash-1").write_bytes(b"x")
-        return status, min(done, runs)
+        return status, min(done, runs), (10 * len(asked), 20 * len(asked))
 
     monkeypatch.setattr(campaign, "_session", session)
     return asked
@@ -40,6 +40,20 @@ def test_inputs_are_split_into_sessions_that_add_up(campaign, monkeypatch, tmp_p
     assert row["inputs"] == 250 and row["sessions"] == 3 and row["complete"]
     assert row["logs"] == ["cts.log", "cts.2.log", "cts.3.log"]
     assert row["crashes"] == 0
+    assert (row["edges"], row["features"]) == (30, 60)  # the widest session's coverage
+
+
+def test_libfuzzer_logs_are_read_for_inputs_and_coverage(campaign):
+    log = (
+        "#2\tINITED cov: 12 ft: 14 corp: 1/1b exec/s: 0 rss: 50Mb\n"
+        "#65536\tpulse  cov: 92 ft: 273 corp: 84/23Kb lim: 4096 exec/s: 4104 rss: 17Mb\n"
+        "Done 70000 runs in 17 second(s)\n"
+        "stat::number_of_executed_units: 70001\n"
+    )
+    assert campaign._executed(log) == 70001
+    assert campaign._executed(log.split("Done")[0]) == 65536  # stopped before the stats
+    assert campaign._coverage(log) == (92, 273)
+    assert campaign._coverage("") == (0, 0)
 
 
 def test_a_crash_ends_the_target(campaign, monkeypatch, tmp_path):

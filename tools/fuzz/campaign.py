@@ -39,6 +39,7 @@ PRIORITY = {
 _RUNS = re.compile(r"stat::number_of_executed_units:\s*(\d+)")
 _DONE = re.compile(r"Done (\d+) runs in (\d+) second")
 _PULSE = re.compile(r"#(\d+)\s+(?:pulse|NEW|REDUCE|INITED)")
+_COVERAGE = re.compile(r"\bcov: (\d+) ft: (\d+)")
 
 
 def _executed(log: str) -> int:
@@ -61,8 +62,9 @@ def _session(
     timeout: float,
     seconds: float,
     rss_limit_mb: int,
-) -> tuple[int | str, int]:
-    """One libFuzzer process over the shared corpus: (exit status, inputs executed)."""
+) -> tuple[int | str, int, tuple[int, int]]:
+    """One libFuzzer process over the shared corpus: (exit status, inputs executed,
+    (edges, features) covered)."""
     cmd = [
         sys.executable,
         str(HERE / "run.py"),
@@ -84,7 +86,14 @@ def _session(
             status: int | str = proc.returncode
         except subprocess.TimeoutExpired:
             status = "timeout"
-    return status, _executed(log_path.read_text(errors="replace"))
+    text = log_path.read_text(errors="replace")
+    return status, _executed(text), _coverage(text)
+
+
+def _coverage(log: str) -> tuple[int, int]:
+    """(edges, features) libFuzzer last reported: how much of the code the inputs reach."""
+    found = _COVERAGE.findall(log)
+    return (int(found[-1][0]), int(found[-1][1])) if found else (0, 0)
 
 
 def run_target(
@@ -112,7 +121,7 @@ def run_target(
     artifacts = workdir / "crashes" / name
     artifacts.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    executed, sessions, status = 0, 0, 0
+    executed, sessions, status, coverage = 0, 0, 0, (0, 0)
     logs = []
     while executed < runs:
         left_s = seconds - (time.monotonic() - start) if seconds else 0.0
@@ -122,10 +131,11 @@ def run_target(
         log_path = workdir / (f"{name}.log" if sessions == 1 else f"{name}.{sessions}.log")
         logs.append(str(log_path.relative_to(workdir)))
         todo = min(runs - executed, session_inputs) if session_inputs else runs - executed
-        status, done = _session(
+        status, done, reached = _session(
             name, todo, corpus, artifacts, log_path, max_len, timeout, left_s, rss_limit_mb
         )
         executed += done
+        coverage = max(coverage, reached)
         if status != 0 or done == 0 or not session_inputs:
             break
     elapsed = time.monotonic() - start
@@ -139,6 +149,8 @@ def run_target(
         "crash_files": crashes,
         "exit_status": status,
         "sessions": sessions,
+        "edges": coverage[0],
+        "features": coverage[1],
         "seconds": round(elapsed, 1),
         "inputs_per_s": round(executed / elapsed, 1) if elapsed else 0.0,
         "seed_inputs": seeded,
@@ -197,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps(summary, indent=2) + "\n")
         print(
             f"{row['target']:<22} {row['inputs']:>11,} inputs  {row['crashes']} crashes  "
-            f"{row['seconds']:>8.0f} s  status {row['exit_status']}",
+            f"{row['seconds']:>8.0f} s  {row['edges']:>4} edges  status {row['exit_status']}",
             flush=True,
         )
 
