@@ -25,8 +25,8 @@ def _fake_sessions(campaign, monkeypatch, results):
         asked.append(runs)
         log_path.write_text("")
         status, done = results[len(asked) - 1]
-        if status:
-            (artifacts / "crash-1").write_bytes(b"x")
+        if status:  # 71: libFuzzer's out-of-memory stop
+            (artifacts / ("oom-1" if status == 71 else "crash-1")).write_bytes(b"x")
         return status, min(done, runs), (10 * len(asked), 20 * len(asked))
 
     monkeypatch.setattr(campaign, "_session", session)
@@ -64,8 +64,37 @@ def test_a_crash_ends_the_target(campaign, monkeypatch, tmp_path):
     assert row["crashes"] == 1 and row["exit_status"] == 77
 
 
+def test_an_out_of_memory_stop_goes_on_with_the_next_session(campaign, monkeypatch, tmp_path):
+    asked = _fake_sessions(campaign, monkeypatch, [(0, 100), (71, 60), (0, 100), (0, 100)])
+    row = campaign.run_target("cts", 300, tmp_path, 64, 60.0, 0, session_inputs=100)
+    assert asked == [100, 100, 100, 40]
+    assert row["inputs"] == 300 and row["complete"]
+    assert row["crashes"] == 0 and row["out_of_memory"] == ["oom-1"]
+
+
 def test_one_session_without_splitting(campaign, monkeypatch, tmp_path):
     asked = _fake_sessions(campaign, monkeypatch, [(0, 400)])
     row = campaign.run_target("cts", 1000, tmp_path, 64, 60.0, 0)
     assert asked == [1000]
     assert row["inputs"] == 400 and not row["complete"] and row["sessions"] == 1
+
+
+def _row(inputs, crash_files=(), seconds=1.0, edges=0):
+    return {"inputs": inputs, "crash_files": list(crash_files), "seconds": seconds, "edges": edges}
+
+
+def test_the_report_counts_inputs_since_each_targets_last_fix():
+    spec = importlib.util.spec_from_file_location("report", ROOT / "tools/fuzz/report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    sessions = [
+        {"targets": {"a": _row(500), "b": _row(80, ["crash-1"]), "c": _row(7, ["oom-1"])}},
+        {"targets": {"a": _row(600, edges=9), "b": _row(1000, edges=4), "c": _row(5)}},
+    ]
+    merged = report.merge(sessions)
+    assert merged["a"]["inputs"] == 1100 and merged["a"]["crashes"] == 0
+    assert merged["b"]["inputs"] == 1000 and merged["b"]["fixed_after"] == [80]
+    assert merged["c"]["inputs"] == 12 and merged["c"]["crashes"] == 0  # OOM: no verdict
+    text = report.table(merged, goal=1000)
+    assert "| `b` | 1,000 |" in text and "1 (after 80 inputs)" in text
+    assert text.count("| yes |") == 2 and "| `c` | 12 |" in text

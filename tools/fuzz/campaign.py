@@ -112,7 +112,8 @@ def run_target(
     most that many each, all growing one corpus: atheris 3.0 keeps a reference to the
     result of every instrumented comparison that is a NumPy array, so a long session of a
     target whose code compares arrays grows without bound (a few KiB per input) although
-    the code under test does not (docs/reliability.md, "Fuzzing"). A crash ends the target.
+    the code under test does not (docs/reliability.md, "Fuzzing"). A crash ends the
+    target; a session stopped at the RSS limit is followed by the next one.
     """
     from seeds import write_seeds
 
@@ -136,10 +137,13 @@ def run_target(
         )
         executed += done
         coverage = max(coverage, reached)
-        if status != 0 or done == 0 or not session_inputs:
-            break
+        crashed = any(p.name.startswith("crash") for p in artifacts.iterdir())
+        if crashed or status == "timeout" or done == 0 or not session_inputs:
+            break  # an out-of-memory stop (libFuzzer status 71) goes on with a new session
     elapsed = time.monotonic() - start
-    crashes = sorted(p.name for p in artifacts.iterdir() if p.name.startswith(("crash", "oom")))
+    found = sorted(p.name for p in artifacts.iterdir())
+    crashes = [f for f in found if f.startswith("crash")]  # the target raised or failed
+    ooms = [f for f in found if f.startswith("oom")]  # libFuzzer's RSS limit: no verdict
     return {
         "target": name,
         "inputs": executed,
@@ -147,6 +151,7 @@ def run_target(
         "complete": status == 0 and executed >= runs,
         "crashes": len(crashes),
         "crash_files": crashes,
+        "out_of_memory": ooms,
         "exit_status": status,
         "sessions": sessions,
         "edges": coverage[0],
