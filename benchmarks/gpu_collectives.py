@@ -49,6 +49,8 @@ def candidates(coll: str, size: int) -> list[str]:
         algs.append(f"{coll}_ll")
     if size >= 256 * KiB:
         algs.append(f"{coll}_mesh")
+    if coll == "broadcast" and size >= 1 * MiB:
+        algs.append("broadcast_pipelined")
     return algs
 
 

@@ -137,6 +137,7 @@ def test_selection_is_keyed_on_size_and_ranks():
     assert select_algorithm("broadcast", 4 << 20, 2, nccl_available=True) == "broadcast_mesh"
     assert select_algorithm("broadcast", 8 << 20, 2, nccl_available=True) == NCCL
     assert select_algorithm("broadcast", 8 << 20, 2) == "broadcast_mesh"  # no NCCL: ours
+    assert select_algorithm("broadcast", 32 << 20, 2) == "broadcast_pipelined"
     with pytest.raises(ConfigError, match="collective"):
         select_algorithm("alltoall", 1024, 2)
 
@@ -191,6 +192,21 @@ def test_every_rank_launches_the_blocks_the_busiest_rank_wants():
     symmetric = build_plan("allgather_mesh", 3)
     layout = make_layout(symmetric, 1 << 18, 3 << 18, 2)
     assert plan_blocks(symmetric, layout) == blocks_for(lower(symmetric, 1, layout))
+
+
+def test_in_place_calls_drop_copies_onto_themselves():
+    plan = build_plan("broadcast_mesh", 3, root=1)
+    layout = make_layout(plan, 1 << 20, 1 << 20, 2)
+    root_ops = lower(plan, 1, layout)
+    assert [o.kind for o in root_ops].count("copy") == 1  # input -> output
+    in_place = lower(plan, 1, layout, in_place=True)
+    assert [o.kind for o in in_place].count("copy") == 0
+    assert len(in_place) == len(root_ops) - 1
+    assert lower(plan, 0, layout, in_place=True) == lower(plan, 0, layout)  # scratch -> out
+    gather = build_plan("allgather_mesh", 3)  # rank 2 copies input(0) to output(2): moves
+    layout = make_layout(gather, 1 << 18, 3 << 18, 2)
+    assert lower(gather, 2, layout, in_place=True) == lower(gather, 2, layout)
+    assert len(lower(gather, 0, layout, in_place=True)) == len(lower(gather, 0, layout)) - 1
 
 
 def test_cli_prints_plans_and_selection():

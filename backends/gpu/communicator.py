@@ -26,8 +26,8 @@ log = logging.getLogger(__name__)
 
 
 @lru_cache(maxsize=512)
-def _lowered(plan: Plan, rank: int, layout: Layout) -> list[LoweredOp]:
-    return lower(plan, rank, layout)
+def _lowered(plan: Plan, rank: int, layout: Layout, in_place: bool) -> list[LoweredOp]:
+    return lower(plan, rank, layout, in_place)
 
 
 class GpuCommunicator:
@@ -79,8 +79,11 @@ class GpuCommunicator:
                 max(layout.scratch, self.region.scratch_cap),
                 max(layout.packets, self.region.packets_cap),
             )
-        ops = _lowered(plan, self.rank, layout)
-        prepared = self.executor.prepare((id(plan), layout, dtype), ops, plan_blocks(plan, layout))
+        in_place = x.data.ptr == out.data.ptr
+        ops = _lowered(plan, self.rank, layout, in_place)
+        # the grid comes from the ops without in-place savings: ranks may differ in that
+        blocks = plan_blocks(plan, layout)
+        prepared = self.executor.prepare((id(plan), layout, dtype, in_place), ops, blocks)
         self.executor.launch(prepared, x.data.ptr, out.data.ptr, dtype)
         return out
 

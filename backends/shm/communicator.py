@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 
 
 @lru_cache(maxsize=512)
-def _lowered(plan: Plan, rank: int, layout: Layout) -> list[LoweredOp]:
-    return lower(plan, rank, layout)
+def _lowered(plan: Plan, rank: int, layout: Layout, in_place: bool) -> list[LoweredOp]:
+    return lower(plan, rank, layout, in_place)
 
 
 class ShmCommunicator:
@@ -95,7 +95,8 @@ class ShmCommunicator:
         assert self._executor is not None
         inp = x.reshape(-1).view(np.uint8)
         outb = out.reshape(-1).view(np.uint8)
-        self._executor.run(_lowered(plan, self.rank, layout), inp, outb, dtype, self.timeout)
+        ops = _lowered(plan, self.rank, layout, x.ctypes.data == out.ctypes.data)
+        self._executor.run(ops, inp, outb, dtype, self.timeout)
         return out
 
     def _plan(self, collective: str, nbytes: int, algorithm: str | None, root: int = 0) -> Plan:

@@ -87,15 +87,32 @@ def _span(layout: Layout, buffer: str, index: int, count: int) -> tuple[int, int
     return start, end - start
 
 
-def lower(plan: Plan, rank: int, layout: Layout) -> list[LoweredOp]:
-    """The ops of ``rank`` in bytes; ops that move zero bytes are dropped."""
+def lower(plan: Plan, rank: int, layout: Layout, in_place: bool = False) -> list[LoweredOp]:
+    """The ops of ``rank`` in bytes; ops that move zero bytes are dropped.
+
+    ``in_place``: the call's input and output are one buffer (``allreduce(x, x)``, every
+    broadcast), so a copy from the input to the same offset of the output moves nothing
+    and is dropped too (a broadcast root's whole-buffer copy, for one).
+    """
     out: list[LoweredOp] = []
     for op in plan.ranks[rank]:
         if op.kind in ("signal", "wait", "flush", "barrier"):
             out.append(LoweredOp(op.kind, peer=op.peer))
             continue
-        out.append(_lower_data(op, layout))
-    return [o for o in out if o.kind not in ("put", "get", "copy", "reduce") or o.nbytes > 0]
+        lowered = _lower_data(op, layout)
+        if lowered.nbytes > 0 and not (in_place and _self_copy(lowered)):
+            out.append(lowered)
+    return out
+
+
+def _self_copy(op: LoweredOp) -> bool:
+    return (
+        op.kind == "copy"
+        and op.dst is not None
+        and op.dst.buffer == "output"
+        and op.dst.peer is None
+        and op.srcs == (Span("input", op.dst.offset, None),)
+    )
 
 
 def _lower_data(op: Op, layout: Layout) -> LoweredOp:

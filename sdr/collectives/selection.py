@@ -25,9 +25,13 @@ ONESHOT_MAX = 16 * MiB
 #: 4 and more use the 4-GPU thresholds below).
 NCCL_UNMEASURED_FROM = 64 * MiB
 #: With 2 GPUs (three runs, docs/collectives.md): our broadcast is 1.3-2.4x NCCL up to
-#: 2 MiB, 1.06-1.07x at 4 MiB and 0.93-0.94x at 8 MiB, falling to 0.83x at 1 GiB (NCCL
-#: moves 368 GB/s, our root's puts 305). Our reduce-scatter is 1.01-3.3x NCCL at every size.
+#: 2 MiB, 1.06-1.07x at 4 MiB and 0.93-0.94x at 8 MiB; the pipelined broadcast reaches
+#: 0.92x at 1 GiB. Our reduce-scatter is 1.01-3.3x NCCL at every size.
 NCCL_BROADCAST_2GPU_FROM = 8 * MiB
+#: Without NCCL: the pipelined broadcast (8 slices) beats broadcast_mesh from 32 MiB
+#: (0.94x its time at 32 MiB, 0.90x at 1 GiB; 2 H200, in place) and loses below (slice
+#: signalling costs ~20 us at 1-8 MiB).
+BROADCAST_PIPELINED_FROM = 32 * MiB
 #: With 2 GPUs our allreduce read 0.96-1.11x NCCL at 256 MiB, 0.92-1.04x at 512 MiB and
 #: 0.89-0.99x at 1 GiB over three runs: NCCL from 256 MiB.
 NCCL_ALLREDUCE_2GPU_FROM = 256 * MiB
@@ -74,6 +78,8 @@ def select_algorithm(
         return "allgather_ll" if small else "allgather_mesh"
     if collective == "reduce_scatter":
         return "reduce_scatter_ll" if small else "reduce_scatter_mesh"
+    if nbytes >= BROADCAST_PIPELINED_FROM:
+        return "broadcast_pipelined"
     return "broadcast_ll" if small else "broadcast_mesh"
 
 

@@ -18,6 +18,7 @@ from sdr.collectives.algorithms.gather import (
     allgather_mesh,
     broadcast_ll,
     broadcast_mesh,
+    broadcast_pipelined,
     reduce_scatter_ll,
     reduce_scatter_mesh,
 )
@@ -38,6 +39,7 @@ ALGORITHMS: dict[str, tuple[str, Callable[..., Plan]]] = {
     "reduce_scatter_mesh": ("reduce_scatter", reduce_scatter_mesh),
     "broadcast_ll": ("broadcast", broadcast_ll),
     "broadcast_mesh": ("broadcast", broadcast_mesh),
+    "broadcast_pipelined": ("broadcast", broadcast_pipelined),
 }
 
 

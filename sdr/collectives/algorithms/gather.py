@@ -102,3 +102,37 @@ def broadcast_mesh(n: int, root: int = 0) -> Plan:
             rp.copy(rp.scratch(0), rp.output(0))
             rp.signal(root)
     return prog.compile()
+
+
+#: Slices of the pipelined broadcast: enough that the peers' copy out of scratch hides
+#: behind the root's next puts, few enough that per-slice signalling stays small.
+BROADCAST_SLICES = 8
+
+
+def broadcast_pipelined(n: int, root: int = 0, slices: int = BROADCAST_SLICES) -> Plan:
+    """broadcast_mesh in ``slices`` steps for large messages: the root signals each slice
+    as soon as it is put, so a peer copies slice i out of scratch while slice i + 1 is
+    still on the wire; one acknowledgement at the end (the root must not refill scratch
+    before every peer has copied it out). Broadcast is in place, so the root's own copy
+    is dropped when the plan is lowered."""
+    prog = Program(
+        "broadcast_pipelined", "broadcast", n,
+        input=slices, output=slices, scratch=slices, root=root,
+    )  # fmt: skip
+    peers = prog.peers(root)
+    for rp in prog.ranks():
+        if rp.rank == root:
+            for i in range(slices):
+                for p in peers:
+                    rp.put(rp.input(i), p, rp.scratch(i))
+                for p in peers:
+                    rp.signal(p)
+            rp.copy(rp.input(0, slices), rp.output(0, slices))
+            for p in peers:
+                rp.wait(p)
+        else:
+            for i in range(slices):
+                rp.wait(root)
+                rp.copy(rp.scratch(i), rp.output(i))
+            rp.signal(root)
+    return prog.compile()
