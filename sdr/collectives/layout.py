@@ -90,9 +90,10 @@ def _span(layout: Layout, buffer: str, index: int, count: int) -> tuple[int, int
 def lower(plan: Plan, rank: int, layout: Layout, in_place: bool = False) -> list[LoweredOp]:
     """The ops of ``rank`` in bytes; ops that move zero bytes are dropped.
 
-    ``in_place``: the call's input and output are one buffer (``allreduce(x, x)``, every
-    broadcast), so a copy from the input to the same offset of the output moves nothing
-    and is dropped too (a broadcast root's whole-buffer copy, for one).
+    ``in_place``: the call's input and output start at one address (every broadcast; an
+    allgather whose input is the first slice of its output), so a copy from the input to
+    the same offset of the output moves nothing and is dropped too (a broadcast root's
+    whole-buffer copy, for one).
     """
     out: list[LoweredOp] = []
     for op in plan.ranks[rank]:
