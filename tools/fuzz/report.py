@@ -1,13 +1,15 @@
 """Merge fuzz campaign sessions into one table: inputs per target since its last fix.
 
     python tools/fuzz/report.py tools/fuzz/results/campaign.json            # Markdown table
-    python tools/fuzz/report.py --add out/fuzz/campaign.json --session s2 \\
-        tools/fuzz/results/campaign.json                                    # record a session
+    python tools/fuzz/report.py tools/fuzz/results/campaign.json \\
+        --add out/fuzz/campaign.json --session s2 [--code-changed TARGET ...]  # record one
 
 A campaign runs in sessions (``tools/fuzz/campaign.py`` writes one JSON summary each);
 the results file keeps them all. A session in which a target crashed marks a fix: the
 bug is fixed before fuzzing goes on, so only the inputs of that target's later sessions
-count towards its goal (the crashing sessions are listed, not counted).
+count towards its goal (the crashing sessions are listed, not counted). A session's
+``code_changed`` list names targets whose code changed since their earlier sessions:
+those start counting afresh with it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ def merge(sessions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per target: inputs and seconds since its last crash, all crashes, coverage."""
     out: dict[str, dict[str, Any]] = {}
     for session in sessions:
+        for name in session.get("code_changed", ()):
+            if name in out:
+                out[name]["inputs"], out[name]["seconds"] = 0, 0.0
         for name, row in session["targets"].items():
             t = out.setdefault(
                 name,
@@ -72,12 +77,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", type=pathlib.Path, help="the results file (all sessions)")
     parser.add_argument("--add", type=pathlib.Path, help="a campaign.py summary to append")
     parser.add_argument("--session", default=None, help="a name for the added session")
+    parser.add_argument(
+        "--code-changed",
+        nargs="*",
+        default=[],
+        help="targets whose code changed since their earlier sessions (count afresh)",
+    )
     parser.add_argument("--goal", type=int, default=GOAL, help="inputs per target")
     args = parser.parse_args(argv)
     doc = json.loads(args.results.read_text()) if args.results.exists() else {"sessions": []}
     if args.add:
         session = json.loads(args.add.read_text())
         session["session"] = args.session or args.add.stem
+        session["code_changed"] = sorted(args.code_changed)
         doc["sessions"].append(session)
     merged = merge(doc["sessions"])
     doc["total_inputs"] = sum(r["inputs"] for s in doc["sessions"] for r in s["targets"].values())
