@@ -95,6 +95,8 @@ def test_the_report_counts_inputs_since_each_targets_last_fix():
     assert merged["a"]["inputs"] == 1100 and merged["a"]["crashes"] == 0
     assert merged["b"]["inputs"] == 1000 and merged["b"]["fixed_after"] == [80]
     assert merged["c"]["inputs"] == 12 and merged["c"]["crashes"] == 0  # OOM: no verdict
+    sessions.append({"code_changed": ["a"], "targets": {"a": _row(300)}})
+    assert report.merge(sessions)["a"]["inputs"] == 300  # earlier inputs ran older code
     text = report.table(merged, goal=1000)
     assert "| `b` | 1,000 |" in text and "1 (after 80 inputs)" in text
     assert text.count("| yes |") == 2 and "| `c` | 12 |" in text
