@@ -89,7 +89,9 @@ def _parse(value: object, units: dict[str, float], kind: str, example: str) -> f
         try:
             result = float(value)
         except OverflowError:  # an int beyond float range (TOML integers are unbounded)
-            raise ConfigError(f"{kind} {value} is out of range") from None
+            text = str(value)
+            message = f"{kind} {text[:12]}... ({len(text)} digits) is out of range"
+            raise ConfigError(message) from None
     elif isinstance(value, str):
         match = _PATTERN.match(value)
         if not match or match.group(2) not in units:

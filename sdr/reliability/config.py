@@ -42,7 +42,7 @@ def _number(name: str, value: object, low: float) -> float:
     try:
         result = float(value)
     except OverflowError:  # an int beyond float range (TOML integers are unbounded)
-        result = math.inf
+        raise ConfigError(f"{name} must be a finite number, got {len(str(value))} digits") from None
     if not math.isfinite(result):
         raise ConfigError(f"{name} must be a finite number, got {value!r}")
     if result < low:
