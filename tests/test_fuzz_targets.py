@@ -59,7 +59,11 @@ REGRESSIONS = {
         b'{"version": 1, "backend": "inproc", "attr": "}2:{", "transport": {"": 1}}',
     ],
     "plan": [b"", b"[" * 5000, b"[1, 2]"],
-    "reliability_config": [b"a = " + b"[" * 5000, b"rtt = " + b"6" * 400],  # OverflowError
+    "reliability_config": [
+        b"a = " + b"[" * 5000,
+        b"rtt = " + b"6" * 400,  # OverflowError
+        b"rtt = " + b"6" * 307,  # a finite RTT whose global timeout overflowed to inf
+    ],
     "oob_frame": [b"[" * 5000],
     "cts": [bytes.fromhex("010101060005000300000000000000050000000000001000")],  # pad byte set
     "reliability_message": [bytes.fromhex("011201000100000000000000042b0000030000000305")],

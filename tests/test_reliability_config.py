@@ -35,12 +35,17 @@ def test_global_timeout_scales_with_the_message():
 @pytest.mark.parametrize(
     "kw, match",
     [
-        ({"rtt": 0}, "rtt must be > 0"),
+        ({"rtt": 0}, r"rtt must be in \(0, 1 h\]"),
+        ({"rtt": "120min"}, r"rtt must be in \(0, 1 h\]"),  # derived timers would overflow
         ({"rtt": "fast"}, "cannot parse time 'fast'"),
-        ({"alpha": -1}, "alpha must be >= 0"),
+        ({"alpha": -1}, r"alpha must be in \[0.0, 1000.0\]"),
+        ({"beta": 1e300}, r"beta must be in \[0.0, 1000.0\]"),
+        ({"alpha": 10**400}, "alpha must be a finite number, got 401 digits"),
+        ({"chunk_size": 1 << 50}, "chunk_size must be in"),
         ({"k": 0}, r"k must be an integer in \[1, 255\], got 0"),
         ({"m": 2.5}, "m must be an integer"),
-        ({"link_rate": "0Gbit/s"}, "link_rate must be > 0"),
+        ({"link_rate": "0Gbit/s"}, "link_rate must be >= 1 kbit/s"),
+        ({"link_rate": "1e-300bit/s"}, "link_rate must be >= 1 kbit/s"),
         ({"max_in_flight": 0}, "max_in_flight"),
         ({"scheme": ""}, "scheme must be a scheme name"),
         ({"global_timeout": 0}, "global_timeout must be > 0"),

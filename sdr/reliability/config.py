@@ -32,11 +32,15 @@ from sdr.units import parse_rate, parse_size, parse_time
 __all__ = ["ReliabilityConfig", "load_config"]
 
 _MIN_TIMEOUT_S = 1.0
+_MAX_RTT_S = 3600.0  # an hour: beyond any path on Earth or to a satellite
+_MAX_RTTS = 1000.0  # alpha and beta, in RTTs
+_MIN_RATE = 1e3  # bits/s
+_MAX_CHUNK = 1 << 40
 _TIMEOUT_RTOS = 100
 _TIMEOUT_TX = 4
 
 
-def _number(name: str, value: object, low: float) -> float:
+def _number(name: str, value: object, low: float, high: float = math.inf) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{name} must be a finite number, got {value!r}")
     try:
@@ -45,8 +49,8 @@ def _number(name: str, value: object, low: float) -> float:
         raise ConfigError(f"{name} must be a finite number, got {len(str(value))} digits") from None
     if not math.isfinite(result):
         raise ConfigError(f"{name} must be a finite number, got {value!r}")
-    if result < low:
-        raise ConfigError(f"{name} must be >= {low}, got {value!r}")
+    if not low <= result <= high:
+        raise ConfigError(f"{name} must be in [{low}, {high}], got {value!r}")
     return result
 
 
@@ -95,24 +99,25 @@ class ReliabilityConfig:
         set_ = object.__setattr__
         if not isinstance(self.scheme, str) or not self.scheme:
             raise ConfigError(f"scheme must be a scheme name like 'sr-rto', got {self.scheme!r}")
+        # bounded so that every derived timer (RTO, FTO, global timeout) stays finite
         rtt = parse_time(self.rtt)
-        if rtt <= 0:
-            raise ConfigError(f"rtt must be > 0 s (e.g. '25ms'), got {self.rtt!r}")
+        if not 0 < rtt <= _MAX_RTT_S:
+            raise ConfigError(f"rtt must be in (0, 1 h] (e.g. '25ms'), got {self.rtt!r}")
         set_(self, "rtt", rtt)
-        set_(self, "alpha", _number("alpha", self.alpha, 0.0))
+        set_(self, "alpha", _number("alpha", self.alpha, 0.0, _MAX_RTTS))
         if self.beta is not None:
-            set_(self, "beta", _number("beta", self.beta, 0.0))
+            set_(self, "beta", _number("beta", self.beta, 0.0, _MAX_RTTS))
         set_(self, "k", _integer("k", self.k, 1, 255))
         set_(self, "m", _integer("m", self.m, 1, 255))
         if self.chunk_size is not None:
             size = parse_size(self.chunk_size)
-            if size < 1:
-                raise ConfigError(f"chunk_size must be >= 1 byte, got {self.chunk_size!r}")
+            if not 1 <= size <= _MAX_CHUNK:
+                raise ConfigError(f"chunk_size must be in [1 B, 1 TiB], got {self.chunk_size!r}")
             set_(self, "chunk_size", size)
         if self.link_rate is not None:
             rate = parse_rate(self.link_rate)
-            if rate <= 0:
-                raise ConfigError(f"link_rate must be > 0 bits/s, got {self.link_rate!r}")
+            if rate < _MIN_RATE:
+                raise ConfigError(f"link_rate must be >= 1 kbit/s, got {self.link_rate!r}")
             set_(self, "link_rate", rate)
         for name in ("ack_interval", "global_timeout"):
             value = getattr(self, name)
