@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import tracemalloc
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -41,13 +43,20 @@ def _flood_messages() -> dict[str, list[bytes]]:
     }
 
 
-def test_control_flood_is_bounded_and_the_connection_still_works() -> None:
+@contextmanager
+def _reliable_pair() -> Iterator[tuple[sdr.Context, sdr.Context, ReliableQP, ReliableQP]]:
+    """Two UDP contexts on loopback with one connected SR QP pair."""
     ta, tb = UdpTransport(port=0), UdpTransport(port=0)
     with sdr.Context(backend=ta) as a, sdr.Context(backend=tb) as b:
         qa, qb = a.create_qp(ATTR), b.create_qp(ATTR)
         qa.connect(qb.info())
         qb.connect(qa.info())
-        ra, rb = ReliableQP(qa, "sr-rto", rtt="1ms"), ReliableQP(qb, "sr-rto", rtt="1ms")
+        yield a, b, ReliableQP(qa, "sr-rto", rtt="1ms"), ReliableQP(qb, "sr-rto", rtt="1ms")
+
+
+def test_control_flood_is_bounded_and_the_connection_still_works() -> None:
+    with _reliable_pair() as (a, b, ra, rb):
+        qa, qb, ta, tb = ra.qp, rb.qp, a.transport, b.transport
         peer, cid = qa.transport_qp.peer_control, qa.transport_qp.peer_control_id
         flood = [m for kind in _flood_messages().values() for m in kind]
         assert zlib.crc32(b"".join(flood)) != 0
@@ -87,12 +96,8 @@ def test_control_flood_is_bounded_and_the_connection_still_works() -> None:
 def test_forged_sack_for_a_message_in_flight_is_clipped_to_the_message() -> None:
     """A SACK claiming 2^25 chunks for a live write: no gigabyte index arrays, and the
     write still completes only on the receiver's real ACK with the right bytes."""
-    ta, tb = UdpTransport(port=0), UdpTransport(port=0)
-    with sdr.Context(backend=ta) as a, sdr.Context(backend=tb) as b:
-        qa, qb = a.create_qp(ATTR), b.create_qp(ATTR)
-        qa.connect(qb.info())
-        qb.connect(qa.info())
-        ra, rb = ReliableQP(qa, "sr-rto", rtt="1ms"), ReliableQP(qb, "sr-rto", rtt="1ms")
+    with _reliable_pair() as (a, b, ra, rb):
+        qb, tb = rb.qp, b.transport
         src = np.random.default_rng(2).integers(0, 256, 1 << 20, dtype=np.uint8)
         dst = np.zeros_like(src)
         w = ra.write(a.register(src))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
 from netns import VethLink, netns_available, veth_pair
+from server_client import client_after_server
 
 pytestmark = pytest.mark.root
 
@@ -33,20 +33,10 @@ def _write_bw(link: VethLink, *client_args: str) -> dict:
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
-        deadline = time.monotonic() + 60
-        while True:  # the server needs a moment to listen (slow imports on a busy machine)
-            client = link.run("b", [*cli, link.a_addr, "--port", "18515", "--json", *client_args])
-            refused = "cannot reach" in " ".join((client.stdout + client.stderr).split())
-            if not refused or time.monotonic() > deadline or server.poll() is not None:
-                break
-            time.sleep(0.2)
-        assert client.returncode == 0, client.stdout + client.stderr
-        out, err = server.communicate(timeout=60)
-        assert server.returncode == 0, out + err
-    finally:
-        if server.poll() is None:
-            server.kill()
+    client, out = client_after_server(
+        server,
+        lambda: link.run("b", [*cli, link.a_addr, "--port", "18515", "--json", *client_args]),
+    )
     result = json.loads(client.stdout.strip().splitlines()[-1])
     assert json.loads(out.strip().splitlines()[-1]) == result  # both sides agree
     return result

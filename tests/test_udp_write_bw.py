@@ -6,7 +6,8 @@ import json
 import socket
 import subprocess
 import sys
-import time
+
+from server_client import client_after_server
 
 CLI = [sys.executable, "-m", "sdr_cli.main", "write-bw"]
 
@@ -27,22 +28,12 @@ def _run(*client_args: str) -> tuple[str, str]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
-        deadline = time.monotonic() + 60
-        while True:  # until the server listens
-            client = subprocess.run(
-                [*CLI, "127.0.0.1", "--port", port, *client_args], capture_output=True, text=True
-            )
-            refused = "cannot reach" in " ".join((client.stdout + client.stderr).split())
-            if not refused or time.monotonic() > deadline or server.poll() is not None:
-                break
-            time.sleep(0.2)
-        assert client.returncode == 0, client.stdout + client.stderr
-        out, err = server.communicate(timeout=60)
-        assert server.returncode == 0, out + err
-    finally:
-        if server.poll() is None:
-            server.kill()
+    client, out = client_after_server(
+        server,
+        lambda: subprocess.run(
+            [*CLI, "127.0.0.1", "--port", port, *client_args], capture_output=True, text=True
+        ),
+    )
     return client.stdout, out
 
 
