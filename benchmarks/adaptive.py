@@ -62,7 +62,7 @@ def _setup(args: argparse.Namespace, peer: str) -> tuple[Any, Any, Any]:
         mtu=8192,
         chunk_size=args.chunk,
         max_message_size=size,
-        max_messages=64,
+        max_messages=63,  # odd: see sdr.id_reuse
         channels=2,
         rate_limit=args.rate,
     )
@@ -249,7 +249,7 @@ def run_inproc(scheme: str, args: argparse.Namespace) -> dict[str, Any]:
     )
     size = parse_size(args.size)
     attr = sdr.QPAttr(
-        mtu=8192, chunk_size=args.chunk, max_message_size=size, max_messages=64,
+        mtu=8192, chunk_size=args.chunk, max_message_size=size, max_messages=63,
         channels=2, rate_limit=args.rate,
     )  # fmt: skip
     a, b = sdr.Context(InprocTransport(net)), sdr.Context(InprocTransport(net))

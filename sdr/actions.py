@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from sdr.transport import MemoryRegion
 
-__all__ = ["Bind", "Unbind", "SendControl", "Action"]
+__all__ = ["Bind", "Unbind", "Seal", "Reopen", "SendControl", "Action"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +30,32 @@ class Unbind:
 
 
 @dataclass(frozen=True, slots=True)
+class Seal:
+    """Refuse packets [start, stop) of the message at entry (generation, slot) from now on:
+    their chunk is verified, so its bytes are final (the placement guard)."""
+
+    generation: int
+    slot: int
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reopen:
+    """Accept packets [start, stop) at entry (generation, slot) once more: their chunk
+    failed its check and awaits repair."""
+
+    generation: int
+    slot: int
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True, slots=True)
 class SendControl:
     """Send one control message to the peer."""
 
     data: bytes
 
 
-Action = Bind | Unbind | SendControl
+Action = Bind | Unbind | Seal | Reopen | SendControl

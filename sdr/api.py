@@ -18,12 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from sdr.actions import Bind, SendControl, Unbind
+from sdr.actions import Bind, Reopen, Seal, SendControl, Unbind
 from sdr.auth import check_secret, sign_info, verify_info
 from sdr.backend_registry import load_backend
 from sdr.chunk_bitmap import bitmap_chunk_expand
 from sdr.config import QPAttr
 from sdr.errors import ConfigError, ProtocolError, TimeoutError
+from sdr.id_reuse import DESIGN_RTT, warn_if_short
 from sdr.queue_pair import QueuePairCore
 from sdr.recv_table import RecvRecord, RecvState
 from sdr.send_table import SendRecord, SendState
@@ -72,7 +73,10 @@ class Context:
 
     def create_qp(self, attr: QPAttr | None = None) -> QP:
         """Create an SDR queue pair with these attributes (defaults: the paper's)."""
-        qp = QP(self, attr or QPAttr())
+        attr = attr or QPAttr()
+        # at the rate limit, one-chunk messages, the longest RTT of the design range
+        warn_if_short(attr, DESIGN_RTT, attr.rate_limit)  # type: ignore[arg-type]
+        qp = QP(self, attr)
         self._qps.append(qp)
         return qp
 
@@ -217,6 +221,10 @@ class QP:
                 )
             elif isinstance(action, Unbind):
                 tqp.unbind(action.generation, action.slot)
+            elif isinstance(action, Seal):
+                tqp.seal(action.generation, action.slot, action.start, action.stop)
+            elif isinstance(action, Reopen):
+                tqp.reopen(action.generation, action.slot, action.start, action.stop)
             elif isinstance(action, SendControl):
                 tqp.send_control(action.data)
         return len(actions)
@@ -263,6 +271,18 @@ class RecvHandle:
     def complete(self) -> None:
         """Release the receive (early completion allowed): later packets are discarded."""
         self.qp.core.complete_recv(self.qp.ctx.now(), self.record)
+        self.qp._carry_out()
+
+    def seal(self, chunks: object) -> None:
+        """Declare these chunks final (e.g. verified against a checksum): the driver refuses
+        every later packet for them, so their bytes can no longer change."""
+        self.qp.core.seal_chunks(self.qp.ctx.now(), self.record, chunks)
+        self.qp._carry_out()
+
+    def reopen(self, chunks: object) -> None:
+        """These chunks failed a check: clear their bits and accept their packets again
+        (a retransmission repairs them; the bits set again when it has landed)."""
+        self.qp.core.reopen_chunks(self.qp.ctx.now(), self.record, chunks)
         self.qp._carry_out()
 
     def chunk_ranges(self, chunks: object) -> np.ndarray:

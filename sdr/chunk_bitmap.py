@@ -85,6 +85,24 @@ class ReceiveBitmap:
             self.chunks[chunk] = True
         return True
 
+    def packet_range(self, chunks: np.ndarray) -> list[tuple[int, int]]:
+        """Packet index ranges [start, stop) of these chunks (valid indices only)."""
+        per_chunk = self.chunk_size // self.mtu
+        out = []
+        for c in np.unique(np.asarray(chunks, dtype=np.int64)).tolist():
+            if 0 <= c < self.n_chunks:
+                out.append((c * per_chunk, min((c + 1) * per_chunk, self.n_packets)))
+        return out
+
+    def clear(self, chunks: np.ndarray) -> None:
+        """Forget the arrival of these chunks' packets (they failed a check): their bits
+        and counts go back to zero, so the repair's packets count as new arrivals."""
+        for start, stop in self.packet_range(chunks):
+            self.packets[start:stop] = False
+            chunk = start // (self.chunk_size // self.mtu)
+            self._counts[chunk] = 0
+            self.chunks[chunk] = False
+
     def view(self) -> np.ndarray:
         """Read-only view of the chunk bitmap (one bool per chunk)."""
         view = self.chunks.view()

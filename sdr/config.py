@@ -38,7 +38,11 @@ class QPAttr:
     mtu: payload bytes per packet (one write-with-immediate each).
     chunk_size: bytes per bitmap bit; a multiple of the MTU (the paper's default 64 KiB).
     max_message_size: largest message; also the size of one slot of the remote key space.
-    max_messages: receive slots, i.e. messages in flight per direction.
+    max_messages: receive slots, i.e. messages in flight per direction. Odd by default
+        (127, not the paper's 128): an odd slot count is coprime with the 2^id_bits
+        message ids, so a receive's (id, slot, generation) repeats only every
+        127 x 1024 messages and a straggler cannot land in a later message
+        (sdr.id_reuse, docs/reliability.md "Stragglers").
     channels: transport QPs per generation; packets go round-robin over them.
     generations: transport QP sets per SDR QP; stale-generation packets are dropped.
     rate_limit: sender pacing in bits/s, or None for unpaced.
@@ -48,7 +52,7 @@ class QPAttr:
     mtu: int | str = 4096
     chunk_size: int | str = 65536
     max_message_size: int | str = 8 << 20
-    max_messages: int = 128
+    max_messages: int = 127
     channels: int = 1
     generations: int = 4
     rate_limit: float | str | None = None

@@ -25,6 +25,7 @@ class QPCounters:
     cts_sent: int = 0
     cts_received: int = 0
     control_malformed: int = 0
+    chunks_reopened: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from sdr.config import QPAttr
 from sdr.transport import MemoryRegion
 
@@ -23,12 +25,17 @@ __all__ = [
     "OUT_OF_RANGE",
     "BAD_GENERATION",
     "MALFORMED",
+    "DUPLICATE",
+    "DISCARD_REASONS",
 ]
 
 LATE = "late"
 OUT_OF_RANGE = "out_of_range"
 BAD_GENERATION = "stale_generation"
 MALFORMED = "malformed"
+DUPLICATE = "duplicates"
+DISCARD_REASONS = (LATE, OUT_OF_RANGE, BAD_GENERATION, MALFORMED, DUPLICATE)
+"""Every reason :meth:`KeyTable.resolve` gives; drivers count discards under these names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +59,7 @@ class KeyTable:
         self._user_bits = layout.user_bits
         self._offset_mask = layout.max_packets - 1
         self._fragments = layout.fragments
-        self._entries: list[list[tuple[MemoryRegion, int, int, int] | None]] = [
+        self._entries: list[list[tuple[MemoryRegion, int, int, int, np.ndarray] | None]] = [
             [None] * self.slots for _ in range(self.generations)
         ]
 
@@ -65,20 +72,49 @@ class KeyTable:
         length: int,
         msg_id: int,
     ) -> None:
-        """Bind entry (generation, slot) to message ``msg_id`` at region[offset:+length]."""
+        """Bind entry (generation, slot) to message ``msg_id`` at region[offset:+length].
+
+        The binding starts with an open placement guard: every packet may land once.
+        """
         region.check_range(offset, length)
         if length > self.slot_size:
             raise ValueError(f"binding of {length} bytes exceeds slot size {self.slot_size}")
-        self._entries[generation][slot] = (region, offset, length, msg_id)
+        guard = np.zeros(-(-length // self.mtu), dtype=np.uint8)
+        self._entries[generation][slot] = (region, offset, length, msg_id, guard)
 
     def unbind(self, generation: int, slot: int) -> None:
         """Point entry (generation, slot) at NULL."""
         self._entries[generation][slot] = None
 
+    def seal(self, generation: int, slot: int, start: int, stop: int) -> None:
+        """Refuse packets [start, stop) of the message bound at (generation, slot) from now
+        on (their chunk is verified: its bytes are final). No-op for a NULL entry."""
+        entry = self._entries[generation][slot]
+        if entry is not None:
+            entry[4][max(start, 0) : stop] = 1
+
+    def reopen(self, generation: int, slot: int, start: int, stop: int) -> None:
+        """Accept packets [start, stop) once more (their chunk failed its check and awaits
+        repair). No-op for a NULL entry."""
+        entry = self._entries[generation][slot]
+        if entry is not None:
+            entry[4][max(start, 0) : stop] = 0
+
+    def guard(self, generation: int, slot: int) -> np.ndarray | None:
+        """The placement guard of entry (generation, slot): one byte per packet, 1 = no
+        more writes; None for a NULL entry. Drivers that place in batches use it."""
+        entry = self._entries[generation][slot]
+        return None if entry is None else entry[4]
+
     def resolve(
         self, generation: int, remote_offset: int, length: int, imm: int
     ) -> Placement | str:
-        """The placement of one packet's payload, or the reason it must be discarded."""
+        """The placement of one packet's payload, or the reason it must be discarded.
+
+        A data packet that resolves is *claimed*: its guard byte is set, so a second
+        packet for the same offset resolves to DUPLICATE and is never written. The caller
+        must write the payload (or drop it for good) once this returns a Placement.
+        """
         if not 0 <= generation < self.generations:
             return BAD_GENERATION
         slot, within = divmod(remote_offset, self.slot_size)
@@ -87,7 +123,7 @@ class KeyTable:
         entry = self._entries[generation][slot]
         if entry is None:
             return LATE
-        region, offset, bound, msg_id = entry
+        region, offset, bound, msg_id, guard = entry
         if imm >> self._id_shift != msg_id:
             return LATE  # another message's packet: stale after an id wrap, or forged
         packet = (imm >> self._user_bits) & self._offset_mask
@@ -99,6 +135,9 @@ class KeyTable:
             return OUT_OF_RANGE
         if length != min(self.mtu, bound - within):
             return MALFORMED
+        if guard[packet]:
+            return DUPLICATE  # placed (or sealed) already: first copy wins
+        guard[packet] = 1
         return Placement(region, offset + within)
 
     def bound_count(self) -> int:
@@ -114,6 +153,7 @@ class KeyTableBindings:
     """
 
     keys: KeyTable
+    guards_placement = True
 
     def bind(
         self,
@@ -128,3 +168,9 @@ class KeyTableBindings:
 
     def unbind(self, generation: int, slot: int) -> None:
         self.keys.unbind(generation, slot)
+
+    def seal(self, generation: int, slot: int, start: int, stop: int) -> None:
+        self.keys.seal(generation, slot, start, stop)
+
+    def reopen(self, generation: int, slot: int, start: int, stop: int) -> None:
+        self.keys.reopen(generation, slot, start, stop)

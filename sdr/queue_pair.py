@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
+
 from sdr.actions import Action, SendControl
 from sdr.config import QPAttr
 from sdr.control import CTS_TYPE, SDR_TYPES, decode_cts, message_type
@@ -44,6 +46,14 @@ class QueuePairCore:
 
     def complete_recv(self, now: float, rec: RecvRecord) -> None:
         self._actions.extend(self.recv.complete(rec))
+
+    def seal_chunks(self, now: float, rec: RecvRecord, chunks: object) -> None:
+        """These chunks of ``rec`` are verified: no packet may rewrite them (driver guard)."""
+        self._actions.extend(self.recv.seal(rec, np.asarray(chunks, dtype=np.int64)))
+
+    def reopen_chunks(self, now: float, rec: RecvRecord, chunks: object) -> None:
+        """These chunks of ``rec`` failed a check: clear their bits, accept a repair."""
+        self._actions.extend(self.recv.reopen(rec, np.asarray(chunks, dtype=np.int64)))
 
     def receive_completions(self, now: float, batch: CompletionBatch) -> set[RecvRecord]:
         """Apply packet completions from the driver; returns the receives they touched."""

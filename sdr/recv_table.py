@@ -1,7 +1,12 @@
 """The receive side of an SDR QP: message slots, order-based matching, generations, CTS.
 
-The n-th posted receive matches the n-th message the peer sends. Posting takes a free
-slot, advances that slot's generation, binds the key-table entry and sends a CTS. Packet
+The n-th posted receive matches the n-th message the peer sends. Receive n takes message
+id n mod 2^id_bits, slot n mod max_messages and generation (n div max_messages) mod
+generations (:func:`sdr.id_reuse.receive_triple`), so the triple that a packet must match
+repeats only every :func:`sdr.id_reuse.reuse_period` receives (130,048 with the default
+attributes): a straggler of an earlier message cannot land in a later one unless it
+outlived that many messages (docs/reliability.md, "Stragglers"). Posting binds the
+key-table entry and sends a CTS. Packet
 completions are validated (message id, generation, offset, length) before they touch the
 bitmap; anything that fails is counted, never marked. Completing a receive unbinds its
 slot, so later packets of that message are discarded by the driver (late-packet guard).
@@ -10,16 +15,16 @@ slot, so later packets of that message are discarded by the driver (late-packet 
 from __future__ import annotations
 
 import enum
-from collections import deque
 
 import numpy as np
 
-from sdr.actions import Action, Bind, SendControl, Unbind
+from sdr.actions import Action, Bind, Reopen, Seal, SendControl, Unbind
 from sdr.chunk_bitmap import ReceiveBitmap
 from sdr.config import QPAttr
 from sdr.control import CTS
 from sdr.counters import QPCounters
 from sdr.errors import ConfigError, ResourceBusy
+from sdr.id_reuse import receive_triple
 from sdr.transport import CompletionBatch, MemoryRegion
 
 __all__ = ["RecvRecord", "RecvState", "RecvTable"]
@@ -114,8 +119,7 @@ class RecvTable:
     def __init__(self, attr: QPAttr, counters: QPCounters) -> None:
         self.attr = attr
         self.counters = counters
-        self._free_slots: deque[int] = deque(range(attr.max_messages))
-        self._next_generation = [0] * attr.max_messages
+        self._slot_holder: list[RecvRecord | None] = [None] * attr.max_messages
         self._active: dict[int, RecvRecord] = {}
         self._next_seq = 0
 
@@ -136,23 +140,24 @@ class RecvTable:
                 f"receive of {length} bytes exceeds max_message_size "
                 f"{self.attr.max_message_size}; raise QPAttr.max_message_size"
             )
-        msg_id = self._next_seq % self.attr.layout.max_message_ids
+        seq = self._next_seq
+        msg_id, slot, generation = receive_triple(self.attr, seq)
         if msg_id in self._active:
             raise ResourceBusy(
                 f"message id {msg_id} is still held by receive seq "
                 f"{self._active[msg_id].seq}; complete it before posting more"
             )
-        if not self._free_slots:
+        holder = self._slot_holder[slot]
+        if holder is not None:
             raise ResourceBusy(
-                f"all {self.attr.max_messages} receive slots are in use; complete a receive first"
+                f"receive slot {slot} is still held by receive seq {holder.seq} (slots are "
+                f"used in turn, {self.attr.max_messages} of them); complete it first"
             )
-        slot = self._free_slots.popleft()
-        generation = self._next_generation[slot]
-        self._next_generation[slot] = (generation + 1) % self.attr.generations
         rec = RecvRecord(
             self._next_seq, msg_id, slot, generation, region, offset, length, self.attr
         )
         self._active[msg_id] = rec
+        self._slot_holder[slot] = rec
         self._next_seq += 1
         self.counters.cts_sent += 1
         cts = CTS(rec.seq, msg_id, slot, generation, length)
@@ -167,10 +172,26 @@ class RecvTable:
             return []
         rec.state = RecvState.COMPLETED
         del self._active[rec.msg_id]
-        self._free_slots.append(rec.slot)
+        self._slot_holder[rec.slot] = None
         if rec.arrived:
             self.counters.messages_received += 1
         return [Unbind(rec.generation, rec.slot)]
+
+    def seal(self, rec: RecvRecord, chunks: np.ndarray) -> list[Action]:
+        """The layer above verified these chunks: the driver must refuse their packets."""
+        if rec.state is RecvState.COMPLETED:
+            return []
+        return [Seal(rec.generation, rec.slot, a, b) for a, b in rec.bitmap.packet_range(chunks)]
+
+    def reopen(self, rec: RecvRecord, chunks: np.ndarray) -> list[Action]:
+        """These chunks failed a check: forget their packets and let the driver place new
+        copies (the repair). Their bitmap bits clear and set again when the repair lands."""
+        if rec.state is RecvState.COMPLETED:
+            return []
+        ranges = rec.bitmap.packet_range(chunks)
+        rec.bitmap.clear(chunks)
+        self.counters.chunks_reopened += len(ranges)
+        return [Reopen(rec.generation, rec.slot, a, b) for a, b in ranges]
 
     def on_completions(self, batch: CompletionBatch) -> set[RecvRecord]:
         """Validate and apply a batch of packet completions; returns the receives touched.

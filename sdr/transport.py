@@ -173,6 +173,19 @@ class TransportQP(ABC):
     def unbind(self, generation: int, slot: int) -> None:
         """Point key-table entry (generation, slot) at NULL: later payloads are discarded."""
 
+    guards_placement: ClassVar[bool] = False
+    """True when the driver places each packet at most once and honours :meth:`seal` and
+    :meth:`reopen` (every software driver: a KeyTable guard). A driver whose NIC writes
+    payload itself (verbs) cannot refuse a write; there the NULL key and the generations
+    guard late packets, and the receiver's final digest check guards the bytes."""
+
+    def seal(self, generation: int, slot: int, start: int, stop: int) -> None:  # noqa: B027
+        """Refuse packets [start, stop) of the message bound at (generation, slot): their
+        chunk is verified, its bytes are final."""
+
+    def reopen(self, generation: int, slot: int, start: int, stop: int) -> None:  # noqa: B027
+        """Accept packets [start, stop) once more: their chunk failed its check."""
+
     @abstractmethod
     def send_budget(self, now: float) -> int:
         """Packets the sender may post now without exceeding the rate limit."""

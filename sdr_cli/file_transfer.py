@@ -90,7 +90,7 @@ def _attr(opts: TransferOptions, config: ReliabilityConfig) -> sdr.QPAttr:
         mtu=opts.mtu,
         chunk_size=config.chunk_size,
         max_message_size=message,
-        max_messages=64,
+        max_messages=63,  # odd: see sdr.id_reuse
         channels=opts.channels,
         rate_limit=opts.rate,
     )

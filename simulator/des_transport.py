@@ -29,7 +29,7 @@ import simpy
 
 from sdr.config import QPAttr
 from sdr.errors import ConfigError, ProtocolError, TransportError
-from sdr.key_table import KeyTable, KeyTableBindings, Placement
+from sdr.key_table import DISCARD_REASONS, KeyTable, KeyTableBindings, Placement
 from sdr.transport import (
     MAX_CONTROL_SIZE,
     CompletionBatch,
@@ -63,7 +63,7 @@ class DesQP(KeyTableBindings, TransportQP):
         self._order = itertools.count()
         self._granted = 1
         self._wire_mtu = attr.mtu + transport.header_bytes
-        self._counters = {"late": 0, "out_of_range": 0, "stale_generation": 0, "malformed": 0}
+        self._counters = dict.fromkeys(DISCARD_REASONS, 0)
         transport.endpoints[self.eid] = self
         transport.fabric.endpoints[self.eid] = self
 

@@ -124,18 +124,20 @@ def test_chunk_state_counts_once_per_packet_across_channels() -> None:
     engines = [ChannelEngine(shared, ch, {0: memoryview(memory)}) for ch in range(2)]
     lay = ATTR.layout
 
-    def send(ch: int, p: int) -> None:
+    def send(ch: int, p: int, fill: bytes = b"x") -> bool:
         length = min(64, 600 - p * 64)
         imm = lay.encode(2, p, 0)
-        assert engines[ch].handle(_packet(0, 1024 + p * 64, imm, b"x" * length))
+        return engines[ch].handle(_packet(0, 1024 + p * 64, imm, fill * length))
 
     for p in range(4):  # chunk 0 (packets 0-3) over both channels, with duplicates
-        send(p % 2, p)
-        send((p + 1) % 2, p)
+        assert send(p % 2, p)
+        assert not send((p + 1) % 2, p, b"y")  # the first copy wins: never rewritten
+    assert shared.discard_counts()["duplicates"] == 4
+    assert memory[:256] == b"x" * 256
     for p in (4, 5, 6, 8, 9):  # chunk 1 misses packet 7; chunk 2 (8-9, last) complete
-        send(0, p)
+        assert send(0, p)
     assert shared.chunk_bitmap(1, 600).tolist() == [True, False, True]
-    send(1, 7)
+    assert send(1, 7)
     assert shared.chunk_bitmap(1, 600).tolist() == [True, True, True]
     shared.reset_slot(1)
     assert shared.chunk_bitmap(1, 600).tolist() == [False, False, False]

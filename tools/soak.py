@@ -122,7 +122,7 @@ class _Side:
             mtu=8192,
             chunk_size="64KiB",
             max_message_size="4MiB",
-            max_messages=32,
+            max_messages=31,
             channels=2,
             rate_limit=cfg.rate / len(SCHEMES) * 0.8,
         )

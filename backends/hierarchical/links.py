@@ -87,7 +87,7 @@ class SdrLinkOptions:
             mtu=self.mtu,
             chunk_size=self.chunk_size,
             max_message_size=self.max_message_size,
-            max_messages=128,
+            max_messages=127,  # odd: ids repeat only every 127 x 1024 messages
             channels=self.channels,
             rate_limit=self.rate,
         )

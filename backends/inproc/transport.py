@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from backends.inproc.network import InprocNetwork, ManualClock
 from sdr.config import QPAttr
 from sdr.errors import ConfigError, ProtocolError, TransportError
-from sdr.key_table import KeyTable, KeyTableBindings, Placement
+from sdr.key_table import DISCARD_REASONS, KeyTable, KeyTableBindings, Placement
 from sdr.pacing import TokenBucket
 from sdr.transport import (
     MAX_CONTROL_SIZE,
@@ -52,7 +52,7 @@ class InprocQP(KeyTableBindings, TransportQP):
         self.keys = KeyTable(attr)
         burst = max(attr.chunk_size, 16 * attr.mtu) * 8
         self.pacer = TokenBucket(attr.rate_limit, burst)
-        self._counters = {"late": 0, "out_of_range": 0, "stale_generation": 0, "malformed": 0}
+        self._counters = dict.fromkeys(DISCARD_REASONS, 0)
         self._control: list[bytes] = []
 
     def info(self) -> dict[str, Any]:

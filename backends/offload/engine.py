@@ -4,7 +4,9 @@ For each packet a :class:`ChannelEngine` does what a NIC (or a DPA thread) does 
 write-with-immediate: look the packet up in the shared key table, discard and count it
 when it is late, stale, out of range or malformed, otherwise copy the payload into the
 registered shared-memory buffer, set the packet's byte, bump the channel's count for its
-chunk, and append a completion record to the channel's ring. The rules are those of
+chunk, and append a completion record to the channel's ring. A packet whose byte is
+already set (placed before, or sealed because its chunk was verified) is a duplicate and
+is never written: the first copy wins. The rules are those of
 :meth:`sdr.key_table.KeyTable.resolve` (the tests check both agree packet by packet).
 
 It runs in a worker process (``progress="offload"``) or inline in the application
@@ -21,7 +23,7 @@ from backends.offload.wire import HEADER, MAGIC, MALFORMED, VERSION, PacketSourc
 
 __all__ = ["ChannelEngine", "drain", "malformed"]
 
-_LATE, _OUT_OF_RANGE, _STALE, _MALFORMED = range(len(DISCARDS))
+_LATE, _OUT_OF_RANGE, _STALE, _MALFORMED, _DUPLICATE = range(len(DISCARDS))
 _HDR = HEADER.size
 _unpack = HEADER.unpack_from
 _RECORD = struct.Struct(f"={RECORD_WORDS}q")  # one completion record, native int64 words
@@ -112,13 +114,15 @@ class ChannelEngine:
             if memory is None:
                 self._discards[self._disc_base + _MALFORMED] += 1
                 return False
-            start = offset + within
-            memory[start : start + length] = payload
             index = slot * self._max_packets + pkt
             packets = self._packets
-            if not packets[index]:
-                packets[index] = 1
-                self._counts[self._count_base + slot * self._max_chunks + pkt // self._ppc] += 1
+            if packets[index]:
+                self._discards[self._disc_base + _DUPLICATE] += 1
+                return False
+            start = offset + within
+            memory[start : start + length] = payload
+            packets[index] = 1
+            self._counts[self._count_base + slot * self._max_chunks + pkt // self._ppc] += 1
         ctl = self._ctl
         head = ctl[self._head_at]
         _RECORD.pack_into(

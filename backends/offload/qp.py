@@ -138,6 +138,14 @@ class OffloadQP(TransportQP):
         self.shared.reset_slot(slot)
         self.shared.write_entry(generation, slot, segment, base + offset, length, msg_id)
 
+    guards_placement = True  # the engine places each packet once (its shared packet byte)
+
+    def seal(self, generation: int, slot: int, start: int, stop: int) -> None:
+        self.shared.set_packets(slot, start, stop, 1)
+
+    def reopen(self, generation: int, slot: int, start: int, stop: int) -> None:
+        self.shared.set_packets(slot, start, stop, 0)
+
     def unbind(self, generation: int, slot: int) -> None:
         self.shared.clear_entry(generation, slot)
         if self._workers and not self._closed:

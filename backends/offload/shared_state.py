@@ -47,7 +47,7 @@ __all__ = [
 ENTRY_WORDS = 6
 RECORD_WORDS = 4  # (channel << 8 | generation), imm, byte_len, remote_offset
 CTL_WORDS = 16  # head at word 0, tail at word 8: two cache lines, two writers
-DISCARDS = ("late", "out_of_range", "stale_generation", "malformed")
+DISCARDS = ("late", "out_of_range", "stale_generation", "malformed", "duplicates")
 _names = itertools.count()
 
 
@@ -196,6 +196,16 @@ class QPShared:
         ] = 0
         counts = np.frombuffer(self._raw["counts"], dtype=np.uint32).reshape(lay.channels, -1)
         counts[:, slot * lay.max_chunks : (slot + 1) * lay.max_chunks] = 0
+
+    def set_packets(self, slot: int, start: int, stop: int, value: int) -> None:
+        """Set a bound slot's packet bytes [start, stop) to ``value``: 1 seals them (no more
+        writes: their chunk is verified), 0 reopens them for a repair."""
+        lay = self.layout
+        stop = min(stop, lay.max_packets)
+        if 0 <= start < stop:
+            np.frombuffer(self._raw["packets"], dtype=np.uint8)[
+                slot * lay.max_packets + start : slot * lay.max_packets + stop
+            ] = value
 
     def pending(self, channel: int) -> int:
         """Completion records waiting in a channel's ring."""

@@ -67,6 +67,7 @@ COUNTER_NAMES = (
     "out_of_range",
     "stale_generation",
     "malformed",
+    "duplicates",
 )
 
 

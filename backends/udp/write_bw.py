@@ -52,7 +52,7 @@ class WriteBwParams:
             mtu=self.mtu,
             chunk_size=chunk,
             max_message_size=max(self.size, self.mtu),
-            max_messages=max(2, min(1024, self.inflight)),
+            max_messages=max(3, min(1023, self.inflight)) | 1,  # odd: sdr.id_reuse
             channels=self.channels,
             rate_limit=self.rate_limit,
         )

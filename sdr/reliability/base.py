@@ -11,7 +11,8 @@ return, exactly like the SDR core one level down::
     machine.on_control(now, message)        # a control message for this message
     machine.do_work(now)                    # one step of CPU work (checksums, coding)
     machine.handle_timer(now)               # when now >= machine.next_timer()
-    for action in machine.actions(): ...    # SendChunks, SendControl, Finished
+    for action in machine.actions(): ...    # SendChunks, SendControl, SealChunks,
+                                            # ReopenChunks, Finished
 
 Lanes: each reliable message travels as one SDR stream per lane, matched by order. Lane 0
 (DATA) is the user's buffer at its natural offsets; schemes may add lanes whose buffers
@@ -39,6 +40,8 @@ __all__ = [
     "Lane",
     "SendChunks",
     "SendControl",
+    "SealChunks",
+    "ReopenChunks",
     "Finished",
     "SchemeAction",
     "Status",
@@ -73,6 +76,22 @@ class SendControl:
     message: ControlMessage
 
 
+@dataclass(frozen=True, eq=False)
+class SealChunks:
+    """Receiver: these chunks of ``lane`` are verified; no packet may rewrite them."""
+
+    lane: int
+    chunks: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class ReopenChunks:
+    """Receiver: these chunks of ``lane`` failed their check; accept a repair for them."""
+
+    lane: int
+    chunks: np.ndarray
+
+
 @dataclass(frozen=True)
 class Finished:
     """The message is over: verified and complete (``error`` None) or failed."""
@@ -80,7 +99,7 @@ class Finished:
     error: SDRError | None = None
 
 
-SchemeAction = SendChunks | SendControl | Finished
+SchemeAction = SendChunks | SendControl | SealChunks | ReopenChunks | Finished
 
 
 class Status(enum.Enum):

@@ -3,8 +3,11 @@
 The sender computes one CRC-32 per data chunk (zlib's, ~3 GB/s on one core) in small
 steps that overlap sending, and sends them with the message length and a fingerprint of
 the scheme. The receiver checks every chunk (arrived or decoded) against its checksum
-before it reports the message complete; a chunk that fails is re-requested on its own,
-so one bad chunk never fails the whole message.
+as it lands, seals it when it matches (the driver refuses every later packet for it) and
+reopens it for a repair when it does not; a chunk that fails is re-requested on its own,
+so one bad chunk never fails the whole message. At the moment the message would be
+declared final, every chunk is checked once more (defence in depth: a driver whose NIC
+writes payload itself cannot refuse a late write).
 """
 
 from __future__ import annotations
@@ -92,6 +95,8 @@ class DigestStore:
         self.description = description
         self.crcs = np.zeros(geometry.n_chunks, dtype=np.uint32)
         self.known = np.zeros(geometry.n_chunks, dtype=bool)
+        self.conflicts = 0
+        """DIGEST entries that disagreed with a checksum already known (ignored)."""
         self._any = False
 
     @property
@@ -124,9 +129,14 @@ class DigestStore:
                 f"{g.n_chunks}"
             )
         self._any = True
-        fresh = msg.first + np.flatnonzero(~self.known[msg.first : stop])
-        self.crcs[msg.first : stop] = msg.crcs
-        self.known[msg.first : stop] = True
+        known = self.known[msg.first : stop]
+        crcs = np.asarray(msg.crcs, dtype=np.uint32)
+        # the first checksum of a chunk wins: a late or forged DIGEST cannot move the
+        # target of a chunk that was already checked against it
+        self.conflicts += int((known & (self.crcs[msg.first : stop] != crcs)).sum())
+        fresh = msg.first + np.flatnonzero(~known)
+        self.crcs[fresh] = crcs[fresh - msg.first]
+        self.known[fresh] = True
         return fresh
 
     def check(self, data: memoryview, chunks: np.ndarray) -> np.ndarray:

@@ -36,7 +36,15 @@ from sdr.errors import (
     SDRError,
     TimeoutError,
 )
-from sdr.reliability.base import Finished, SendChunks, SendControl, earliest
+from sdr.id_reuse import warn_if_short
+from sdr.reliability.base import (
+    Finished,
+    ReopenChunks,
+    SealChunks,
+    SendChunks,
+    SendControl,
+    earliest,
+)
 from sdr.reliability.config import ReliabilityConfig
 from sdr.reliability.handles import ReceiveHandle, WriteHandle
 from sdr.reliability.messages import (
@@ -96,6 +104,7 @@ class ReliableQP:
         self.config = ReliabilityConfig.coerce(config, **overrides).resolved(
             attr.chunk_size, attr.rate_limit
         )  # type: ignore[arg-type]
+        warn_if_short(attr, self.config.rtt, self.config.link_rate)  # type: ignore[arg-type]
         self.adaptive = adaptive
         if adaptive is None:
             self.scheme = create_scheme(self.config)
@@ -323,6 +332,8 @@ class ReliableQP:
         for action in actions:
             if isinstance(action, SendControl):
                 self._send_control(action.message)
+            elif isinstance(action, SealChunks | ReopenChunks):
+                inc.guard(action)
             elif isinstance(action, Finished):
                 self._end_incoming(inc, action.error)
         return len(actions)

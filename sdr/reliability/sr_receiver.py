@@ -15,7 +15,14 @@ from __future__ import annotations
 import numpy as np
 
 from sdr.errors import MessageFailed, ProtocolError, SDRError, TimeoutError
-from sdr.reliability.base import Lane, Scheme, SchemeReceiver, earliest
+from sdr.reliability.base import (
+    Lane,
+    ReopenChunks,
+    Scheme,
+    SchemeReceiver,
+    SealChunks,
+    earliest,
+)
 from sdr.reliability.integrity import DigestStore
 from sdr.reliability.messages import Abort, Ack, ControlMessage, Digest, Nack, Probe, Sack
 
@@ -152,13 +159,26 @@ class SelectiveRepeatReceiver(SchemeReceiver):
             return
         ok = self.digests.check(self.data, cand)
         good, failed = cand[ok], cand[~ok]
-        self.verified[good] = True
-        self.bad[good] = False
+        self.accept(good)
         fresh = failed[~self.bad[failed]]
-        self.bad[failed] = True
+        self.reject(failed)
         if len(fresh):
             self.count("bad_chunks", len(fresh))
             self.on_bad(now, fresh)
+
+    def accept(self, chunks: np.ndarray) -> None:
+        """These chunks match their checksums: verified, and sealed against later writes."""
+        if len(chunks):
+            self.verified[chunks] = True
+            self.bad[chunks] = False
+            self._actions.append(SealChunks(Lane.DATA, chunks))
+
+    def reject(self, chunks: np.ndarray) -> None:
+        """These chunks do not match: bad, and reopened so that a repair can land."""
+        if len(chunks):
+            self.verified[chunks] = False
+            self.bad[chunks] = True
+            self._actions.append(ReopenChunks(Lane.DATA, chunks))
 
     def on_bad(self, now: float, chunks: np.ndarray) -> None:
         """Chunks failed their checksum: ask for them again."""
@@ -170,16 +190,33 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         if not len(bad):
             return
         ok = self.digests.check(self.data, bad)
-        self.verified[bad[ok]] = True
-        self.bad[bad[ok]] = False
+        self.accept(bad[ok])
         still = bad[~ok]
+        self.reject(still)  # a damaged copy of the repair may have claimed them again
         self.nack(now, still[now - self.last_nack[still] >= self.config.rto])
 
     def check_done(self, now: float) -> None:
-        """Complete (positive ACK) once the checksums are known and every chunk verified."""
+        """Complete (positive ACK) once the checksums are known and every chunk verified,
+        and every chunk still matches its checksum at that moment (the final check)."""
         if self.active and self.digests.complete and self.verified.all():
+            if not self.final_check(now):
+                return
             self.send(Ack(self.seq))
             self.finish(None)
+
+    def final_check(self, now: float) -> bool:
+        """Check every chunk once more before declaring the message final; chunks whose
+        bytes changed since they were verified go back to repair. True when all match."""
+        everything = np.arange(self.n_chunks, dtype=np.int64)
+        ok = self.digests.check(self.data, everything)
+        self.count("final_checked_bytes", self.geometry.length)
+        if ok.all():
+            return True
+        changed = everything[~ok]
+        self.count("final_check_failed", len(changed))
+        self.reject(changed)
+        self.on_bad(now, changed)
+        return False
 
     # --- helpers ------------------------------------------------------------------------
     def send_sack(self) -> None:

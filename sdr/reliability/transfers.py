@@ -16,7 +16,14 @@ import numpy as np
 
 from sdr.api import QP, Context, RecvHandle, SendStream
 from sdr.errors import ConfigError, ProtocolError
-from sdr.reliability.base import Machine, Scheme, SchemeReceiver, SchemeSender
+from sdr.reliability.base import (
+    Machine,
+    ReopenChunks,
+    Scheme,
+    SchemeReceiver,
+    SchemeSender,
+    SealChunks,
+)
 from sdr.reliability.geometry import MessageGeometry, chunk_runs
 from sdr.reliability.handles import HandleState, ReceiveHandle, WriteHandle
 from sdr.send_table import SendState
@@ -177,6 +184,22 @@ class Incoming:
     @property
     def fully_posted(self) -> bool:
         return len(self.posted) == len(self.lengths)
+
+    def guard(self, action: SealChunks | ReopenChunks) -> None:
+        """Carry out a receiver's seal (verified chunks: no more writes) or reopen (failed
+        chunks: forget them, so the repair's arrival is reported as new)."""
+        if action.lane >= len(self.posted):
+            return
+        h = self.posted[action.lane]
+        if h.completed:
+            return
+        if isinstance(action, SealChunks):
+            h.seal(action.chunks)
+        else:
+            h.reopen(action.chunks)
+            seen = self.seen[action.lane]
+            chunks = action.chunks[(action.chunks >= 0) & (action.chunks < len(seen))]
+            seen[chunks] = False
 
     def arrivals(self) -> list[tuple[int, np.ndarray]]:
         """(lane, chunks) whose bitmap bits became set since the last call."""
