@@ -146,3 +146,25 @@ def test_truncated_bodies_are_rejected():
     data = head + struct.pack("!I", zlib.crc32(head))
     with pytest.raises(sdr.ProtocolError, match="SACK of 64 bits"):
         decode_message(data)
+
+
+def test_nack_build_takes_chunks_in_any_order_with_repeats():
+    msgs = Nack.build(1, np.array([9, 3, 4, 3, 5, 9, 4]))
+    assert [m.ranges for m in msgs] == [((3, 3), (9, 1))]
+    assert roundtrip(msgs[0]).ranges == ((3, 3), (9, 1))
+
+
+def test_nack_in_memory_ranges_encode_as_their_union():
+    msg = Nack(2, ((10, 5), (0, 3), (12, 10), (3, 2), (40, 0)))
+    assert msg.covered() == 17 and msg.chunks().tolist() == [*range(5), *range(10, 22)]
+    assert roundtrip(msg).ranges == ((0, 5), (10, 12))
+    assert msg.clipped(11).ranges == ((0, 5), (10, 1))
+    assert Nack(2, ((0, 2**40),)).clipped(7).ranges == ((0, 7),)  # beyond u32: clipped
+    assert roundtrip(Nack(2, ((5, 2**32 - 1),))).ranges == ((5, 2**32 - 6),)  # index space
+
+
+def test_ec_nack_clipped_keeps_only_the_messages_chunks():
+    missing = {0: np.ones(8, bool), 2: np.ones(8, bool), 3: np.ones(8, bool)}
+    clipped = EcNack(1, 8, missing, digest_ok=False).clipped(20)  # submessage 2 holds 16..19
+    assert sorted(clipped.missing) == [0, 2] and not clipped.digest_ok
+    assert clipped.chunks().tolist() == [*range(8), 16, 17, 18, 19]

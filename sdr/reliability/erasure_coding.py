@@ -28,7 +28,7 @@ import numpy as np
 from sdr.codecs import get_codec
 from sdr.reliability.base import Lane, Scheme, earliest
 from sdr.reliability.config import ReliabilityConfig
-from sdr.reliability.messages import EcNack, Sack
+from sdr.reliability.messages import ControlMessage, EcNack, Sack
 from sdr.reliability.sr_receiver import SelectiveRepeatReceiver
 from sdr.reliability.sr_sender import SelectiveRepeatSender
 
@@ -55,6 +55,15 @@ class ErasureCodingSender(SelectiveRepeatSender):
 
     def lane_buffer(self, lane: int) -> np.ndarray | None:
         return self.parity if lane == Lane.PARITY else None
+
+    def on_control(self, now: float, message: ControlMessage) -> None:
+        """As SR, except that an EC_NACK for submessages of another k is ignored (its flags
+        name other chunks than the receiver meant; a forged one must not cost a resend)."""
+        if isinstance(message, EcNack) and message.k != self.k:
+            if self.active:
+                self.count("ignored_control")
+            return
+        super().on_control(now, message)
 
     def has_work(self) -> bool:
         return super().has_work() or (self.active and self.started and self._next_sub < self.n_subs)
@@ -97,6 +106,9 @@ class ErasureCodingReceiver(SelectiveRepeatReceiver):
         self._last_arrival = -np.inf
         self._dirty: set[int] = set(range(self.n_subs))
         self._todo: list[int] | None = None
+        self._poisoned: set[int] = set()
+        """Submessages whose last decode rebuilt a chunk that failed its checksum (a
+        damaged parity or data copy): not decoded again until a new chunk of theirs lands."""
         self._last_digest_request = -np.inf
 
     def lane_buffer(self, lane: int) -> np.ndarray | None:
@@ -120,7 +132,7 @@ class ErasureCodingReceiver(SelectiveRepeatReceiver):
 
     def after_data(self, now: float, chunks: np.ndarray) -> None:
         self.arm_fto(now)
-        self.touch(chunks // self.k)
+        self.touch(chunks // self.k, landed=True)
         if self.fallback:
             super().after_data(now, chunks)
 
@@ -132,7 +144,7 @@ class ErasureCodingReceiver(SelectiveRepeatReceiver):
         self.parity_arrived[chunks] = True
         self.count("parity_arrived", len(chunks))
         self.arm_fto(now)
-        self.touch(chunks // self.m)
+        self.touch(chunks // self.m, landed=True)
 
     def on_bad(self, now: float, chunks: np.ndarray) -> None:
         self.touch(chunks // self.k)
@@ -182,8 +194,12 @@ class ErasureCodingReceiver(SelectiveRepeatReceiver):
         self.count("failed_submessages", len(failed))
 
     # --- decoding -----------------------------------------------------------------------
-    def touch(self, subs: np.ndarray) -> None:
-        self._dirty.update(np.unique(subs).tolist())
+    def touch(self, subs: np.ndarray, landed: bool = False) -> None:
+        """Submessages whose chunks changed; ``landed``: a new chunk of theirs arrived."""
+        fresh = np.unique(subs).tolist()
+        self._dirty.update(fresh)
+        if landed:
+            self._poisoned.difference_update(fresh)
         self._todo = None
 
     def refresh(self) -> None:
@@ -213,6 +229,7 @@ class ErasureCodingReceiver(SelectiveRepeatReceiver):
                     int(s)
                     for s in np.flatnonzero(self.recoverable)
                     if not have[s * k : min(s * k + k, self.n_chunks)].all()
+                    and int(s) not in self._poisoned
                 ]
         return self._todo
 
@@ -241,6 +258,8 @@ class ErasureCodingReceiver(SelectiveRepeatReceiver):
         self.count("chunks_decoded", len(rebuilt))
         self.count("submessages_decoded")
         self.verify(now, rebuilt)
+        if self.bad[rebuilt].any():
+            self._poisoned.add(sub)  # decoding again from the same inputs cannot help
         self.touch(np.array([sub]))
         self.check_done(now)
 

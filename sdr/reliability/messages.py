@@ -24,6 +24,15 @@ dropped (ProtocolError), never acted on. Types (the 16..63 range of sdr.control)
 ==  ===========  =========  =========================================================
 
 Builders split what does not fit one control message (``MAX_CONTROL_SIZE``) into several.
+
+Work bounds (a forged message must not cost more than its bytes): a message is at most
+``MAX_CONTROL_SIZE`` bytes and every decoder does O(its length) work, vectorized. NACK
+ranges decode to their union (sorted, disjoint, non-empty, so at most one range per 8
+body bytes however often a range repeats) and EC_NACK submessages to one entry each
+(duplicates OR their flags). Chunk indices live in [0, 2^32 - 1). What a message *names*
+can still be far larger than the message it is about, so a consumer first clips it to
+the message (``clipped(n_chunks)`` of SACK, NACK and EC_NACK): then it covers at most
+n_chunks distinct chunks, and acting on it is one vectorized pass over them.
 """
 
 from __future__ import annotations
@@ -71,6 +80,34 @@ DIGEST_PER_MESSAGE = (MAX_CONTROL_SIZE - _OVERHEAD - _DIGEST.size) // 4
 
 _SACK_MAX_BITS = (MAX_CONTROL_SIZE - _OVERHEAD - _SACK.size) * 8
 _NACK_MAX_RANGES = (MAX_CONTROL_SIZE - _OVERHEAD - _COUNT.size) // _RANGE.size
+_CHUNK_END = 2**32 - 1
+"""Chunk indices a control message can name are [0, _CHUNK_END): a range's end fits u32."""
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """The union of the half-open ranges [starts[i], ends[i]) as sorted, disjoint,
+    non-adjacent, non-empty (first, count) ranges; O(r log r) for r ranges, vectorized."""
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if not len(starts):
+        return ()
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    head = np.flatnonzero(np.concatenate([[True], starts[1:] > reach[:-1]]))
+    tail = np.concatenate([head[1:] - 1, [len(starts) - 1]])
+    firsts, stops = starts[head], reach[tail]
+    return tuple(zip(firsts.tolist(), (stops - firsts).tolist(), strict=True))
+
+
+def _range_union(ranges: tuple[tuple[int, int], ...], limit: int) -> tuple[tuple[int, int], ...]:
+    """:func:`_union` of (first, count) ranges of any Python ints, clipped to [0, limit)."""
+    if not ranges:
+        return ()
+    bounds = np.array(
+        [(min(max(f, 0), limit), min(max(f + n, 0), limit)) for f, n in ranges], dtype=np.int64
+    )
+    return _union(bounds[:, 0], bounds[:, 1])
 
 
 class ControlMessage:
@@ -123,6 +160,11 @@ class Digest(ControlMessage):
                 f"DIGEST of {count} checksums must be {_DIGEST.size + 4 * count} body bytes, "
                 f"got {len(body)}"
             )
+        if first + count > _CHUNK_END:
+            raise ProtocolError(
+                f"DIGEST of chunks [{first}, {first + count}) names chunks past the index "
+                f"space, expected an end <= {_CHUNK_END}"
+            )
         crcs = np.frombuffer(body, dtype=">u4", offset=_DIGEST.size).astype(np.uint32)
         return cls(seq, length, scheme, chunk_size, first, crcs)
 
@@ -150,7 +192,8 @@ class Sack(ControlMessage):
     """Cumulative ACK (chunks below ``cum`` arrived) plus a selective bitmap after it.
 
     ``bits[i]`` says whether chunk ``cum + 1 + i`` arrived; chunks past the bitmap are
-    unknown. ``digest_ok``: the receiver holds every checksum of the message.
+    unknown. ``digest_ok``: the receiver holds every checksum of the message. The decoded
+    bitmap is bounded by the message's bytes, ``cum`` is not: clip before :meth:`acked`.
     """
 
     TYPE: ClassVar[int] = 18
@@ -185,7 +228,8 @@ class Sack(ControlMessage):
         return Sack(self.seq, cum, self.bits[: max(0, n_chunks - cum - 1)], self.digest_ok)
 
     def acked(self) -> np.ndarray:
-        """Indices of the chunks this SACK reports as arrived."""
+        """Indices of the chunks this SACK reports as arrived (sorted, distinct; O(cum +
+        bits), so :meth:`clipped` first)."""
         head = np.arange(self.cum, dtype=np.int64)
         return np.concatenate([head, self.cum + 1 + np.flatnonzero(self.bits)])
 
@@ -201,47 +245,59 @@ class Sack(ControlMessage):
 
 @dataclass(frozen=True, eq=False)
 class Nack(ControlMessage):
-    """Chunks the receiver asks to have resent now (holes, or chunks that failed checks)."""
+    """Chunks the receiver asks to have resent now (holes, or chunks that failed checks).
+
+    ``ranges``: (first, count) pairs. A decoded NACK's ranges are their union: sorted,
+    disjoint and non-empty (a range repeated 509 times is one range); one built in memory
+    may hold any ranges, and encodes as their union.
+    """
 
     TYPE: ClassVar[int] = 19
     seq: int
     ranges: tuple[tuple[int, int], ...]
 
     def _body(self) -> bytes:
-        parts = [_COUNT.pack(len(self.ranges))]
-        parts += [_RANGE.pack(first, n) for first, n in self.ranges]
-        return b"".join(parts)
+        ranges = _range_union(self.ranges, _CHUNK_END)
+        table = np.array(ranges, dtype=">u4").reshape(len(ranges), 2)
+        return _COUNT.pack(len(ranges)) + table.tobytes()
 
     @classmethod
     def _parse(cls, seq: int, flags: int, body: memoryview) -> Nack:
         _need(body, _COUNT.size, "NACK")
         (count,) = _COUNT.unpack_from(body)
         if len(body) != _COUNT.size + count * _RANGE.size:
-            raise ProtocolError(f"NACK of {count} ranges has a {len(body)}-byte body")
-        ranges = tuple(
-            _RANGE.unpack_from(body, _COUNT.size + i * _RANGE.size) for i in range(count)
-        )
-        return cls(seq, ranges)
+            raise ProtocolError(
+                f"NACK of {count} ranges must be {_COUNT.size + count * _RANGE.size} body "
+                f"bytes, got {len(body)}"
+            )
+        table = np.frombuffer(body, dtype=">u4", count=2 * count, offset=_COUNT.size)
+        table = table.astype(np.int64).reshape(count, 2)
+        ends = np.minimum(table[:, 0] + table[:, 1], _CHUNK_END)
+        return cls(seq, _union(table[:, 0], ends))
 
     def clipped(self, n_chunks: int) -> Nack:
-        """This NACK limited to chunks below ``n_chunks`` (see :meth:`Sack.clipped`)."""
-        if all(first + n <= n_chunks for first, n in self.ranges):
-            return self
-        ranges = tuple(
-            (first, min(n, n_chunks - first)) for first, n in self.ranges if first < n_chunks
-        )
-        return Nack(self.seq, ranges)
+        """The union of the ranges limited to chunks below ``n_chunks``: sorted, disjoint,
+        covering at most ``n_chunks`` chunks however the ranges repeat or overlap (see
+        :meth:`Sack.clipped`); O(r log r) for r ranges."""
+        return Nack(self.seq, _range_union(self.ranges, min(max(n_chunks, 0), _CHUNK_END)))
+
+    def covered(self) -> int:
+        """How many distinct chunks the ranges cover (without listing them)."""
+        return sum(n for _, n in _range_union(self.ranges, _CHUNK_END))
 
     def chunks(self) -> np.ndarray:
-        """The chunk indices the ranges cover."""
-        if not self.ranges:
+        """The distinct chunk indices the ranges cover, sorted (O(:meth:`covered`), so
+        :meth:`clipped` first: a decoded range may name up to 2^32 chunks)."""
+        ranges = _range_union(self.ranges, _CHUNK_END)
+        if not ranges:
             return np.empty(0, dtype=np.int64)
-        return np.concatenate([np.arange(f, f + n, dtype=np.int64) for f, n in self.ranges])
+        return np.concatenate([np.arange(f, f + n, dtype=np.int64) for f, n in ranges])
 
     @classmethod
     def build(cls, seq: int, chunks: np.ndarray) -> list[Nack]:
-        """NACKs covering ``chunks`` (sorted indices), split to fit control messages."""
-        runs = chunk_runs(np.asarray(chunks, dtype=np.int64))
+        """NACKs covering ``chunks`` (any order, repeats allowed), split to fit control
+        messages."""
+        runs = chunk_runs(np.unique(np.asarray(chunks, dtype=np.int64)))
         return [
             cls(seq, tuple(runs[i : i + _NACK_MAX_RANGES]))
             for i in range(0, len(runs), _NACK_MAX_RANGES)
@@ -250,7 +306,12 @@ class Nack(ControlMessage):
 
 @dataclass(frozen=True, eq=False)
 class EcNack(ControlMessage):
-    """Submessages that cannot be decoded, each with the bitmap of its missing data chunks."""
+    """Submessages that cannot be decoded, each with the bitmap of its missing data chunks.
+
+    A decoded EC_NACK holds each submessage once (a repeated one ORs its flags), at most
+    one per 5 body bytes; submessage indices are not bounded by the message until
+    :meth:`clipped`.
+    """
 
     TYPE: ClassVar[int] = 20
     seq: int
@@ -266,7 +327,7 @@ class EcNack(ControlMessage):
         parts = [_EC.pack(self.k, len(self.missing))]
         for sub, flags in sorted(self.missing.items()):
             mask = np.zeros(self.k, dtype=bool)
-            mask[: len(flags)] = flags
+            mask[: len(flags)] = flags[: self.k]
             parts.append(struct.pack("!I", sub) + np.packbits(mask, bitorder="little").tobytes())
         return b"".join(parts)
 
@@ -277,19 +338,40 @@ class EcNack(ControlMessage):
         entry = 4 + -(-k // 8)
         if k < 1 or len(body) != _EC.size + count * entry:
             raise ProtocolError(
-                f"EC_NACK of {count} submessages (k={k}): bad {len(body)}-byte body"
+                f"EC_NACK of {count} submessages (k={k}) must be {_EC.size + count * entry} "
+                f"body bytes with k >= 1, got {len(body)}"
             )
-        missing = {}
-        for i in range(count):
-            at = _EC.size + i * entry
-            (sub,) = struct.unpack_from("!I", body, at)
-            raw = np.frombuffer(body, dtype=np.uint8, count=entry - 4, offset=at + 4)
-            missing[sub] = np.unpackbits(raw, count=k, bitorder="little").astype(bool)
+        if not count:
+            return cls(seq, k, {}, bool(flags & 1))
+        table = np.frombuffer(body, dtype=np.uint8, count=count * entry, offset=_EC.size)
+        table = table.reshape(count, entry)
+        subs = np.ascontiguousarray(table[:, :4]).view(">u4").ravel().astype(np.int64)
+        bits = np.unpackbits(table[:, 4:], axis=1, count=k, bitorder="little").astype(bool)
+        order = np.argsort(subs, kind="stable")
+        subs, bits = subs[order], bits[order]
+        head = np.flatnonzero(np.concatenate([[True], subs[1:] != subs[:-1]]))
+        merged = np.logical_or.reduceat(bits, head, axis=0)
+        missing = dict(zip(subs[head].tolist(), merged, strict=True))
         return cls(seq, k, missing, bool(flags & 1))
 
+    def clipped(self, n_chunks: int) -> EcNack:
+        """This EC_NACK limited to the submessages and chunks of a message of ``n_chunks``
+        data chunks (flags past the message cleared); O(entries * k)."""
+        k, n_chunks = self.k, max(n_chunks, 0)
+        missing = {}
+        for sub, flags in sorted(self.missing.items()):
+            if sub < 0 or sub * k >= n_chunks:
+                continue
+            mask = np.zeros(k, dtype=bool)
+            mask[: len(flags)] = flags[:k]
+            mask[n_chunks - sub * k :] = False
+            missing[sub] = mask
+        return EcNack(self.seq, k, missing, self.digest_ok)
+
     def chunks(self) -> np.ndarray:
-        """Global data chunk indices the NACK asks for (submessage s covers s*k .. s*k+k-1)."""
-        parts = [s * self.k + np.flatnonzero(f) for s, f in sorted(self.missing.items())]
+        """Global data chunk indices the NACK asks for (submessage s covers s*k .. s*k+k-1),
+        sorted and distinct; at most k per submessage entry."""
+        parts = [s * self.k + np.flatnonzero(f[: self.k]) for s, f in sorted(self.missing.items())]
         return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
 
     @classmethod
@@ -362,8 +444,11 @@ def is_reliability_message(data: bytes) -> bool:
 
 def decode_message(data: bytes) -> ControlMessage:
     """Parse one control message; ProtocolError says what is wrong with it."""
-    if len(data) < _OVERHEAD:
-        raise ProtocolError(f"control message of {len(data)} bytes, expected >= {_OVERHEAD}")
+    if not _OVERHEAD <= len(data) <= MAX_CONTROL_SIZE:
+        raise ProtocolError(
+            f"control message of {len(data)} bytes, expected >= {_OVERHEAD} and "
+            f"<= {MAX_CONTROL_SIZE}"
+        )
     view = memoryview(data)
     (crc,) = _TRAILER.unpack_from(view, len(view) - _TRAILER.size)
     if zlib.crc32(view[: -_TRAILER.size]) != crc:

@@ -370,7 +370,7 @@ class ReliableQP:
         if isinstance(msg, _TO_SENDER):
             out = self._sending.get(msg.seq)
             if out is not None and out.started:
-                if isinstance(msg, Sack | Nack):  # never expand chunk ranges past the message
+                if isinstance(msg, Sack | Nack | EcNack):  # union, never past the message
                     msg = msg.clipped(out.lanes[0].geometry.n_chunks)
                 out.machine.on_control(now, msg)
             else:

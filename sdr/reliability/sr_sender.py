@@ -10,6 +10,10 @@ its state; a NACK for a chunk retransmitted less than an RTO ago is ignored (the
 may predate the retransmission; its RTO covers a second loss). Consecutive silent
 timeouts double the RTO (up to 16x) so a dead path is not flooded. A global timeout fails
 the message with sdr.TimeoutError and tells the receiver (ABORT).
+
+Every SACK, NACK and EC_NACK is clipped to this message before it is expanded (whoever
+the driver is), so one costs O(its bytes) plus at most one vectorized pass over the
+message's chunks, however its ranges repeat or overlap.
 """
 
 from __future__ import annotations
@@ -107,8 +111,7 @@ class SelectiveRepeatSender(SchemeSender):
             else:
                 self.finish(None)
         elif isinstance(message, Sack):
-            acked = message.acked()
-            self.tracker.ack(acked[acked < self.n_chunks])
+            self.tracker.ack(message.clipped(self.n_chunks).acked())
             self.digest_ok = self.digest_ok or message.digest_ok
             if not message.digest_ok:
                 self.resend_digest(now)
@@ -116,13 +119,23 @@ class SelectiveRepeatSender(SchemeSender):
             if isinstance(message, EcNack):
                 self.digest_ok = self.digest_ok or message.digest_ok
             self.count(f"received_{type(message).__name__.lower()}")
-            self.repair(now, message.chunks())
+            self.repair(now, message.clipped(self.n_chunks).chunks())
         else:
             self.count("ignored_control")
 
     def repair(self, now: float, chunks: np.ndarray) -> None:
-        """Retransmit chunks the receiver asked for, unless one is already on its way."""
-        chunks = np.unique(chunks[(chunks >= 0) & (chunks < self.n_chunks)])
+        """Retransmit chunks the receiver asked for, unless one is already on its way.
+
+        ``chunks`` may hold repeats and indices outside the message (ignored): each chunk
+        is queued at most once, at the cost of one pass over ``chunks`` plus, when they are
+        not sorted and distinct already, one over a mask of the message's chunks.
+        """
+        chunks = np.asarray(chunks, dtype=np.int64)
+        chunks = chunks[(chunks >= 0) & (chunks < self.n_chunks)]
+        if len(chunks) > 1 and not (chunks[1:] > chunks[:-1]).all():
+            wanted = np.zeros(self.n_chunks, dtype=bool)
+            wanted[chunks] = True
+            chunks = np.flatnonzero(wanted)
         self.tracker.unack(chunks)
         age = now - self.tracker.last_sent[chunks]
         repaired = (self.tracker.sends[chunks] > 1) & (age < self.rto)
