@@ -23,16 +23,20 @@ from sdr.auth import check_secret, sign_info, verify_info
 from sdr.backend_registry import load_backend
 from sdr.chunk_bitmap import bitmap_chunk_expand
 from sdr.config import QPAttr
-from sdr.errors import ConfigError, ProtocolError, TimeoutError
+from sdr.errors import ConfigError, ProtocolError, SDRError, TimeoutError, TransportError
 from sdr.id_reuse import DESIGN_RTT, warn_if_short
+from sdr.peer_info import check_int, check_keys, field_int, field_str, require_object
 from sdr.queue_pair import QueuePairCore
 from sdr.recv_table import RecvRecord, RecvState
-from sdr.send_table import SendRecord, SendState
+from sdr.send_table import DEFAULT_CTS_TIMEOUT, SendRecord, SendState
 from sdr.transport import MemoryRegion, Transport
 
 __all__ = ["Context", "QP", "RecvHandle", "SendHandle", "SendStream"]
 
 _INFO_VERSION = 1
+_INFO_FIELDS = ("version", "backend", "attr", "transport")
+_SIGNED_FIELDS = ("nonce", "hmac")  # sdr/auth.py adds them when the peer has a secret
+_ATTR_MAX = (1 << 63) - 1
 _POLL_BATCH = 4096
 _IDLE_WAIT_S = 0.001
 
@@ -121,28 +125,60 @@ class QP:
         return json.dumps(sign_info(body, self.ctx.secret)).encode()
 
     def connect(self, remote_info: bytes) -> None:
-        """Connect to the peer QP whose :meth:`info` this is; attributes must agree."""
+        """Connect to the peer QP whose :meth:`info` this is; attributes must agree.
+
+        The info comes from the network: every field is validated (:mod:`sdr.peer_info`)
+        before anything changes. Malformed info raises ProtocolError, info that does not
+        fit this QP (backend, attributes, shape) ConfigError, both naming the field and
+        the value; the QP stays unconnected and may connect again. A QP connects once: a
+        second connect raises ConfigError (create a new QP for a restarted peer).
+        """
+        remote = self._parse_info(remote_info)
+        if self.connected:
+            raise ConfigError(
+                "QP already connected; a QP connects once: create a new QP "
+                "(ctx.create_qp) to connect to a restarted or another peer"
+            )
+        backend, transport = remote["backend"], remote["transport"]
         try:
-            remote = verify_info(json.loads(remote_info), self.ctx.secret)
-            version, backend = remote["version"], remote["backend"]
-            attr, transport = remote["attr"], remote["transport"]
-            if not isinstance(attr, dict) or not isinstance(transport, dict):
-                raise TypeError("its attr and transport must be JSON objects")
-        except ProtocolError:
+            self.transport_qp.connect(transport)
+        except SDRError:
             raise
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-            raise ProtocolError(f"peer info is not valid SDR QP info: {exc}") from exc
+        except OSError as exc:  # a backend that does not validate its own part
+            raise TransportError(f"the {backend} backend could not connect: {exc}") from exc
+        except Exception as exc:
+            raise ProtocolError(
+                f"peer info.transport is not valid {backend} transport info: {exc!r}"
+            ) from exc
+        self.connected = True
+
+    def _parse_info(self, remote_info: bytes) -> dict[str, Any]:
+        """The peer's info, decoded and checked against this QP (raises, changes nothing)."""
+        try:
+            decoded = json.loads(remote_info)
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise ProtocolError(f"peer info is not valid JSON: {exc}") from exc
+        try:
+            remote = verify_info(require_object(decoded, "peer info"), self.ctx.secret)
+        except RecursionError as exc:
+            raise ProtocolError("peer info is nested too deeply") from exc
+        version = field_int(remote, "version", 0, _ATTR_MAX)
         if version != _INFO_VERSION:
             raise ProtocolError(f"peer info version {version}, expected {_INFO_VERSION}")
+        check_keys(remote, "peer info", _INFO_FIELDS, _SIGNED_FIELDS)
+        backend = field_str(remote, "backend")
         if backend != self.ctx.transport.name:
             raise ConfigError(f"peer uses backend {backend!r}, this QP {self.ctx.transport.name!r}")
         mine = self.attr.wire_dict()
-        differ = {k: (mine[k], attr.get(k)) for k in mine if attr.get(k) != mine[k]}
+        attr = require_object(remote["attr"], "peer info.attr")
+        check_keys(attr, "peer info.attr", mine)
+        theirs = {k: check_int(attr[k], f"peer info.attr.{k}", 0, _ATTR_MAX) for k in mine}
+        differ = {k: (mine[k], theirs[k]) for k in mine if theirs[k] != mine[k]}
         if differ:
             detail = ", ".join(f"{k}: ours {a}, peer {b}" for k, (a, b) in differ.items())
             raise ConfigError(f"QP attributes differ from the peer's: {detail}")
-        self.transport_qp.connect(transport)
-        self.connected = True
+        require_object(remote["transport"], "peer info.transport")
+        return remote
 
     def _check_connected(self) -> None:
         if not self.connected:
@@ -154,16 +190,34 @@ class QP:
         return RecvHandle(self, self.core.post_recv(self.ctx.now(), mr, offset, length))
 
     def post_send(
-        self, mr: MemoryRegion, offset: int = 0, length: int | None = None, imm: int | None = None
+        self,
+        mr: MemoryRegion,
+        offset: int = 0,
+        length: int | None = None,
+        imm: int | None = None,
+        *,
+        cts_timeout: float | None = DEFAULT_CTS_TIMEOUT,
     ) -> SendHandle:
-        """Send mr[offset:offset+length] as one message into the peer's next posted receive."""
-        self._check_connected()
-        return SendHandle(self, self.core.post_send(self.ctx.now(), mr, offset, length, imm))
+        """Send mr[offset:offset+length] as one message into the peer's next posted receive.
 
-    def send_stream(self, imm: int | None = None) -> SendStream:
-        """Start a streaming send: write ranges at any offset, then end()."""
+        If the peer's clear-to-send (its matching receive) does not come within
+        ``cts_timeout`` seconds (default 30; None: wait forever), the send fails with
+        sdr.TimeoutError.
+        """
         self._check_connected()
-        return SendStream(self, self.core.stream_start(self.ctx.now(), imm))
+        rec = self.core.post_send(self.ctx.now(), mr, offset, length, imm, cts_timeout)
+        return SendHandle(self, rec)
+
+    def send_stream(
+        self, imm: int | None = None, *, cts_timeout: float | None = None
+    ) -> SendStream:
+        """Start a streaming send: write ranges at any offset, then end().
+
+        No CTS deadline by default (the reliable layer's lanes are streams and have their
+        own timers); ``cts_timeout`` seconds sets one, as for :meth:`post_send`.
+        """
+        self._check_connected()
+        return SendStream(self, self.core.stream_start(self.ctx.now(), imm, cts_timeout))
 
     def send_control(self, data: bytes) -> None:
         """Queue a control message for the peer (used by reliability schemes)."""
@@ -200,10 +254,9 @@ class QP:
             work += len(batch)
         work += self._carry_out()
         budget = tqp.send_budget(now)
-        if budget > 0:
-            for batch in core.writes_to_send(now, budget):
-                tqp.post_writes(batch)
-                work += len(batch)
+        for batch in core.writes_to_send(now, budget):  # with no budget: only CTS deadlines
+            tqp.post_writes(batch)
+            work += len(batch)
         return work + self._carry_out()
 
     def _carry_out(self) -> int:

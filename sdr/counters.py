@@ -25,6 +25,10 @@ class QPCounters:
     cts_sent: int = 0
     cts_received: int = 0
     control_malformed: int = 0
+    control_dropped: int = 0
+    """Control messages for the layer above dropped: its queue was full (tail drop)."""
+    cts_timeouts: int = 0
+    """Sends failed because no clear-to-send came within their ``cts_timeout``."""
     chunks_reopened: int = 0
 
     def as_dict(self) -> dict[str, int]:

@@ -94,10 +94,7 @@ def straggler_shortfall(
         bits = attr.id_bits
         while (1 << bits) * _odd_part(attr.max_messages * attr.generations) < need and bits < 16:
             bits += 1
-        fix = (
-            f"raise id_bits to {bits} (taking the bits from offset_bits) or send larger "
-            "messages"
-        )
+        fix = f"raise id_bits to {bits} (taking the bits from offset_bits) or send larger messages"
     return (
         f"receive ids repeat every {reuse_period(attr)} messages, {format_time(window)} of "
         f"{format_size(message_bytes)} messages at {format_rate(rate_bps)}, but a straggler "

@@ -21,7 +21,13 @@ from sdr.recv_table import RecvRecord, RecvTable
 from sdr.send_table import SendRecord, SendTable
 from sdr.transport import CompletionBatch, MemoryRegion, WriteBatch
 
-__all__ = ["QueuePairCore"]
+__all__ = ["MAX_QUEUED_CONTROL", "QueuePairCore"]
+
+MAX_QUEUED_CONTROL = 1024
+"""Most control messages waiting for the layer above (:attr:`QueuePairCore.upper_control`)
+and, in the drivers, for the core: a queue fed from the network. Beyond it the newest are
+dropped (tail drop, like a NIC's receive queue) and counted as ``control_dropped``.
+At the 4 KiB largest control message this caps a queue at 4 MiB."""
 
 
 class QueuePairCore:
@@ -34,7 +40,8 @@ class QueuePairCore:
         self.send = SendTable(attr, self.counters)
         self._actions: deque[Action] = deque()
         self.upper_control: deque[bytes] = deque()
-        """Control messages for the layer above (reliability schemes), in arrival order."""
+        """Control messages for the layer above (reliability schemes), in arrival order;
+        at most :data:`MAX_QUEUED_CONTROL` (later ones are dropped: ``control_dropped``)."""
 
     # --- receive side -----------------------------------------------------------------
     def post_recv(
@@ -67,11 +74,18 @@ class QueuePairCore:
         offset: int = 0,
         length: int | None = None,
         imm: int | None = None,
+        cts_timeout: float | None = None,
     ) -> SendRecord:
-        return self.send.post_send(region, offset, length, imm)
+        """Queue a one-shot message; with ``cts_timeout`` it fails (sdr.TimeoutError) if
+        no clear-to-send arrived by ``now + cts_timeout`` (checked on the ``now`` fed to
+        :meth:`writes_to_send`)."""
+        return self.send.post_send(region, offset, length, imm, now=now, cts_timeout=cts_timeout)
 
-    def stream_start(self, now: float, imm: int | None = None) -> SendRecord:
-        return self.send.stream_start(imm)
+    def stream_start(
+        self, now: float, imm: int | None = None, cts_timeout: float | None = None
+    ) -> SendRecord:
+        """Open a streaming send (no CTS deadline unless ``cts_timeout`` is given)."""
+        return self.send.stream_start(imm, now=now, cts_timeout=cts_timeout)
 
     def stream_send(
         self,
@@ -88,8 +102,11 @@ class QueuePairCore:
         self.send.stream_end(rec)
 
     def writes_to_send(self, now: float, budget: int) -> list[WriteBatch]:
-        """Packets to transmit now, at most ``budget`` (the driver's pacing allowance)."""
-        return self.send.writes(budget)
+        """Packets to transmit now, at most ``budget`` (the driver's pacing allowance).
+
+        Also fails the sends whose CTS deadline has passed at ``now`` (even with no budget).
+        """
+        return self.send.writes(budget, now)
 
     # --- control path -----------------------------------------------------------------
     def receive_control(self, now: float, data: bytes) -> None:
@@ -100,6 +117,8 @@ class QueuePairCore:
                 self.send.on_cts(decode_cts(data))
             elif kind in SDR_TYPES:
                 raise ProtocolError(f"unknown SDR control message type {kind}")
+            elif len(self.upper_control) >= MAX_QUEUED_CONTROL:
+                self.counters.control_dropped += 1  # nobody reads them: a flood, tail drop
             else:
                 self.upper_control.append(data)
         except ProtocolError:

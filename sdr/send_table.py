@@ -6,11 +6,17 @@ channels, on the generation the CTS names. One-shot sends cover the whole messag
 streams write ranges at any MTU-aligned offset (retransmissions, parity) until ended.
 If the immediate's fragments were not all carried by data packets (short messages,
 sparse streams), immediate-only packets of zero length carry the rest.
+
+A message may have a CTS deadline (``cts_timeout``; one-shot sends get
+:data:`DEFAULT_CTS_TIMEOUT` through :meth:`sdr.QP.post_send`): when the ``now`` fed to
+:meth:`SendTable.writes` reaches it and no CTS came, the message fails with
+``sdr.TimeoutError`` instead of waiting forever for a receive the peer never posts.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -19,10 +25,33 @@ import numpy as np
 from sdr.config import QPAttr
 from sdr.control import CTS
 from sdr.counters import QPCounters
-from sdr.errors import ConfigError, ProtocolError, ResourceBusy, SDRError
+from sdr.errors import ConfigError, ProtocolError, ResourceBusy, SDRError, TimeoutError
 from sdr.transport import MemoryRegion, WriteBatch
 
-__all__ = ["SendRecord", "SendState", "SendTable"]
+__all__ = ["DEFAULT_CTS_TIMEOUT", "SendRecord", "SendState", "SendTable", "check_cts_timeout"]
+
+DEFAULT_CTS_TIMEOUT = 30.0
+"""Seconds a one-shot :meth:`sdr.QP.post_send` waits for the peer's clear-to-send (its
+matching receive) before failing with ``sdr.TimeoutError``; ``cts_timeout=None`` waits
+forever. Far above any RTT (long-haul links are 25-100 ms), so it only ends sends whose
+receive is never posted (or whose CTS was lost: plain SDR does not repeat it)."""
+_MAX_CTS_TIMEOUT = 365 * 86400.0
+
+
+def check_cts_timeout(value: object) -> float | None:
+    """A CTS deadline in seconds: None (no deadline) or a finite number > 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"cts_timeout must be seconds (a number > 0) or None, got {value!r}")
+    seconds = float(value)
+    if not 0.0 < seconds <= _MAX_CTS_TIMEOUT:  # also refuses NaN
+        raise ConfigError(
+            f"cts_timeout must be > 0 and <= {_MAX_CTS_TIMEOUT:g} s (one year), or None "
+            f"for no deadline; got {value!r}"
+        )
+    return seconds
+
 
 _NO_REGION = MemoryRegion(key=-1, view=memoryview(bytearray(0)))
 
@@ -57,6 +86,8 @@ class SendRecord:
         "length",
         "packets_sent",
         "bytes_sent",
+        "cts_timeout",
+        "cts_deadline",
         "_ranges",
         "_covered",
     )
@@ -73,6 +104,9 @@ class SendRecord:
         self.length = 0  # one-shot: message length; stream: highest byte written
         self.packets_sent = 0
         self.bytes_sent = 0
+        self.cts_timeout: float | None = None
+        self.cts_deadline: float | None = None
+        """``now`` at which the message fails if no CTS arrived (None: never)."""
         self._ranges: deque[_Range] = deque()
         self._covered = np.zeros(fragments, dtype=bool)
 
@@ -96,12 +130,16 @@ class SendTable:
         self._cts: dict[int, CTS] = {}
         self._next_seq = 0
         self._next_channel = 0
+        self._next_deadline = math.inf  # earliest CTS deadline of a waiting message
 
     @property
     def in_flight(self) -> int:
         return len(self._queue)
 
-    def _new(self, imm: int | None, stream: bool) -> SendRecord:
+    def _new(
+        self, imm: int | None, stream: bool, now: float = 0.0, cts_timeout: float | None = None
+    ) -> SendRecord:
+        timeout = check_cts_timeout(cts_timeout)
         if imm is not None and not 0 <= imm < 1 << 32:
             raise ConfigError(f"imm must be a 32-bit unsigned integer or None, got {imm!r}")
         if len(self._queue) >= self.attr.max_messages:
@@ -120,23 +158,35 @@ class SendTable:
         self._next_seq += 1
         self._queue.append(rec)
         rec.remote = self._cts.pop(seq, None)
+        if timeout is not None and rec.remote is None:
+            rec.cts_timeout, rec.cts_deadline = timeout, now + timeout
+            self._next_deadline = min(self._next_deadline, rec.cts_deadline)
         return rec
 
     def post_send(
-        self, region: MemoryRegion, offset: int, length: int | None, imm: int | None
+        self,
+        region: MemoryRegion,
+        offset: int,
+        length: int | None,
+        imm: int | None,
+        now: float = 0.0,
+        cts_timeout: float | None = None,
     ) -> SendRecord:
-        """Queue a one-shot message of region[offset:offset+length]."""
+        """Queue a one-shot message of region[offset:offset+length] (CTS deadline:
+        ``now + cts_timeout``, none when it is None)."""
         length = region.check_range(offset, length)
         self._check_size(length)
-        rec = self._new(imm, stream=False)
+        rec = self._new(imm, stream=False, now=now, cts_timeout=cts_timeout)
         rec.length = length
         if length:
             rec._ranges.append(_Range(region, offset, 0, length, 0))
         return rec
 
-    def stream_start(self, imm: int | None) -> SendRecord:
+    def stream_start(
+        self, imm: int | None, now: float = 0.0, cts_timeout: float | None = None
+    ) -> SendRecord:
         """Open a streaming send; ranges follow with :meth:`stream_send`."""
-        return self._new(imm, stream=True)
+        return self._new(imm, stream=True, now=now, cts_timeout=cts_timeout)
 
     def stream_send(
         self, rec: SendRecord, region: MemoryRegion, src_offset: int, dst_offset: int, length: int
@@ -188,9 +238,41 @@ class SendTable:
                 return
         self._cts.setdefault(cts.seq, cts)
 
-    def writes(self, budget: int) -> list[WriteBatch]:
-        """Up to ``budget`` packets to put on the wire now, in posting order."""
+    def expire(self, now: float) -> None:
+        """Fail every message still waiting for its CTS whose deadline is ``now`` or past."""
+        if now < self._next_deadline:
+            return
+        earliest = math.inf
+        for rec in self._queue:
+            deadline = rec.cts_deadline
+            if deadline is None or rec.remote is not None or rec.state is not SendState.QUEUED:
+                continue
+            if now >= deadline:
+                rec.fail(
+                    TimeoutError(
+                        f"send {rec.seq} ({rec.length} bytes): no clear-to-send from the peer "
+                        f"within {rec.cts_timeout:g} s (cts_timeout): the peer has not posted "
+                        f"its matching receive (its receive number {rec.seq}), or the CTS was "
+                        "lost; a reliable QP recovers lost CTSs"
+                    )
+                )
+                self.counters.cts_timeouts += 1
+            else:
+                earliest = min(earliest, deadline)
+        self._next_deadline = earliest
+
+    def writes(self, budget: int, now: float | None = None) -> list[WriteBatch]:
+        """Up to ``budget`` packets to put on the wire now, in posting order.
+
+        With ``now``, messages whose CTS deadline passed fail first (:meth:`expire`).
+        """
+        if now is not None:
+            self.expire(now)
         batches: list[WriteBatch] = []
+        if budget <= 0:
+            while self._queue and self._queue[0].state is not SendState.QUEUED:
+                self._queue.popleft()
+            return batches
         for rec in list(self._queue):
             if budget <= 0:
                 break

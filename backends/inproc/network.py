@@ -8,6 +8,11 @@ seed sees the same drops, duplicates, reorderings and delays every run:
 - reorder: probability a packet is held back until ``reorder_gap`` later packets to the
   same endpoint have been sent (or the wire is otherwise idle);
 - delay, jitter: one-way delay in seconds, plus a uniform extra up to ``jitter``.
+
+Like a NIC's receive queue, each endpoint's queue of control messages delivered but not
+yet taken is bounded (:data:`sdr.queue_pair.MAX_QUEUED_CONTROL`): later ones are dropped
+(tail drop) and counted (``stats["control_dropped"]``, and per endpoint in
+:meth:`InprocNetwork.take_control`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from sdr.errors import ConfigError
+from sdr.queue_pair import MAX_QUEUED_CONTROL
 
 __all__ = ["Faults", "InprocNetwork", "ManualClock"]
 
@@ -79,7 +85,17 @@ class InprocNetwork:
         self._held: dict[int, list[tuple[int, Any]]] = {}
         self._sent_to: dict[int, int] = {}
         self._endpoint_ids = itertools.count(1)
-        self.stats = {"sent": 0, "dropped": 0, "duplicated": 0, "reordered": 0}
+        self.max_control = MAX_QUEUED_CONTROL
+        """Control messages an endpoint may have delivered and not yet taken."""
+        self._control_queued: dict[int, int] = {}
+        self._control_dropped: dict[int, int] = {}
+        self.stats = {
+            "sent": 0,
+            "dropped": 0,
+            "duplicated": 0,
+            "reordered": 0,
+            "control_dropped": 0,
+        }
 
     def attach(self) -> int:
         """A new endpoint id on this wire."""
@@ -87,11 +103,23 @@ class InprocNetwork:
         self._inboxes[eid] = deque()
         self._held[eid] = []
         self._sent_to[eid] = 0
+        self._control_queued[eid] = self._control_dropped[eid] = 0
         return eid
 
     def detach(self, eid: int) -> None:
         self._inboxes.pop(eid, None)
         self._held.pop(eid, None)
+        self._control_queued.pop(eid, None)
+        self._control_dropped.pop(eid, None)
+
+    def take_control(self, eid: int) -> int:
+        """Endpoint ``eid`` took every control message delivered to it: its bound starts
+        afresh. Returns how many were dropped for it (queue full) since the last call."""
+        if eid not in self._control_queued:
+            return 0  # detached
+        self._control_queued[eid] = 0
+        dropped, self._control_dropped[eid] = self._control_dropped[eid], 0
+        return dropped
 
     def send(self, dst: int, item: Any, control: bool = False) -> None:
         """Put one packet on the wire towards endpoint ``dst``."""
@@ -130,8 +158,15 @@ class InprocNetwork:
         while heap and heap[0][0] <= now:
             _, _, dst, item = heapq.heappop(heap)
             inbox = self._inboxes.get(dst)
-            if inbox is not None:
-                inbox.append(item)
+            if inbox is None:
+                continue
+            if isinstance(item, bytes):  # a control message (data packets are tuples)
+                if self._control_queued[dst] >= self.max_control:
+                    self._control_dropped[dst] += 1  # nobody takes them: tail drop
+                    self.stats["control_dropped"] += 1
+                    continue
+                self._control_queued[dst] += 1
+            inbox.append(item)
         if not heap:  # idle wire: let held-back packets go
             for dst, held in self._held.items():
                 for _, item in held:

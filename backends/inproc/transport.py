@@ -59,12 +59,18 @@ class InprocQP(KeyTableBindings, TransportQP):
         return {"network": self.network.id, "endpoint": self.eid}
 
     def connect(self, remote: dict[str, Any]) -> None:
-        if remote.get("network") != self.network.id:
+        # every field is checked before it is used: ProtocolError/ConfigError naming it
+        from sdr.peer_info import check_keys, field_int, require_object
+
+        info, ids = require_object(remote, "transport"), (1, (1 << 63) - 1)
+        check_keys(info, "transport", ("network", "endpoint"))
+        network = field_int(info, "network", *ids, path="transport")
+        if network != self.network.id:
             raise ConfigError(
-                "inproc peers must share one InprocNetwork (pass the same network= to both "
-                "contexts)"
+                f"inproc peers must share one InprocNetwork: the peer is on network {network}, "
+                f"this QP on {self.network.id} (pass the same network= to both contexts)"
             )
-        self.peer = int(remote["endpoint"])
+        self.peer = field_int(info, "endpoint", *ids, path="transport")
 
     def send_budget(self, now: float) -> int:
         return self.pacer.budget(now, self.attr.mtu * 8)
@@ -118,6 +124,10 @@ class InprocQP(KeyTableBindings, TransportQP):
             (self._control if isinstance(item, bytes) else kept).append(item)
         inbox.extend(kept)
         out, self._control = self._control, []
+        # every control message delivered is taken now: the wire's bound starts afresh
+        dropped = self.network.take_control(self.eid)
+        if dropped:
+            self._counters["control_dropped"] = self._counters.get("control_dropped", 0) + dropped
         return out
 
     def counters(self) -> dict[str, int]:

@@ -19,6 +19,15 @@ from backends.offload.wire import HEADER, MAX_DATAGRAM, PacketSource, encode_hea
 from sdr.config import MAX_GENERATIONS, QPAttr
 from sdr.errors import ConfigError, ProtocolError, TransportError
 from sdr.pacing import TokenBucket
+from sdr.peer_info import (
+    check_address,
+    check_int_grid,
+    check_keys,
+    check_list,
+    field_address,
+    require_object,
+)
+from sdr.queue_pair import MAX_QUEUED_CONTROL
 from sdr.transport import (
     MAX_CONTROL_SIZE,
     CompletionBatch,
@@ -30,7 +39,13 @@ from sdr.transport import (
 if TYPE_CHECKING:
     from backends.offload.transport import OffloadTransport
 
-__all__ = ["OffloadQP"]
+__all__ = ["OffloadQP", "CONTROL_READS_PER_POLL"]
+
+CONTROL_READS_PER_POLL = MAX_QUEUED_CONTROL
+"""Most control datagrams one :meth:`OffloadQP.poll_control` reads; the rest wait in the
+kernel's bounded socket buffer (which drops beyond it), so a flood cannot keep one
+progress call reading forever nor queue without bound."""
+_QPNS = (2, (1 << 24) - 1)  # RoCE QPNs: 24 bits, 0 and 1 reserved
 
 
 class OffloadQP(TransportQP):
@@ -105,20 +120,31 @@ class OffloadQP(TransportQP):
         }
 
     def connect(self, remote: dict[str, Any]) -> None:
-        try:
-            channels = [(str(h), int(p)) for h, p in remote["channels"]]
-            host, port = remote["control"]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"offload peer info is malformed: {exc}") from exc
-        if len(channels) != self.attr.channels:
-            raise ConfigError(f"peer has {len(channels)} channels, this QP {self.attr.channels}")
+        """Connect to the peer's :meth:`info`; every field is validated first (ProtocolError
+        or ConfigError naming it), so a refused connect changes nothing."""
+        attr, path = self.attr, "transport"
+        info = require_object(remote, path)
+        check_keys(info, path, ("channels", "control", "qpns"))
+        rows = check_list(info["channels"], f"{path}.channels", attr.channels)
+        channels = [
+            check_address(row, f"{path}.channels[{ch}]", ipv4_only=True)
+            for ch, row in enumerate(rows)
+        ]
+        control = field_address(info, "control", path=path, ipv4_only=True)
+        roce = None
         if self.qpns is not None:
             from backends.offload.roce_wire import RoceSender
 
-            if not remote.get("qpns"):
+            if info["qpns"] is None:
                 raise ConfigError("peer does not use the RoCE wire (no QPNs in its info)")
-            self._roce = RoceSender(self.data_sock, channels, remote["qpns"])
-        self._peer, self._peer_control = channels, (str(host), int(port))
+            qpns = check_int_grid(
+                info["qpns"], f"{path}.qpns", attr.generations, attr.channels, *_QPNS, True
+            )
+            roce = RoceSender(self.data_sock, channels, qpns)
+        elif info["qpns"] is not None:
+            raise ConfigError("peer uses the RoCE wire (QPNs in its info), this QP the simple one")
+        self._roce = roce
+        self._peer, self._peer_control = channels, control
 
     def bind(
         self,
@@ -168,10 +194,15 @@ class OffloadQP(TransportQP):
             batch.lengths.tolist(),
             strict=True,
         ):
-            if roce is not None:
-                roce.send(gen, ch, imm, roff, view[src : src + n])
-            else:
-                send([encode_header(gen, ch, imm, roff), view[src : src + n]], (), 0, peer[ch])
+            try:
+                if roce is not None:
+                    roce.send(gen, ch, imm, roff, view[src : src + n])
+                else:
+                    send([encode_header(gen, ch, imm, roff), view[src : src + n]], (), 0, peer[ch])
+            except (BlockingIOError, InterruptedError):
+                continue  # send queue full: the packet is lost, as on an unreliable wire
+            except OSError as exc:
+                raise TransportError(f"sending to the peer at {peer[ch]}: {exc}") from exc
         self.pacer.consume(self.transport.now(), batch.payload_bytes * 8)
 
     def poll_completions(self, max_packets: int) -> CompletionBatch:
@@ -210,15 +241,25 @@ class OffloadQP(TransportQP):
             raise ProtocolError(f"control message of {len(data)} bytes > {MAX_CONTROL_SIZE}")
         if self._peer_control is None:
             raise TransportError("QP is not connected")
-        self.control_sock.sendto(bytes(data), self._peer_control)
+        try:
+            self.control_sock.sendto(bytes(data), self._peer_control)
+        except (BlockingIOError, InterruptedError):
+            pass  # unreliable, like the data path
+        except OSError as exc:
+            raise TransportError(
+                f"sending a control message to {self._peer_control}: {exc}"
+            ) from exc
 
     def poll_control(self) -> list[bytes]:
-        out = []
-        while True:
+        out: list[bytes] = []
+        for _ in range(CONTROL_READS_PER_POLL):
             try:
                 out.append(self.control_sock.recv(MAX_CONTROL_SIZE + 1))
             except (BlockingIOError, InterruptedError):
-                return out
+                break
+            except OSError:
+                continue  # e.g. an ICMP error reported on the socket: nothing to read
+        return out
 
     def counters(self) -> dict[str, int]:
         return self.shared.discard_counts()

@@ -28,15 +28,25 @@ from backends.udp.roce import (
     wire_length,
 )
 from sdr.config import QPAttr
-from sdr.errors import ConfigError, ProtocolError, TransportError
+from sdr.errors import ProtocolError, ResourceBusy, TransportError
 from sdr.key_table import KeyTable, KeyTableBindings
 from sdr.pacing import TokenBucket
+from sdr.peer_info import (
+    check_int_grid,
+    check_int_list,
+    check_keys,
+    field_host,
+    field_int,
+    field_port,
+    require_object,
+)
+from sdr.queue_pair import MAX_QUEUED_CONTROL
 from sdr.transport import MAX_CONTROL_SIZE, CompletionBatch, TransportQP, WriteBatch
 
 if TYPE_CHECKING:
     from backends.udp.transport import UdpTransport
 
-__all__ = ["UdpQP", "CONTROL_HEADER"]
+__all__ = ["UdpQP", "CONTROL_HEADER", "INFO_FIELDS", "QPN_MAX", "QPN_MIN"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +63,12 @@ _WAKE_PACKETS = 64
 _BATCH_S = 0.001
 
 _COMPLETION_FIELDS = ("channels", "generations", "imms", "byte_lens", "remote_offsets")
+_EMPTY = CompletionBatch.empty()
+QPN_MIN, QPN_MAX = 2, (1 << 24) - 1
+"""QPNs are 24 bits; 0 and 1 are reserved in InfiniBand."""
+_U32 = (1 << 32) - 1
+INFO_FIELDS = ("host", "port", "control_port", "control_id", "qpns", "rkeys")
+"""The fields of a UDP QP's transport info (:meth:`UdpQP.info`)."""
 
 
 def _rows(batch: CompletionBatch, start: int, stop: int) -> CompletionBatch:
@@ -68,6 +84,7 @@ COUNTER_NAMES = (
     "stale_generation",
     "malformed",
     "duplicates",
+    "control_dropped",
 )
 
 
@@ -79,12 +96,18 @@ class UdpQP(KeyTableBindings, TransportQP):
         self.attr = attr
         self.keys = KeyTable(attr)
         rng = transport.rng
-        self.qpns = [
-            [transport.new_qpn(self, g, c) for c in range(attr.channels)]
-            for g in range(attr.generations)
-        ]
-        self.rkeys = [int(rng.integers(1, 1 << 32)) for _ in range(attr.generations)]
-        self.control_id = transport.new_control_id(self)
+        self.qpns: list[list[int]] = []
+        self.control_id = 0  # never drawn: the transport's ids start at 1
+        try:
+            for g in range(attr.generations):
+                self.qpns.append([])
+                for c in range(attr.channels):
+                    self.qpns[g].append(transport.new_qpn(self, g, c))
+            self.rkeys = [int(rng.integers(1, 1 << 32)) for _ in range(attr.generations)]
+            self.control_id = transport.new_control_id(self)
+        except ResourceBusy:
+            transport.forget(self)  # give back the QPNs this QP got before the space ran out
+            raise
         self.peer: tuple[str, int] | None = None
         self.peer_control: tuple[str, int] | None = None
         self.peer_control_id = 0
@@ -106,6 +129,9 @@ class UdpQP(KeyTableBindings, TransportQP):
         self.completions: deque[CompletionBatch] = deque()
         self.pending = 0  # packets in ``completions``
         self.control_in: deque[bytes] = deque()
+        """Control messages read for this QP, not yet polled (at most MAX_QUEUED_CONTROL)."""
+        self._seen_pump = -1  # the transport's pump round this QP last took completions in
+        self._seen_control = -1
         self.discards = dict.fromkeys(COUNTER_NAMES, 0)
         """Packets dropped by this QP's endpoints, by reason (what counters() reports)."""
         self.stats = dict(packets_placed=0, bytes_placed=0, wire_packets_sent=0, wire_bytes_sent=0)
@@ -130,27 +156,26 @@ class UdpQP(KeyTableBindings, TransportQP):
         }
 
     def connect(self, remote: dict[str, Any]) -> None:
-        attr = self.attr
-        try:
-            host, port = str(remote["host"]), int(remote["port"])
-            qpns = [[int(q) for q in gen] for gen in remote["qpns"]]
-            rkeys = [int(k) for k in remote["rkeys"]]
-            control = (host, int(remote["control_port"]))
-            control_id = int(remote["control_id"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"peer info is not UDP transport info: {exc!r}") from exc
-        if len(qpns) != attr.generations or any(len(g) != attr.channels for g in qpns):
-            raise ConfigError(
-                f"peer has {len(qpns)} generations x {len(qpns[0]) if qpns else 0} channels "
-                f"of QPNs; expected {attr.generations} x {attr.channels}"
-            )
-        if len(rkeys) != attr.generations:
-            raise ConfigError(f"peer sent {len(rkeys)} rkeys, expected {attr.generations}")
+        """Connect to the peer's :meth:`info`; every field is validated first (ProtocolError
+        or ConfigError naming it), so a refused connect changes nothing."""
+        attr, path = self.attr, "transport"
+        info = require_object(remote, path)
+        check_keys(info, path, INFO_FIELDS)
+        # the ICRC and the source check need the peer's own IPv4 address, not a name
+        host = field_host(info, "host", path=path, ipv4_only=True)
+        port = field_port(info, "port", path=path)
+        control = (host, field_port(info, "control_port", path=path))
+        control_id = field_int(info, "control_id", 0, _U32, path=path)
+        qpns = check_int_grid(
+            info["qpns"], f"{path}.qpns", attr.generations, attr.channels, QPN_MIN, QPN_MAX, True
+        )
+        rkeys = check_int_list(info["rkeys"], f"{path}.rkeys", attr.generations, 0, _U32)
         self.peer, self.peer_control, self.peer_control_id = (host, port), control, control_id
         self.peer_qpns, self.peer_rkeys = qpns, rkeys
         self._prefix = IcrcPrefix((self.transport.host, self.transport.port), self.peer)
         self._peer_qpn_array = [np.asarray(g, dtype=np.int64) for g in qpns]
         self._ring.set_peer(host, port)
+        self.transport.endpoints_changed(self)  # the receive path learns the peer's address
 
     # --- key table --------------------------------------------------------------------------
 
@@ -240,8 +265,13 @@ class UdpQP(KeyTableBindings, TransportQP):
 
     # --- receive side (filled by the transport's pump) --------------------------------------
     def poll_completions(self, max_packets: int) -> CompletionBatch:
-        if self.pending < max_packets:
-            self.transport.pump(max_packets - self.pending)
+        t = self.transport
+        # the data socket is shared: when another QP emptied it since this one last looked,
+        # what it read for this QP is queued already, so an idle round over many QPs
+        # costs one receive call, not one per QP
+        if self.pending < max_packets and (self._seen_pump == t.pump_round or not t.drained):
+            t.pump(max_packets - self.pending)
+        self._seen_pump = t.pump_round
         queue, parts, taken = self.completions, [], 0
         while queue and taken < max_packets:
             batch = queue.popleft()
@@ -253,7 +283,7 @@ class UdpQP(KeyTableBindings, TransportQP):
             taken += len(batch)
         self.pending -= taken
         if not parts:
-            return CompletionBatch.empty()
+            return _EMPTY
         if len(parts) == 1:
             return parts[0]
         return CompletionBatch(
@@ -268,8 +298,19 @@ class UdpQP(KeyTableBindings, TransportQP):
             raise TransportError("QP is not connected")
         self.transport.send_control(self.peer_control, self.peer_control_id, bytes(data))
 
+    def queue_control(self, data: bytes) -> None:
+        """Queue a control message read for this QP (the transport's pump): at most
+        MAX_QUEUED_CONTROL wait; beyond, the newest are dropped (``control_dropped``)."""
+        if len(self.control_in) >= MAX_QUEUED_CONTROL:
+            self.discards["control_dropped"] += 1
+        else:
+            self.control_in.append(data)
+
     def poll_control(self) -> list[bytes]:
-        self.transport.pump_control()
+        t = self.transport
+        if self._seen_control == t.control_round or not t.control_drained:
+            t.pump_control()
+        self._seen_control = t.control_round
         out = list(self.control_in)
         self.control_in.clear()
         return out

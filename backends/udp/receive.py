@@ -66,23 +66,109 @@ class Receiver:
         self._peer_sources = np.zeros(0, dtype=np.int64)
 
     def set_endpoints(self, endpoints: dict[int, tuple[UdpQP, int, int]]) -> None:
-        """Rebuild the sorted QPN table (after a QP is created or closed)."""
-        items = sorted(endpoints.items())
-        self._endpoints = [ep for _, ep in items]
-        self._qpns = np.asarray([q for q, _ in items], dtype=np.int64)
-        self._order = np.arange(len(items), dtype=np.int64)
-        self._rkeys = np.asarray([qp.rkeys[gen] for qp, gen, _ in self._endpoints], np.int64)
-        self._gens = np.asarray([gen for _, gen, _ in self._endpoints], np.uint8)
-        self._chans = np.asarray([ch for _, _, ch in self._endpoints], np.uint16)
-        self._qps = list(dict.fromkeys(qp for qp, _, _ in self._endpoints))
-        index = {id(qp): i for i, qp in enumerate(self._qps)}
-        self._owner = np.asarray([index[id(qp)] for qp, _, _ in self._endpoints], np.int64)
-        for qp in self._qps:
-            qp.discards.setdefault("bad_source", 0)
-        self._peers = []
+        """Update the QPN table after QPs are created, closed or connected.
+
+        ``endpoints`` maps QPN -> (QP, generation, channel). When it also lists what
+        changed since the last call (``endpoints.touched``: the transport's
+        EndpointTable), only those QPNs are updated: endpoint and QP slots are reused,
+        the sorted QPN column takes one insert or delete (a memmove) per endpoint, and no
+        other QP is read, so creating or closing a QP costs the same however many exist.
+        Any other mapping, and the first call with a table, rebuilds everything.
+        """
+        touched: list[int] | None = getattr(endpoints, "touched", None)
+
+        def source_of(qp: UdpQP) -> int:
+            p = qp.peer
+            return -1 if p is None else int.from_bytes(socket.inet_aton(p[0]), "big") << 16 | p[1]
+
+        def qp_slot(qp: UdpQP) -> int:
+            index = self._qp_slot.get(qp)
+            if index is None:
+                index = self._free_qps.pop() if self._free_qps else len(self._qps)
+                if index == len(self._qps):
+                    self._qps.append(qp)
+                    self._qp_refs.append(0)
+                else:
+                    self._qps[index] = qp
+                if index >= len(self._peer_sources):
+                    grown = np.full(max(16, 2 * len(self._peer_sources)), -1, np.int64)
+                    grown[: len(self._peer_sources)] = self._peer_sources
+                    self._peer_sources = grown
+                self._peer_sources[index] = source_of(qp)
+                self._qp_slot[qp] = index
+                qp.discards.setdefault("bad_source", 0)
+            return index
+
+        def place(slot: int, qpn: int, ep: tuple[UdpQP, int, int]) -> None:
+            qp, gen, ch = ep
+            if slot >= len(self._endpoints):  # grow every column to twice its size
+                size = max(16, 2 * len(self._endpoints))
+                more = size - len(self._endpoints)
+                self._endpoints.extend([None] * more)  # type: ignore[list-item]
+                self._rkeys = np.concatenate([self._rkeys, np.zeros(more, np.int64)])
+                self._gens = np.concatenate([self._gens, np.zeros(more, np.uint8)])
+                self._chans = np.concatenate([self._chans, np.zeros(more, np.uint16)])
+                self._owner = np.concatenate([self._owner, np.zeros(more, np.int64)])
+                self._free_slots.extend(range(size - 1, slot, -1))
+            self._endpoints[slot] = ep
+            self._rkeys[slot], self._gens[slot], self._chans[slot] = qp.rkeys[gen], gen, ch
+            index = qp_slot(qp)
+            self._qp_refs[index] += 1
+            self._owner[slot] = index
+            self._slot_of[qpn] = slot
+
+        if touched is None or getattr(self, "_table", None) is not endpoints:
+            self._table = None if touched is None else endpoints
+            items = sorted(endpoints.items())
+            size = max(16, len(items))
+            self._endpoints = [None] * size  # type: ignore[list-item]
+            self._slot_of, self._free_slots = {}, list(range(size - 1, len(items) - 1, -1))
+            self._rkeys, self._owner = np.zeros(size, np.int64), np.zeros(size, np.int64)
+            self._gens, self._chans = np.zeros(size, np.uint8), np.zeros(size, np.uint16)
+            self._qps, self._qp_slot, self._qp_refs, self._free_qps = [], {}, [], []
+            self._peer_sources = np.zeros(0, dtype=np.int64)
+            for slot, (qpn, ep) in enumerate(items):
+                place(slot, qpn, ep)
+            self._qpns = np.asarray([q for q, _ in items], dtype=np.int64)
+            self._order = np.arange(len(items), dtype=np.int64)
+            self._peers = []
+            if touched is not None:
+                touched.clear()
+            return
+        for qpn in dict.fromkeys(touched):
+            ep, slot = endpoints.get(qpn), self._slot_of.get(qpn)
+            if slot is not None and ep != self._endpoints[slot]:  # closed (or reused)
+                del self._slot_of[qpn]
+                index = int(self._owner[slot])
+                self._qp_refs[index] -= 1
+                if not self._qp_refs[index]:
+                    del self._qp_slot[self._qps[index]]
+                    self._qps[index] = None  # type: ignore[call-overload]
+                    self._peer_sources[index] = -1
+                    self._free_qps.append(index)
+                self._endpoints[slot] = None  # type: ignore[call-overload]
+                self._free_slots.append(slot)
+                pos = int(np.searchsorted(self._qpns, qpn))
+                self._qpns, self._order = np.delete(self._qpns, pos), np.delete(self._order, pos)
+                slot = None
+            if ep is None:
+                continue
+            if slot is None:  # a new endpoint
+                slot = self._free_slots.pop() if self._free_slots else len(self._endpoints)
+                place(slot, qpn, ep)
+                pos = int(np.searchsorted(self._qpns, qpn))
+                self._qpns = np.insert(self._qpns, pos, qpn)
+                self._order = np.insert(self._order, pos, slot)
+            else:  # its QP connected: new peer address (and keys)
+                qp, gen, _ = ep
+                self._rkeys[slot] = qp.rkeys[gen]
+                self._peer_sources[self._owner[slot]] = source_of(qp)
+        touched.clear()
 
     def _sources_of_peers(self) -> np.ndarray:
         """Each QP's peer address as (IPv4 << 16 | port), -1 before it is connected."""
+        if getattr(self, "_table", None) is not None:
+            return self._peer_sources  # kept current by set_endpoints (the table reports connects)
         peers = [qp.peer for qp in self._qps]
         if peers != self._peers:
             self._peers = peers

@@ -12,6 +12,7 @@ in a pre-faulted staging ring and copies once into the registered region
 
 from __future__ import annotations
 
+import itertools
 import logging
 import select
 import struct
@@ -20,15 +21,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from backends.udp.qp import CONTROL_HEADER, UdpQP
+from backends.udp.qp import CONTROL_HEADER, QPN_MAX, QPN_MIN, UdpQP
 from backends.udp.receive import Receiver
 from backends.udp.roce import ROCE_PORT, crc32
 from backends.udp.sockets import DEFAULT_SOCKET_BUFFER, open_udp_socket, prefault
 from sdr.config import QPAttr
-from sdr.errors import TransportError
+from sdr.errors import ResourceBusy, TransportError
+from sdr.queue_pair import MAX_QUEUED_CONTROL
 from sdr.transport import MAX_CONTROL_SIZE, MemoryRegion, Transport, as_byte_view
 
-__all__ = ["UdpTransport"]
+__all__ = ["CONTROL_READS_PER_PUMP", "EndpointTable", "UdpTransport"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,35 @@ _CRC = struct.Struct("!I")
 """Control datagrams end with a CRC-32 of what precedes it (the data path has its ICRC):
 with UDP checksums off, a damaged CTS would otherwise misdirect a whole message."""
 _OVERHEAD = CONTROL_HEADER.size + _CRC.size
+_RANDOM_TRIES = 64  # random draws for a free QPN or control id before a scan
+CONTROL_READS_PER_PUMP = MAX_QUEUED_CONTROL
+"""Most control datagrams one :meth:`UdpTransport.pump_control` reads: a flood faster than
+they are processed cannot keep one progress call reading forever (the rest wait in the
+kernel's bounded socket buffer)."""
+CONTROL_ID_MIN, CONTROL_ID_MAX = 1, (1 << 32) - 1
+
+
+class EndpointTable(dict[int, tuple[UdpQP, int, int]]):
+    """QPN -> (QP, generation, channel), with the QPNs added, removed or whose QP changed
+    since the receive path last looked (``touched``), so it updates its tables instead of
+    rebuilding them: creating a QP costs the same however many exist."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.touched: list[int] = []
+
+
+def _free_id(taken: dict[int, Any], low: int, high: int, rng: np.random.Generator) -> int | None:
+    """A random integer in [low, high] not in ``taken`` (None when all are taken)."""
+    if len(taken) >= high - low + 1:
+        return None
+    for _ in range(_RANDOM_TRIES):
+        value = int(rng.integers(low, high + 1))
+        if value not in taken:
+            return value
+    start = int(rng.integers(low, high + 1))  # nearly full: scan on from a random point
+    scan = itertools.chain(range(start, high + 1), range(low, start))
+    return next((v for v in scan if v not in taken), None)
 
 
 class UdpTransport(Transport):
@@ -71,13 +102,17 @@ class UdpTransport(Transport):
         except TransportError:
             self.data_socket.close()
             raise
-        self.host = host
-        self.port = self.data_socket.getsockname()[1]
+        self.host, self.port = self.data_socket.getsockname()  # canonical: "127.1" -> "127.0.0.1"
         self.control_port = self.control_socket.getsockname()[1]
         self.prefault = prefault
-        self._endpoints: dict[int, tuple[UdpQP, int, int]] = {}
+        self._endpoints = EndpointTable()
         self._controls: dict[int, UdpQP] = {}
-        self._qps: list[UdpQP] = []
+        self._qps: dict[UdpQP, None] = {}  # insertion-ordered set: O(1) removal
+        self.pump_round = 0
+        """Counts data-socket pumps: a QP that sees a pump since its last look skips its own."""
+        self.drained = False  # the last pump emptied the data socket
+        self.control_round = 0
+        self.control_drained = False
         self.stats = {
             "unknown_qpn": 0,
             "bad_opcode": 0,
@@ -86,7 +121,7 @@ class UdpTransport(Transport):
             "control_bad_source": 0,
             "control_bad_crc": 0,
         }
-        self._receiver = Receiver((host, self.port), self.stats, verify_icrc)
+        self._receiver = Receiver((self.host, self.port), self.stats, verify_icrc)
 
     # --- Transport interface ----------------------------------------------------------------
     def now(self) -> float:
@@ -100,7 +135,7 @@ class UdpTransport(Transport):
 
     def create_qp(self, attr: QPAttr) -> UdpQP:
         qp = UdpQP(self, attr)
-        self._qps.append(qp)
+        self._qps[qp] = None
         self.endpoints_changed()
         return qp
 
@@ -123,34 +158,45 @@ class UdpTransport(Transport):
 
     # --- QP bookkeeping ---------------------------------------------------------------------
     def new_qpn(self, qp: UdpQP, generation: int, channel: int) -> int:
-        """A fresh random 24-bit QPN (0 and 1 are reserved in InfiniBand) for one endpoint."""
-        while True:
-            qpn = int(self.rng.integers(2, 1 << 24))
-            if qpn not in self._endpoints:
-                self._endpoints[qpn] = (qp, generation, channel)
-                return qpn
+        """A fresh random 24-bit QPN (0 and 1 are reserved in InfiniBand) for one endpoint.
 
-    def endpoints_changed(self) -> None:
-        """Tell the receive path that QPNs or rkeys were added or removed."""
+        Raises ResourceBusy when every QPN of the transport is in use.
+        """
+        qpn = _free_id(self._endpoints, QPN_MIN, QPN_MAX, self.rng)
+        if qpn is None:
+            raise ResourceBusy(
+                f"no free QPN: all {QPN_MAX - QPN_MIN + 1} QPNs ({QPN_MIN}..{QPN_MAX}) of this "
+                f"UDP transport are in use by {len(self._qps)} QPs; close QPs to free theirs"
+            )
+        self._endpoints[qpn] = (qp, generation, channel)
+        self._endpoints.touched.append(qpn)
+        return qpn
+
+    def endpoints_changed(self, qp: UdpQP | None = None) -> None:
+        """Tell the receive path that QPNs or rkeys were added or removed, or (``qp``) that
+        this QP's peer changed."""
+        if qp is not None:
+            self._endpoints.touched.extend(q for row in qp.qpns for q in row)
         self._receiver.set_endpoints(self._endpoints)
 
     def new_control_id(self, qp: UdpQP) -> int:
         """A fresh random 32-bit id addressing ``qp`` on the control socket."""
-        while True:
-            cid = int(self.rng.integers(1, 1 << 32))
-            if cid not in self._controls:
-                self._controls[cid] = qp
-                return cid
+        cid = _free_id(self._controls, CONTROL_ID_MIN, CONTROL_ID_MAX, self.rng)
+        if cid is None:
+            raise ResourceBusy(f"no free control id: {len(self._controls)} QPs hold them all")
+        self._controls[cid] = qp
+        return cid
 
     def forget(self, qp: UdpQP) -> None:
         """Release a QP's QPNs and control id: its later packets count as unknown."""
         for qpns in qp.qpns:
             for qpn in qpns:
-                self._endpoints.pop(qpn, None)
-        self._controls.pop(qp.control_id, None)
+                if self._endpoints.pop(qpn, None) is not None:
+                    self._endpoints.touched.append(qpn)
+        if self._controls.get(qp.control_id) is qp:
+            del self._controls[qp.control_id]
         self.endpoints_changed()
-        if qp in self._qps:
-            self._qps.remove(qp)
+        self._qps.pop(qp, None)
 
     def transport_counters(self) -> dict[str, int]:
         """Discards that belong to no QP (unknown QPN, wrong opcode, runt datagrams)."""
@@ -159,7 +205,10 @@ class UdpTransport(Transport):
     # --- receive datapath -------------------------------------------------------------------
     def pump(self, max_packets: int) -> int:
         """Receive up to ``max_packets`` datagrams, validate and place them; returns the count."""
-        return self._receiver.pump(self.data_socket, max_packets)
+        got = self._receiver.pump(self.data_socket, max_packets)
+        self.pump_round += 1
+        self.drained = got < max_packets
+        return got
 
     # --- control path -----------------------------------------------------------------------
     def send_control(self, address: tuple[str, int], control_id: int, data: bytes) -> None:
@@ -172,15 +221,19 @@ class UdpTransport(Transport):
         except OSError as exc:
             raise TransportError(f"sending a control message to {address}: {exc}") from exc
 
-    def pump_control(self) -> None:
-        """Read every pending control datagram and queue it on the QP it names, if it comes
-        from that QP's peer (others count as ``control_bad_source``)."""
+    def pump_control(self) -> int:
+        """Read pending control datagrams (at most CONTROL_READS_PER_PUMP) and queue each on
+        the QP it names, if it comes from that QP's peer (others count as
+        ``control_bad_source``); returns how many were read."""
         recv = self.control_socket.recvfrom
-        while True:
+        self.control_round += 1
+        self.control_drained = False
+        for count in range(CONTROL_READS_PER_PUMP):
             try:
                 data, source = recv(MAX_CONTROL_SIZE + _OVERHEAD)
             except BlockingIOError:
-                return
+                self.control_drained = True
+                return count
             except OSError as exc:
                 log.debug("control receive error ignored: %s", exc)
                 continue
@@ -196,7 +249,8 @@ class UdpTransport(Transport):
             if crc32(data[: -_CRC.size]) != _CRC.unpack_from(data, len(data) - _CRC.size)[0]:
                 self.stats["control_bad_crc"] += 1  # damaged: dropped, like a lost message
                 continue
-            qp.control_in.append(data[CONTROL_HEADER.size : -_CRC.size])
+            qp.queue_control(data[CONTROL_HEADER.size : -_CRC.size])
+        return CONTROL_READS_PER_PUMP
 
     def info(self) -> dict[str, Any]:
         """Where this transport listens (for logs and tools)."""

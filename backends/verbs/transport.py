@@ -39,6 +39,15 @@ from sdr.config import QPAttr
 from sdr.control import CTS_TYPE, decode_cts
 from sdr.errors import ConfigError, ProtocolError, TransportError
 from sdr.pacing import TokenBucket
+from sdr.peer_info import (
+    check_int,
+    check_keys,
+    check_list,
+    check_str,
+    field_address,
+    require_object,
+)
+from sdr.queue_pair import MAX_QUEUED_CONTROL
 from sdr.transport import (
     MAX_CONTROL_SIZE,
     CompletionBatch,
@@ -56,6 +65,8 @@ log = logging.getLogger(__name__)
 RECV_DEPTH = 512
 SEND_DEPTH = 512
 SIGNAL_EVERY = 64
+CONTROL_READS_PER_POLL = MAX_QUEUED_CONTROL
+"""Most control datagrams one poll_control reads (the rest wait in the kernel's buffer)."""
 
 
 def _address(view: memoryview) -> int:
@@ -118,16 +129,17 @@ class VerbsQP(TransportQP):
         }
 
     def connect(self, remote: dict[str, Any]) -> None:
-        try:
-            rows = [[Endpoint(int(q), int(s), int(lid), str(g)) for q, s, lid, g in row]
-                    for row in remote["endpoints"]]  # fmt: skip
-            host, port = remote["control"]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"verbs peer info is malformed: {exc}") from exc
-        shape = (self.attr.generations, self.attr.channels)
-        theirs = (len(rows), len(rows[0]) if rows else 0)
-        if theirs != shape:
-            raise ConfigError(f"peer has {theirs} (generations, channels) QPs, this QP {shape}")
+        path = "transport"
+        info = require_object(remote, path)
+        check_keys(info, path, ("endpoints", "control"))
+        gens = check_list(info["endpoints"], f"{path}.endpoints", self.attr.generations)
+        rows = []
+        for gen, row in enumerate(gens):
+            here = f"{path}.endpoints[{gen}]"
+            entries = check_list(row, here, self.attr.channels)
+            rows.append([_endpoint(e, f"{here}[{ch}]") for ch, e in enumerate(entries)])
+        # the default control host is 0.0.0.0 (the peer's own machine): not refused here
+        host, port = field_address(info, "control", path=path, ipv4_only=True, unicast=False)
         t, pv = self.transport, self.pv
         rate_kbps = int(self.attr.rate_limit // 1000) if self.attr.rate_limit else 0
         for gen, row in enumerate(self.qps):
@@ -141,7 +153,7 @@ class VerbsQP(TransportQP):
                 if rate_kbps:
                     self._hardware_rate(qp, rate_kbps)
                 self._replenish(gen, ch)
-        self._peer_control = (str(host), int(port))
+        self._peer_control = (host, port)
 
     def _hardware_rate(self, qp: Any, kbps: int) -> None:
         t, pv = self.transport, self.pv
@@ -255,19 +267,25 @@ class VerbsQP(TransportQP):
 
     def poll_control(self) -> list[bytes]:
         out = []
-        while True:
+        for _ in range(CONTROL_READS_PER_POLL):
             try:
                 datagram = self.control.recv(MAX_CONTROL_SIZE + 64)
             except (BlockingIOError, InterruptedError):
-                return out
+                break
+            except OSError:
+                continue
             try:
                 key, data = unframe(datagram)
             except ProtocolError:
                 self._counters["control_malformed"] += 1
                 continue
             if key is not None:
+                if key.generation >= self.attr.generations or key.slot >= self.attr.max_messages:
+                    self._counters["control_malformed"] += 1  # names no entry: not learned
+                    continue
                 self.keys.learn(key)
             out.append(data)
+        return out
 
     def counters(self) -> dict[str, int]:
         return dict(self._counters)
@@ -284,6 +302,21 @@ class VerbsQP(TransportQP):
         for cq in self.cqs:
             cq.close()
         self.control.close()
+
+
+def _endpoint(value: object, path: str) -> Endpoint:
+    """One peer endpoint ``[qpn, psn, lid, gid]`` of verbs peer info, validated."""
+    entry = check_list(value, path)
+    if len(entry) != 4:
+        raise ProtocolError(f"{path} must be [qpn, psn, lid, gid], got {len(entry)} items")
+    qpn = check_int(entry[0], f"{path}[0] (qpn)", 2, (1 << 24) - 1)
+    psn = check_int(entry[1], f"{path}[1] (psn)", 0, (1 << 24) - 1)
+    lid = check_int(entry[2], f"{path}[2] (lid)", 0, 0xFFFF)
+    try:
+        gid = gid_text(check_str(entry[3], f"{path}[3] (gid)", 64))
+    except ConfigError as exc:
+        raise ProtocolError(f"{path}[3] (gid): {exc}") from exc
+    return Endpoint(qpn, psn, lid, gid)
 
 
 class VerbsTransport(Transport):

@@ -18,13 +18,14 @@ import struct
 
 from backends.udp.roce import HEADER_SIZE, ICRC_SIZE, UC_RDMA_WRITE_ONLY_IMM, IcrcPrefix, crc32
 
-__all__ = ["RelayEnd", "relay_pairs"]
+__all__ = ["RelayEnd", "relay_pairs", "icrc_for"]
 
 Address = tuple[str, int]
 _ICRC = struct.Struct("<I")
 
 
-def _icrc(packet: bytes | bytearray, src: Address, dst: Address) -> int:
+def icrc_for(packet: bytes | bytearray, src: Address, dst: Address) -> int:
+    """The ICRC a RoCEv2 datagram must carry when it travels from ``src`` to ``dst``."""
     masked = bytes(packet[:4]) + b"\xff" + bytes(packet[5:HEADER_SIZE])
     state = IcrcPrefix(src, dst).state(len(packet))
     return crc32(packet[HEADER_SIZE:-ICRC_SIZE], crc32(masked, state))
@@ -65,11 +66,11 @@ class RelayEnd:
     def _reseal(self, packet: bytes, sender: Address) -> bytes | None:
         if len(packet) < HEADER_SIZE + ICRC_SIZE or packet[0] != UC_RDMA_WRITE_ONLY_IMM:
             return packet  # not RoCE (control messages): forwarded unchanged
-        if _icrc(packet, sender, self.address) != _ICRC.unpack_from(packet, len(packet) - 4)[0]:
+        if icrc_for(packet, sender, self.address) != _ICRC.unpack_from(packet, len(packet) - 4)[0]:
             self.bad_icrc += 1
             return None
         assert self.peer is not None
-        icrc = _icrc(packet, self.peer.address, self.peer.target)
+        icrc = icrc_for(packet, self.peer.address, self.peer.target)
         return packet[:-ICRC_SIZE] + _ICRC.pack(icrc)
 
     def write(self, packet: bytes) -> None:

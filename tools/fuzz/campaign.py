@@ -8,6 +8,12 @@ Each target runs in its own process (``tools/fuzz/run.py``) with a corpus direct
 seeded from ``seeds.py``; crashes are saved as ``crash-*`` files under the work
 directory. The summary (inputs executed, crashes, seconds, exit status per target) is
 rewritten after every target, so a campaign stopped early still records what finished.
+
+An input that takes longer than ``--slow-ms`` (100 ms; wall-clock, confirmed by a second
+run, see registry.slow_guard) is a finding like a crash: its ``crash-*`` file is counted
+with the crashes, and ``slow_inputs`` says how many of them were slow. libFuzzer's
+``-timeout`` (whole seconds, ``--hang-s``) stays as the backstop for an input that never
+returns to Python; its ``timeout-*`` files count as crashes too.
 """
 
 from __future__ import annotations
@@ -40,6 +46,9 @@ _RUNS = re.compile(r"stat::number_of_executed_units:\s*(\d+)")
 _DONE = re.compile(r"Done (\d+) runs in (\d+) second")
 _PULSE = re.compile(r"#(\d+)\s+(?:pulse|NEW|REDUCE|INITED)")
 _COVERAGE = re.compile(r"\bcov: (\d+) ft: (\d+)")
+_SLOW = re.compile(r"\bSlowInput: ")
+_FINDINGS = ("crash", "timeout")
+"""Artifact prefixes that are findings: a target raised (or was slow), or it hung."""
 
 
 def _executed(log: str) -> int:
@@ -62,9 +71,13 @@ def _session(
     timeout: float,
     seconds: float,
     rss_limit_mb: int,
+    slow_ms: float = 100.0,
+    hang_s: int = 10,
 ) -> tuple[int | str, int, tuple[int, int]]:
     """One libFuzzer process over the shared corpus: (exit status, inputs executed,
-    (edges, features) covered)."""
+    (edges, features) covered). ``slow_ms`` reaches the targets as SDR_FUZZ_SLOW_MS."""
+    from registry import SLOW_ENV
+
     cmd = [
         sys.executable,
         str(HERE / "run.py"),
@@ -74,10 +87,12 @@ def _session(
         "-print_final_stats=1",
         f"-artifact_prefix={artifacts}/",
         f"-rss_limit_mb={rss_limit_mb}",
+        f"-timeout={max(1, int(hang_s))}",
         *([f"-max_total_time={max(1, int(seconds))}"] if seconds else []),
         str(corpus),
     ]
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    env[SLOW_ENV] = f"{slow_ms:g}"
     with open(log_path, "w") as log:
         try:
             proc = subprocess.run(
@@ -88,6 +103,10 @@ def _session(
             status = "timeout"
     text = log_path.read_text(errors="replace")
     return status, _executed(text), _coverage(text)
+
+
+def _is_finding(name: str) -> bool:
+    return name.startswith(_FINDINGS)
 
 
 def _coverage(log: str) -> tuple[int, int]:
@@ -105,8 +124,13 @@ def run_target(
     seconds: int,
     session_inputs: int = 0,
     rss_limit_mb: int = 4096,
+    slow_ms: float = 100.0,
+    hang_s: int = 10,
 ) -> dict:
     """Fuzz one target for ``runs`` inputs or ``seconds`` (0: no limit); its summary row.
+
+    ``slow_ms``: an input slower than this is a finding (0: no limit); ``hang_s``:
+    libFuzzer's ``-timeout`` for an input that never returns.
 
     With ``session_inputs`` the inputs are split over several libFuzzer processes of at
     most that many each, all growing one corpus: atheris 3.0 keeps a reference to the
@@ -133,17 +157,29 @@ def run_target(
         logs.append(str(log_path.relative_to(workdir)))
         todo = min(runs - executed, session_inputs) if session_inputs else runs - executed
         status, done, reached = _session(
-            name, todo, corpus, artifacts, log_path, max_len, timeout, left_s, rss_limit_mb
+            name,
+            todo,
+            corpus,
+            artifacts,
+            log_path,
+            max_len,
+            timeout,
+            left_s,
+            rss_limit_mb,
+            slow_ms,
+            hang_s,
         )
         executed += done
         coverage = max(coverage, reached)
-        crashed = any(p.name.startswith("crash") for p in artifacts.iterdir())
+        crashed = any(_is_finding(p.name) for p in artifacts.iterdir())
         if crashed or status == "timeout" or done == 0 or not session_inputs:
             break  # an out-of-memory stop (libFuzzer status 71) goes on with a new session
     elapsed = time.monotonic() - start
     found = sorted(p.name for p in artifacts.iterdir())
-    crashes = [f for f in found if f.startswith("crash")]  # the target raised or failed
+    crashes = [f for f in found if _is_finding(f)]  # the target raised, was slow, or hung
     ooms = [f for f in found if f.startswith("oom")]  # libFuzzer's RSS limit: no verdict
+    # a session ends at its first finding, and atheris prints a SlowInput twice
+    slow = sum(1 for log in logs if _SLOW.search((workdir / log).read_text(errors="replace")))
     return {
         "target": name,
         "inputs": executed,
@@ -151,6 +187,9 @@ def run_target(
         "complete": status == 0 and executed >= runs,
         "crashes": len(crashes),
         "crash_files": crashes,
+        "slow_inputs": slow,
+        "timeouts": sum(1 for f in crashes if f.startswith("timeout")),
+        "slow_ms": slow_ms,
         "out_of_memory": ooms,
         "exit_status": status,
         "sessions": sessions,
@@ -188,7 +227,18 @@ def main(argv: list[str] | None = None) -> int:
         "(0: one session); bounds atheris' own memory growth",
     )
     parser.add_argument("--rss-limit-mb", type=int, default=4096, help="libFuzzer RSS limit")
+    parser.add_argument(
+        "--slow-ms",
+        type=float,
+        default=100.0,
+        help="an input slower than this (wall-clock, twice) is a finding (0: no limit)",
+    )
+    parser.add_argument(
+        "--hang-s", type=int, default=10, help="libFuzzer -timeout: an input that never returns"
+    )
     args = parser.parse_args(argv)
+    if not 0 <= args.slow_ms < float("inf"):
+        parser.error(f"--slow-ms must be a finite number of ms >= 0, got {args.slow_ms}")
     names = args.targets or sorted(
         TARGETS, key=lambda n: (n not in PRIORITY, PRIORITY.get(n, 0), n)
     )
@@ -204,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs_per_target": args.runs,
         "max_seconds_per_target": args.max_seconds,
         "session_inputs": args.session_inputs,
+        "slow_ms": args.slow_ms,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "targets": {},
     }
@@ -214,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps(summary, indent=2) + "\n")
         print(
             f"{row['target']:<22} {row['inputs']:>11,} inputs  {row['crashes']} crashes  "
+            f"({row['slow_inputs']} slow)  "
             f"{row['seconds']:>8.0f} s  {row['edges']:>4} edges  status {row['exit_status']}",
             flush=True,
         )
@@ -230,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.max_seconds,
                 args.session_inputs,
                 args.rss_limit_mb,
+                args.slow_ms,
+                args.hang_s,
             )
             for n in names
         ]

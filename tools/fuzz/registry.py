@@ -4,22 +4,99 @@ A target takes raw bytes and must either accept them or raise the errors its API
 documents (an ``sdr.SDRError``, or ``ValueError`` where documented); anything else is a
 crash. The same targets run under atheris (``tools/fuzz/run.py``, millions of inputs)
 and, briefly, in the test suite (tests/test_fuzz_targets.py).
+
+Slow inputs are findings too. With ``SDR_FUZZ_SLOW_MS`` set (tools/fuzz/campaign.py sets
+it, 100 ms by default) every registered target is wrapped by :func:`slow_guard`: an
+input that takes longer than that, twice in a row, raises :class:`SlowInput`, which
+atheris reports like any crash and saves as a ``crash-*`` file. libFuzzer's own
+``-timeout`` counts whole seconds only, hence the wrapper. The time is wall-clock: the
+second run and a few exempt first calls keep a loaded machine, a garbage collection or
+a first import from counting; a finding should still be re-run on an idle machine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import os
+import time
+from collections.abc import Callable, Mapping
 
-__all__ = ["TARGETS", "target", "Reader"]
+from sdr.errors import ConfigError
+
+__all__ = ["TARGETS", "target", "Reader", "SlowInput", "slow_guard", "slow_limit", "SLOW_ENV"]
 
 TARGETS: dict[str, Callable[[bytes], None]] = {}
 
+SLOW_ENV = "SDR_FUZZ_SLOW_MS"
+"""Environment variable: the slow-input limit in milliseconds (unset or 0: no limit)."""
+
+GRACE_CALLS = 3
+"""First calls of a target never counted as slow (imports, rigs built on first use)."""
+
+
+class SlowInput(Exception):
+    """A fuzz input took longer than the slow-input limit: a finding, like a crash.
+
+    Deliberately not an SDRError, so that no target's ``except SDRError`` can absorb it.
+    """
+
+
+def slow_limit(environ: Mapping[str, str] | None = None) -> float:
+    """The slow-input limit in seconds from ``SDR_FUZZ_SLOW_MS`` (0.0: none)."""
+    raw = (os.environ if environ is None else environ).get(SLOW_ENV, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        ms = float(raw)
+    except ValueError:
+        raise ConfigError(f"{SLOW_ENV} must be a number of milliseconds, got {raw!r}") from None
+    if not 0 <= ms < float("inf"):
+        raise ConfigError(f"{SLOW_ENV} must be a finite number of ms >= 0, got {raw!r}")
+    return ms / 1000
+
+
+def slow_guard(
+    fn: Callable[[bytes], None],
+    limit_s: float,
+    *,
+    grace: int = GRACE_CALLS,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Callable[[bytes], None]:
+    """``fn`` raising :class:`SlowInput` for an input that takes longer than ``limit_s``
+    seconds (wall-clock, ``clock``) on two runs in a row; ``fn`` itself when ``limit_s``
+    is 0. The first ``grace`` calls are never counted; errors from ``fn`` pass through."""
+    if limit_s <= 0:
+        return fn
+    calls = 0
+
+    @functools.wraps(fn)
+    def guarded(data: bytes) -> None:
+        nonlocal calls
+        calls += 1
+        start = clock()
+        fn(data)
+        took = clock() - start
+        if took <= limit_s or calls <= grace:
+            return
+        start = clock()
+        fn(data)  # once more: a loaded machine or a collection is not the input's cost
+        again = clock() - start
+        if again > limit_s:
+            raise SlowInput(
+                f"{getattr(fn, '__name__', 'target')}: an input of {len(data)} bytes took "
+                f"{took * 1e3:.4g} ms, then {again * 1e3:.4g} ms, expected <= "
+                f"{limit_s * 1e3:g} ms (wall-clock)"
+            )
+
+    return guarded
+
 
 def target(name: str) -> Callable[[Callable[[bytes], None]], Callable[[bytes], None]]:
-    """Register a fuzz target under ``name``."""
+    """Register a fuzz target under ``name`` (wrapped by :func:`slow_guard` when the
+    environment sets a slow-input limit); the function itself is returned unwrapped."""
 
     def wrap(fn: Callable[[bytes], None]) -> Callable[[bytes], None]:
-        TARGETS[name] = fn
+        TARGETS[name] = slow_guard(fn, slow_limit())
         return fn
 
     return wrap

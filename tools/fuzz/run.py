@@ -22,6 +22,8 @@ INSTRUMENTED = (
     "targets",
     "targets_wire",
     "targets_text",
+    "targets_connect",
+    "targets_control",
 )
 """Top-level modules whose code atheris instruments (and everything below them)."""
 

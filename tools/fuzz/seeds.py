@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import pathlib
 import struct
+import zlib
 
 import numpy as np
 
@@ -31,6 +32,39 @@ def _messages() -> list[bytes]:
     ]
     # odd first byte: the target seals the rest with a CRC, so strip the real trailer
     return [m.encode() for m in msgs] + [b"\x01" + m.encode()[:-4] for m in msgs]
+
+
+def _control_large() -> dict[str, list[bytes]]:
+    """``flags | when | message`` inputs of nack_large and sack_large (targets_control):
+    valid messages, oversized ones (the forged NACK of 509 copies of [0, 2^32), an
+    EC_NACK of another k, a SACK past the message) and sealed forms (flags bit 0)."""
+    from sdr.reliability.messages import Ack, EcNack, Nack, Sack
+
+    nacks = [
+        Nack(1, ((5, 3), (100, 50), (65_530, 100))),
+        EcNack(3, 32, {0: np.ones(32, bool), 2047: np.arange(32) % 3 == 0, 9: np.ones(32, bool)}),
+        EcNack(4, 8, {s: np.ones(8, bool) for s in range(0, 4000, 7)}),
+        EcNack(5, 32_576, {0: np.ones(32_576, bool)}),
+    ]
+    sacks = [
+        Sack.build(1, np.arange(70_000) % 5 != 0, True),
+        Sack(2, 2**32 - 2, np.ones(32_000, bool), False),
+        Sack(3, 60_000, np.ones(30_000, bool), True),
+        Ack(4),
+        Ack(5, failed=True),
+    ]
+
+    # the 4,090-byte NACK repeating [0, 2^32) 509 times (the encoder would merge them)
+    head = struct.pack("!BBHQH", Nack.TYPE, 1, 0, 2, 509) + struct.pack("!II", 0, 2**32 - 1) * 509
+    forged = head + struct.pack("!I", zlib.crc32(head))
+
+    def inputs(wires: list[bytes]) -> list[bytes]:
+        return [b"\x00\x20" + w for w in wires] + [b"\x11\x08" + w[:-4] for w in wires]
+
+    return {
+        "nack_large": inputs([forged, *(m.encode() for m in nacks)]),
+        "sack_large": inputs([m.encode() for m in sacks]),
+    }
 
 
 def _plan() -> bytes:
@@ -107,6 +141,12 @@ def seeds() -> dict[str, list[bytes]]:
         "oob_frame": [json.dumps({"info": "x", "n": [1, 2.5, None]}).encode()],
         "offload_header": [_offload()],
         "loss_trace": [b"0 0 1  # a loss\n0 1\n", b"# header\n" + b"0 " * 40 + b"1\n"],
+        # targets_connect: byte 0 mode (bit 7: raw JSON), byte 1 edits to the real info
+        **{
+            name: [b"\x00\x00", b"\x01\x00", b"\x00\x01\x05\x00\x00\x00\x03", b"\x80{}"]
+            for name in ("udp_connect", "offload_connect", "inproc_connect")
+        },
+        **_control_large(),
     }
 
 

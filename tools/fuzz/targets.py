@@ -114,5 +114,7 @@ def fuzz_key_table(data: bytes) -> None:
             assert where.offset + length <= bounds[start]
 
 
+import targets_connect  # noqa: E402,F401
+import targets_control  # noqa: E402,F401
 import targets_text  # noqa: E402,F401  (registers its targets)
 import targets_wire  # noqa: E402,F401
