@@ -29,10 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-try:  # ISA-L's CRC-32 is ~5x faster than zlib's and computes the same value
-    from isal.isal_zlib import crc32
-except ImportError:  # pragma: no cover - depends on the environment
-    from zlib import crc32
+from sdr.crc import crc32  # ISA-L's where installed (~5x zlib's), same value
 
 __all__ = [
     "ROCE_PORT",

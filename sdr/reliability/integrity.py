@@ -1,6 +1,7 @@
 """End-to-end integrity: per-chunk CRC-32s carried on the control path (DIGEST messages).
 
-The sender computes one CRC-32 per data chunk (zlib's, ~3 GB/s on one core) in small
+The sender computes one CRC-32 per data chunk (sdr.crc: ISA-L's, ~23 GB/s on one core,
+or zlib's, ~4 GB/s) in small
 steps that overlap sending, and sends them with the message length and a fingerprint of
 the scheme. The receiver checks every chunk (arrived or decoded) against its checksum
 as it lands, seals it when it matches (the driver refuses every later packet for it) and
@@ -16,6 +17,7 @@ import zlib
 
 import numpy as np
 
+from sdr.crc import crc32
 from sdr.errors import ProtocolError
 from sdr.reliability.geometry import MessageGeometry
 from sdr.reliability.messages import DIGEST_PER_MESSAGE, Digest
@@ -26,7 +28,7 @@ __all__ = ["chunk_crc", "fingerprint", "DigestBuilder", "DigestStore"]
 def chunk_crc(data: memoryview, geometry: MessageGeometry, chunk: int) -> int:
     """CRC-32 of one chunk of ``data``."""
     start, stop = geometry.bounds(chunk)
-    return zlib.crc32(data[start:stop])
+    return crc32(data[start:stop])
 
 
 def fingerprint(description: str) -> int:
