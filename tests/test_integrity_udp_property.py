@@ -6,7 +6,8 @@ forwards every datagram as a RoCE-aware middlebox would (ICRC checked, then reco
 the relayed addresses), and applies a drawn plan to each data packet: deliver, drop,
 duplicate late, hold back, damage with a valid ICRC (a forger, or a middlebox that
 damaged before resealing), damage with an invalid ICRC (the link), or replay a straggler
-(an old datagram of an earlier message, unmodified). The receiver runs here, in the test
+(an old datagram of an earlier message, unmodified), or deliver it and forge a
+valid-looking damaged copy later. The receiver runs here, in the test
 process. The id space is shrunk (48 receives per triple cycle) so stragglers can match.
 """
 
@@ -41,7 +42,7 @@ ATTR = sdr.QPAttr(
     offset_bits=24,
 )
 CONFIG = {"rtt": "5ms", "global_timeout": 5.0}
-DELIVER, DROP, DUPLICATE, HOLD, FORGED, DAMAGED, STRAGGLER = range(7)
+DELIVER, DROP, DUPLICATE, HOLD, FORGED, DAMAGED, STRAGGLER, FORGED_LATE = range(8)
 LOCAL = ("127.0.0.1", 0)
 
 
@@ -113,6 +114,10 @@ class Adversary:
         elif action == FORGED:  # damaged, with an ICRC that is valid for the path
             out.write(_sealed(bytes(body), out.address, out.target))
             self.later(packet, 0.005 * self.rng.random())
+        elif action == FORGED_LATE:  # the good copy first, a valid-looking forgery later
+            out.write(packet)
+            forged = _sealed(bytes(body), out.address, out.target)
+            self.later(forged, 0.02 * self.rng.random())
         elif action == DAMAGED:  # damaged on the link after sealing: the ICRC catches it
             out.write(bytes(body))
             self.later(packet, 0.005 * self.rng.random())
@@ -157,7 +162,7 @@ def _sender(conn: Connection, plan: list[int], sizes: list[int], seed: int, sche
 )
 @given(
     scheme=st.sampled_from(["sr-rto", "sr-nack", "ec-mds", "ec-xor"]),
-    plan=st.lists(st.integers(0, 6), min_size=1, max_size=24),
+    plan=st.lists(st.integers(0, 7), min_size=1, max_size=24),
     sizes=st.lists(st.integers(1, 16384), min_size=1, max_size=24),
     seed=st.integers(0, 2**16),
 )
