@@ -354,25 +354,31 @@ class EcNack(ControlMessage):
         missing = dict(zip(subs[head].tolist(), merged, strict=True))
         return cls(seq, k, missing, bool(flags & 1))
 
+    def _matrix(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sorted submessage indices, their k flags as one bool matrix)."""
+        subs = np.array(sorted(self.missing), dtype=np.int64)
+        flags = np.zeros((len(subs), self.k), dtype=bool)
+        for row, sub in enumerate(subs.tolist()):
+            f = self.missing[sub][: self.k]
+            flags[row, : len(f)] = f
+        return subs, flags
+
     def clipped(self, n_chunks: int) -> EcNack:
         """This EC_NACK limited to the submessages and chunks of a message of ``n_chunks``
-        data chunks (flags past the message cleared); O(entries * k)."""
+        data chunks (flags past the message cleared); O(entries * k), vectorized."""
         k, n_chunks = self.k, max(n_chunks, 0)
-        missing = {}
-        for sub, flags in sorted(self.missing.items()):
-            if sub < 0 or sub * k >= n_chunks:
-                continue
-            mask = np.zeros(k, dtype=bool)
-            mask[: len(flags)] = flags[:k]
-            mask[n_chunks - sub * k :] = False
-            missing[sub] = mask
-        return EcNack(self.seq, k, missing, self.digest_ok)
+        subs, flags = self._matrix()
+        keep = (subs >= 0) & (subs * k < n_chunks)
+        subs, flags = subs[keep], flags[keep]
+        flags &= subs[:, None] * k + np.arange(k) < n_chunks
+        return EcNack(self.seq, k, dict(zip(subs.tolist(), flags, strict=True)), self.digest_ok)
 
     def chunks(self) -> np.ndarray:
         """Global data chunk indices the NACK asks for (submessage s covers s*k .. s*k+k-1),
         sorted and distinct; at most k per submessage entry."""
-        parts = [s * self.k + np.flatnonzero(f[: self.k]) for s, f in sorted(self.missing.items())]
-        return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
+        subs, flags = self._matrix()
+        rows, cols = np.nonzero(flags)
+        return (subs[rows] * self.k + cols).astype(np.int64)
 
     @classmethod
     def build(
