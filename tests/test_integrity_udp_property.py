@@ -22,7 +22,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import sdr
@@ -41,7 +41,7 @@ ATTR = sdr.QPAttr(
     id_bits=4,
     offset_bits=24,
 )
-CONFIG = {"rtt": "5ms", "global_timeout": 5.0}
+CONFIG = {"rtt": "5ms", "global_timeout": 2.0}
 DELIVER, DROP, DUPLICATE, HOLD, FORGED, DAMAGED, STRAGGLER, FORGED_LATE = range(8)
 LOCAL = ("127.0.0.1", 0)
 
@@ -155,7 +155,7 @@ def _sender(conn: Connection, plan: list[int], sizes: list[int], seed: int, sche
 
 
 @settings(
-    max_examples=40,
+    max_examples=30,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
@@ -163,10 +163,13 @@ def _sender(conn: Connection, plan: list[int], sizes: list[int], seed: int, sche
 @given(
     scheme=st.sampled_from(["sr-rto", "sr-nack", "ec-mds", "ec-xor"]),
     plan=st.lists(st.integers(0, 7), min_size=1, max_size=24),
-    sizes=st.lists(st.integers(1, 16384), min_size=1, max_size=24),
+    sizes=st.lists(st.integers(1, 16384), min_size=1, max_size=10),
     seed=st.integers(0, 2**16),
 )
 def test_udp_receives_complete_only_with_the_senders_bytes(scheme, plan, sizes, seed) -> None:
+    # a path that loses most packets only makes every message time out one after another
+    # (2 s each, one in flight): slow, and nothing to learn about the bytes
+    assume(2 * plan.count(DROP) <= len(plan))
     parent, child = mp.get_context("fork").Pipe()
     proc = mp.get_context("fork").Process(
         target=_sender, args=(child, plan, sizes, seed, scheme), daemon=True
