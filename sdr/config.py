@@ -62,28 +62,31 @@ class QPAttr:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "mtu", _int_in("mtu", parse_size(self.mtu), MIN_MTU, MAX_MTU))
-        set_(self, "chunk_size", parse_size(self.chunk_size))
-        set_(self, "max_message_size", parse_size(self.max_message_size))
+        set_(self, "mtu", _int_in("mtu", parse_size(self.mtu, field="mtu"), MIN_MTU, MAX_MTU))
+        set_(self, "chunk_size", parse_size(self.chunk_size, field="chunk_size"))
+        set_(self, "max_message_size", parse_size(self.max_message_size, field="max_message_size"))
         if self.rate_limit is not None:
-            rate = parse_rate(self.rate_limit)
+            rate = parse_rate(self.rate_limit, field="rate_limit")
             if rate <= 0:
-                raise ConfigError(f"rate_limit must be > 0 or None, got {self.rate_limit!r}")
+                raise ConfigError(
+                    f"rate_limit must be > 0 or None, got {self.rate_limit!r}; e.g. '10Gbit/s'"
+                )
             set_(self, "rate_limit", rate)
         layout = self.layout  # validates the split
         mtu, chunk = self.mtu, self.chunk_size
         if chunk < mtu or chunk % mtu:
             raise ConfigError(
-                f"chunk_size {format_size(chunk)} must be a whole multiple of the mtu "
-                f"({mtu} bytes), e.g. {format_size(mtu * 16)}"
+                f"chunk_size {format_size(chunk, exact=True)} must be a whole multiple of the mtu "
+                f"({mtu} bytes), e.g. {format_size(mtu * 16, exact=True)!r}"
             )
         if self.max_message_size < 1:
             raise ConfigError(f"max_message_size must be >= 1 byte, got {self.max_message_size}")
         limit = layout.max_packets * mtu
         if self.max_message_size > limit:
             raise ConfigError(
-                f"max_message_size {format_size(self.max_message_size)} exceeds what "
-                f"{layout.offset_bits} offset bits address at mtu {mtu}: {format_size(limit)}; "
+                f"max_message_size {format_size(self.max_message_size, exact=True)} exceeds what "
+                f"{layout.offset_bits} offset bits address at mtu {mtu}: "
+                f"{format_size(limit, exact=True)}; "
                 "raise offset_bits (e.g. 8+22+2) or the mtu"
             )
         _int_in("max_messages", self.max_messages, 1, layout.max_message_ids)

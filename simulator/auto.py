@@ -3,7 +3,7 @@
 The SDK's core cannot import the simulator (layer rule), so whoever builds a reliable QP
 from config (the ``sdr`` command, applications) calls :func:`resolve_auto` first:
 
-    config = load_config("sdr.toml")                     # scheme = "auto"
+    config = load("sdr.toml")                            # scheme = "auto"
     config, why = resolve_auto(config, size_bytes=64 << 20, drop=1e-3, mtu=8192)
     rqp = ReliableQP(qp, config)                          # e.g. ec-mds, k=32, m=8
 

@@ -79,7 +79,7 @@ class Selection:
         if "k" in self.params:
             lines.append(f"k = {self.params['k']}")
             lines.append(f"m = {self.params['m']}")
-        lines.append(f'chunk_size = "{format_size(self.params["chunk_size"])}"')
+        lines.append(f'chunk_size = "{format_size(self.params["chunk_size"], exact=True)}"')
         return "\n".join(lines) + "\n"
 
 

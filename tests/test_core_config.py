@@ -2,6 +2,7 @@ import pytest
 
 import sdr
 from sdr.errors import ConfigError
+from sdr.units import parse_size
 
 
 def test_defaults_are_the_papers():
@@ -46,3 +47,20 @@ def test_unknown_backend():
     with pytest.raises(sdr.BackendNotFound, match="inproc"):
         sdr.Context(backend="no-such-backend")
     assert "inproc" in sdr.available_backends()
+
+
+def test_suggested_chunk_size_parses_and_works():
+    """The suggestion was format_size(mtu * 16) = '46.88KiB', which parse_size refuses."""
+    with pytest.raises(ConfigError, match="multiple of the mtu") as info:
+        sdr.QPAttr(mtu=3000, chunk_size=5000)
+    suggestion = str(info.value).rsplit("e.g. ", 1)[1].strip("'")
+    assert parse_size(suggestion) == 48000
+    assert sdr.QPAttr(mtu=3000, chunk_size=suggestion).chunk_size == 48000
+
+
+def test_unit_errors_name_the_attribute():
+    with pytest.raises(ConfigError, match=r"^rate_limit: rate '10' has no unit.*'10Gbit/s'"):
+        sdr.QPAttr(rate_limit="10")
+    with pytest.raises(ConfigError, match=r"^mtu: cannot parse size '4 kb'"):
+        sdr.QPAttr(mtu="4 kb")
+    assert sdr.QPAttr(mtu="4K", chunk_size="64K", rate_limit="10Gb/s").chunk_size == 65536

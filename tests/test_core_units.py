@@ -49,6 +49,67 @@ def test_format_then_parse_round_trips_whole_units(n):
     text = format_size(n)
     if "." not in text:  # exact binary multiples print without a fraction
         assert parse_size(text) == n
+    assert parse_size(format_size(n, exact=True)) == n  # exact: always parses back
+
+
+def test_exact_format_is_what_suggestions_use():
+    """format_size(48000) is "46.88KiB", which parse_size refuses; exact=True is bytes."""
+    assert format_size(48000) == "46.88KiB"
+    assert format_size(48000, exact=True) == "48000B"
+    assert format_size(3 << 20, exact=True) == "3MiB"
+    with pytest.raises(ConfigError, match=r"not a whole number of bytes.*'48006B'"):
+        parse_size("46.88KiB")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("64K", 65536), ("64k", 65536), ("1M", 1 << 20), ("2G", 2 << 30), ("1T", 1 << 40),
+     ("64KB", 64_000), ("64kB", 64_000)],
+)  # fmt: skip
+def test_bare_size_prefixes_are_binary_as_in_perftest_and_iperf3(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("10Gb/s", 1e10), ("10Gbit/s", 1e10), ("10 Gbps", 1e10), ("10Gbps", 1e10),
+     ("1GB/s", 8e9), ("1GBps", 8e9), ("100Mb/s", 1e8), ("1KiB/s", 8192), ("1Gibit/s", 2**30)],
+)  # fmt: skip
+def test_rates_b_is_bits_and_B_is_bytes(text, expected):
+    assert parse_rate(text) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "suggestion"),
+    [(parse_time, "25", "25ms"), (parse_rate, "10", "10Gbit/s"),
+     (parse_distance, "3750", "3750km")],
+)  # fmt: skip
+def test_bare_number_strings_need_a_unit(parse, text, suggestion):
+    """``--rtt 25`` meant 25 seconds; a string without a unit is ambiguous and refused."""
+    with pytest.raises(ConfigError, match=rf"{text}'.*no unit.*'{suggestion}'"):
+        parse(text)
+
+
+def test_numbers_stay_internal_units_and_zero_needs_no_unit():
+    assert parse_time(0.025) == 0.025 and parse_time(2) == 2.0
+    assert parse_rate(1e9) == 1e9 and parse_size("4096") == 4096
+    assert parse_time("0") == 0.0 and parse_rate("0") == 0.0
+
+
+def test_negative_values_say_must_be_positive():
+    with pytest.raises(ConfigError, match=r"rtt must be positive.*'-25ms'.*'25ms'"):
+        parse_time("-25ms", field="rtt")
+    with pytest.raises(ConfigError, match="size must be positive"):
+        parse_size("-1KiB")
+
+
+def test_errors_name_the_field_the_value_and_an_example():
+    with pytest.raises(ConfigError, match=r"^rtt: cannot parse time 'fast'.*'25ms'"):
+        parse_time("fast", field="rtt")
+    with pytest.raises(ConfigError, match=r"^link_rate: cannot parse rate '10G'.*'400Gbit/s'"):
+        parse_rate("10G", field="link_rate")
+    with pytest.raises(ConfigError, match=r"^chunk_size: cannot parse size '64Kb'.*'64KiB'"):
+        parse_size("64Kb", field="chunk_size")  # b is bits in rates: not a size unit
 
 
 @pytest.mark.parametrize("parse", [parse_size, parse_rate, parse_time, parse_distance])

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import sdr
 from sdr.reliability import ReliabilityConfig, available_schemes, create_scheme, load_config
+from sdr.reliability.config import load, loads
 from sdr.reliability.registry import register_scheme
 
 
@@ -71,20 +73,99 @@ tail = 3
 """
     path = tmp_path / "sdr.toml"
     path.write_text(text)
-    for source in (text, path, str(path)):
-        cfg = load_config(source)
+    for cfg in (loads(text), load(path), load(str(path))):
         assert (cfg.scheme, cfg.k, cfg.m, cfg.link_rate) == ("ec-xor", 16, 4, 100e9)
         assert cfg.params == {"tail": 3}
-    assert load_config({"scheme": "sr-nack", "alpha": 1.0}).rto == pytest.approx(0.002)
+    with pytest.warns(DeprecationWarning, match="load_config is deprecated"):
+        for source in (text, path, str(path)):
+            assert load_config(source).k == 16
+        assert load_config({"scheme": "sr-nack", "alpha": 1.0}).rto == pytest.approx(0.002)
+    cfg = ReliabilityConfig.from_mapping({"scheme": "sr-nack", "alpha": 1.0})
+    assert cfg.rto == pytest.approx(0.002)
+
+
+def test_load_reads_any_file_name_and_loads_parses_text(tmp_path):
+    """load_config("sdr.conf") parsed the file *name* as TOML; load(path) reads the file."""
+    path = tmp_path / "sdr.conf"
+    path.write_text('[reliability]\nscheme = "sr-nack"\nrtt = "25ms"\n')
+    assert load(path).scheme == "sr-nack"
+    with pytest.warns(DeprecationWarning):
+        assert load_config(str(path)).rtt == pytest.approx(0.025)  # the file, not its name
+    with pytest.raises(sdr.ConfigError, match="cannot read"):
+        load(tmp_path / "missing.conf")
+    with pytest.raises(sdr.ConfigError, match="not valid TOML"):
+        loads("sdr.conf")
+
+
+def test_unknown_scheme_fails_at_load_with_the_known_names():
+    with pytest.raises(sdr.ConfigError, match=r"scheme 'ec-rs' is not a known.*'ec-mds'.*'auto'"):
+        loads('[reliability]\nscheme = "ec-rs"\n')
+    with pytest.raises(sdr.ConfigError, match="not a known reliability scheme"):
+        ReliabilityConfig.from_mapping({"scheme": 3})
+    assert loads('[reliability]\nscheme = "auto"\nrtt = "25ms"\n').scheme == "auto"
+    assert loads('scheme = "EC-MDS"\n').scheme == "EC-MDS"  # names are case-insensitive
+
+
+def test_bare_numbers_in_the_table_need_units():
+    with pytest.raises(sdr.ConfigError, match=r"^rtt: time '25' has no unit.*'25ms'"):
+        loads('[reliability]\nrtt = "25"\n')
+    with pytest.raises(sdr.ConfigError, match=r"^link_rate: rate '10' has no unit"):
+        ReliabilityConfig(link_rate="10")
+    with pytest.raises(sdr.ConfigError, match=r"^ack_interval must be positive.*'-1ms'"):
+        ReliabilityConfig(ack_interval="-1ms")
+    assert loads("rtt = 0.025\n").rtt == 0.025  # TOML numbers stay seconds
+
+
+def _qp_pair(**attr_kw):
+    from backends.inproc import InprocNetwork, InprocTransport, ManualClock
+
+    net = InprocNetwork(seed=1, clock=ManualClock(), delay=0.0125, drop=1e-3)
+    a, b = sdr.Context(InprocTransport(net)), sdr.Context(InprocTransport(net))
+    attr = sdr.QPAttr(mtu=4096, chunk_size="64KiB", max_message_size="8MiB", **attr_kw)
+    qa, qb = a.create_qp(attr), b.create_qp(attr)
+    qa.connect(qb.info())
+    qb.connect(qa.info())
+    return (a, qa), (b, qb)
+
+
+def test_reliable_qp_resolves_auto_through_the_selector():
+    """ReliableQP(qp, "auto") was "not registered"; now both ends get the same scheme."""
+    from sdr.reliability import ReliableQP, wait_all
+
+    (a, qa), (b, qb) = _qp_pair()
+    kw = {"rtt": "25ms", "link_rate": "10Gbit/s", "drop": 1e-3}
+    sender, receiver = ReliableQP(qa, "auto", **kw), ReliableQP(qb, "auto", **kw)
+    assert sender.config.scheme in set(available_schemes())
+    assert sender.config == receiver.config and sender.config.chunk_size == 65536
+    assert sender.scheme.fingerprint == receiver.scheme.fingerprint
+    src = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    r = receiver.post_recv(b.register(dst))
+    w = sender.write(a.register(src))
+    wait_all([w, r], timeout=60)
+    assert (src == dst).all()
+
+
+def test_auto_needs_a_drop_rate_and_a_link_rate():
+    from sdr.reliability import ReliableQP
+
+    (_, qa), _ = _qp_pair()
+    with pytest.raises(sdr.ConfigError, match="needs the expected drop rate: drop=1e-3"):
+        ReliableQP(qa, "auto", rtt="25ms", link_rate="10Gbit/s")
+    with pytest.raises(sdr.ConfigError, match="needs link_rate"):
+        ReliableQP(qa, {"scheme": "auto", "params": {"drop": 1e-3}})
+    with pytest.raises(sdr.ConfigError, match=r"drop must be in \[0, 1\)"):
+        ReliableQP(qa, "auto", link_rate="10Gbit/s", drop=2.0)
+    assert ReliableQP(qa, "sr-rto", drop=1e-3).config.scheme == "sr-rto"  # ignored there
 
 
 def test_unknown_keys_and_bad_toml_are_config_errors(tmp_path):
     with pytest.raises(sdr.ConfigError, match=r"unknown \[reliability\] keys \['alhpa'\]"):
-        load_config({"reliability": {"alhpa": 1}})
+        ReliabilityConfig.from_mapping({"alhpa": 1})
     with pytest.raises(sdr.ConfigError, match="not valid TOML"):
-        load_config("[reliability\nscheme = 1\n")
+        loads("[reliability\nscheme = 1\n")
     with pytest.raises(sdr.ConfigError, match="cannot read"):
-        load_config(tmp_path / "missing.toml")
+        load(tmp_path / "missing.toml")
 
 
 def test_resolved_takes_the_qp_chunk_size_and_rate():

@@ -51,7 +51,7 @@ def test_packet_drop_unit_varies_chunk_size() -> None:
 
 
 def test_toml_snippet_parses_and_loads_into_the_sdk_config() -> None:
-    from sdr.reliability.config import load_config
+    from sdr.reliability.config import loads
 
     choice = select_scheme(LINK, 8 * 2**20, 1e-3, schemes=["ec-mds"], ec_codes=[(32, 8)])
     config = tomllib.loads(choice.to_toml())
@@ -64,12 +64,12 @@ def test_toml_snippet_parses_and_loads_into_the_sdk_config() -> None:
         "m": 8,
         "chunk_size": "64KiB",
     }
-    loaded = load_config(choice.to_toml())
+    loaded = loads(choice.to_toml())
     assert (loaded.scheme, loaded.k, loaded.m, loaded.chunk_size) == ("ec-mds", 32, 8, 65536)
     assert loaded.rtt == pytest.approx(0.025) and loaded.rto == pytest.approx(0.075)
     sr = select_scheme(LINK, 8 * 2**20, 1e-3, schemes=["sr-rto"], sr_rto_rtts=[4.0])
     assert sr.params["rto_rtts"] == 4.0
-    assert load_config(sr.to_toml()).rto == pytest.approx(4 * 0.025)
+    assert loads(sr.to_toml()).rto == pytest.approx(4 * 0.025)
 
 
 def test_bad_inputs() -> None:

@@ -15,7 +15,7 @@ from sdr.reliability.base import (
     SendControl,
     Status,
 )
-from sdr.reliability.config import ReliabilityConfig, load_config
+from sdr.reliability.config import ReliabilityConfig, load, load_config, loads
 from sdr.reliability.erasure_coding import ErasureCoding, ErasureCodingMDS, ErasureCodingXOR
 from sdr.reliability.handles import ReceiveHandle, WriteHandle, drive, wait_all
 from sdr.reliability.registry import available_schemes, create_scheme, register_scheme
@@ -53,7 +53,9 @@ __all__ = [
     "available_schemes",
     "create_scheme",
     "drive",
+    "load",
     "load_config",
+    "loads",
     "register_scheme",
     "wait_all",
 ]

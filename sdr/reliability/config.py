@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any
 from sdr.errors import ConfigError
 from sdr.units import parse_rate, parse_size, parse_time
 
-__all__ = ["ReliabilityConfig", "load_config"]
+__all__ = ["ReliabilityConfig", "load", "loads", "load_config"]
 
 _MIN_TIMEOUT_S = 1.0
 _MAX_RTT_S = 3600.0  # an hour: beyond any path on Earth or to a satellite
@@ -64,7 +65,9 @@ def _integer(name: str, value: object, low: int, high: int) -> int:
 class ReliabilityConfig:
     """Parameters of a reliability scheme (see docs/reliability-schemes.md).
 
-    scheme: registered name: ``sr-rto``, ``sr-nack``, ``ec-mds``, ``ec-xor`` or your own.
+    scheme: registered name: ``sr-rto``, ``sr-nack``, ``ec-mds``, ``ec-xor``, your own, or
+        ``auto`` (resolved through the selector when a ReliableQP is built; see
+        :mod:`sdr.reliability.auto`).
     rtt: round-trip time of the link in seconds (the user knows the link).
     alpha: queueing allowance; per-chunk RTO = rtt + alpha * rtt.
     beta: EC fallback margin; FTO = (M + ceil(M/R)) * T_INJ + beta * rtt (default alpha/2).
@@ -100,7 +103,7 @@ class ReliabilityConfig:
         if not isinstance(self.scheme, str) or not self.scheme:
             raise ConfigError(f"scheme must be a scheme name like 'sr-rto', got {self.scheme!r}")
         # bounded so that every derived timer (RTO, FTO, global timeout) stays finite
-        rtt = parse_time(self.rtt)
+        rtt = parse_time(self.rtt, field="rtt")
         if not 0 < rtt <= _MAX_RTT_S:
             raise ConfigError(f"rtt must be in (0, 1 h] (e.g. '25ms'), got {self.rtt!r}")
         set_(self, "rtt", rtt)
@@ -110,21 +113,25 @@ class ReliabilityConfig:
         set_(self, "k", _integer("k", self.k, 1, 255))
         set_(self, "m", _integer("m", self.m, 1, 255))
         if self.chunk_size is not None:
-            size = parse_size(self.chunk_size)
+            size = parse_size(self.chunk_size, field="chunk_size")
             if not 1 <= size <= _MAX_CHUNK:
-                raise ConfigError(f"chunk_size must be in [1 B, 1 TiB], got {self.chunk_size!r}")
+                raise ConfigError(
+                    f"chunk_size must be in [1 B, 1 TiB], got {self.chunk_size!r}; e.g. '64KiB'"
+                )
             set_(self, "chunk_size", size)
         if self.link_rate is not None:
-            rate = parse_rate(self.link_rate)
+            rate = parse_rate(self.link_rate, field="link_rate")
             if rate < _MIN_RATE:
-                raise ConfigError(f"link_rate must be >= 1 kbit/s, got {self.link_rate!r}")
+                raise ConfigError(
+                    f"link_rate must be >= 1 kbit/s, got {self.link_rate!r}; e.g. '10Gbit/s'"
+                )
             set_(self, "link_rate", rate)
         for name in ("ack_interval", "global_timeout"):
             value = getattr(self, name)
             if value is not None:
-                seconds = parse_time(value)
+                seconds = parse_time(value, field=name)
                 if name == "global_timeout" and seconds <= 0:
-                    raise ConfigError(f"global_timeout must be > 0 s, got {value!r}")
+                    raise ConfigError(f"global_timeout must be > 0 s, got {value!r}; e.g. '30s'")
                 set_(self, name, seconds)
         set_(self, "max_in_flight", _integer("max_in_flight", self.max_in_flight, 1, 1 << 16))
         if self.max_queued is not None:
@@ -202,7 +209,10 @@ class ReliabilityConfig:
 
     @classmethod
     def from_mapping(cls, table: Mapping[str, Any]) -> ReliabilityConfig:
-        """Build from a mapping (a parsed ``[reliability]`` table); unknown keys are errors."""
+        """Build from a mapping (a parsed ``[reliability]`` table); unknown keys are errors.
+
+        The scheme must be registered or ``auto`` (ConfigError listing the known names).
+        """
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(table) - known)
         if unknown:
@@ -210,29 +220,66 @@ class ReliabilityConfig:
                 f"unknown [reliability] keys {unknown}; expected some of {sorted(known)} "
                 "(put parameters of your own scheme under [reliability.params])"
             )
+        if "scheme" in table:
+            from sdr.reliability.registry import check_scheme_name  # noqa: PLC0415 - cycle
+
+            check_scheme_name(table["scheme"])
         return cls(**dict(table))
 
 
-def load_config(source: str | Path | Mapping[str, Any]) -> ReliabilityConfig:
-    """Load the ``[reliability]`` table from a TOML file path, TOML text or a parsed mapping.
-
-    A mapping or document without a ``reliability`` key is taken as the table itself.
-    """
-    if isinstance(source, Mapping):
-        doc: Mapping[str, Any] = source
-    else:
-        text = source
-        path = Path(source) if isinstance(source, Path) or "\n" not in source else None
-        if path is not None and path.suffix == ".toml":
-            try:
-                text = path.read_text()
-            except OSError as exc:
-                raise ConfigError(f"cannot read reliability config {str(path)!r}: {exc}") from exc
-        try:
-            doc = tomllib.loads(str(text))
-        except (tomllib.TOMLDecodeError, RecursionError) as exc:  # nesting too deep
-            raise ConfigError(f"reliability config is not valid TOML: {exc}") from exc
+def _from_document(doc: Mapping[str, Any]) -> ReliabilityConfig:
     table = doc.get("reliability", doc)
     if not isinstance(table, Mapping):
         raise ConfigError(f"[reliability] must be a table, got {table!r}")
     return ReliabilityConfig.from_mapping(table)
+
+
+def loads(text: str) -> ReliabilityConfig:
+    """The ``[reliability]`` table of TOML ``text`` (like :func:`tomllib.loads`).
+
+    A document without a ``reliability`` table is taken as the table itself.
+    """
+    if not isinstance(text, str):
+        raise ConfigError(f"reliability config text must be a str, got {type(text).__name__}")
+    try:
+        doc = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:  # nesting too deep
+        raise ConfigError(f"reliability config is not valid TOML: {exc}") from exc
+    return _from_document(doc)
+
+
+def load(path: str | Path) -> ReliabilityConfig:
+    """The ``[reliability]`` table of the TOML file at ``path`` (any name, e.g. ``sdr.conf``)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read reliability config {str(path)!r}: {exc}") from exc
+    return loads(text)
+
+
+def load_config(source: str | Path | Mapping[str, Any]) -> ReliabilityConfig:
+    """Deprecated: use :func:`load` (a path), :func:`loads` (TOML text) or
+    :meth:`ReliabilityConfig.from_mapping`.
+
+    Guessed whether a string was a path (a ``.toml`` name without a newline) or TOML text,
+    so ``load_config("sdr.conf")`` parsed the file name as TOML. Kept for one release: a
+    Path, or a string naming an existing file, is read as a file; other strings are text.
+    """
+    warnings.warn(
+        "load_config is deprecated; use sdr.reliability.config.load(path) or loads(text)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    if isinstance(source, Mapping):
+        return _from_document(source)
+    if isinstance(source, Path):
+        return load(source)
+    if isinstance(source, str) and "\n" not in source:
+        path = Path(source)
+        try:
+            is_file = path.is_file()
+        except (OSError, ValueError):  # a name too long, an embedded NUL: not a path
+            is_file = False
+        if path.suffix == ".toml" or is_file:
+            return load(path)
+    return loads(source)

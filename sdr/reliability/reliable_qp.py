@@ -101,9 +101,11 @@ class ReliableQP:
         self.qp = qp
         self.ctx = qp.ctx
         attr = qp.attr
-        self.config = ReliabilityConfig.coerce(config, **overrides).resolved(
-            attr.chunk_size, attr.rate_limit
-        )  # type: ignore[arg-type]
+        from sdr.reliability.auto import resolve_for_qp  # noqa: PLC0415 - "auto" lives there
+
+        # the QP's chunk size and rate fill the config; "auto" goes through the selector
+        # (keywords drop=, drop_unit=, size_hint=: see sdr.reliability.auto)
+        self.config = resolve_for_qp(config, attr, overrides)
         warn_if_short(attr, self.config.rtt, self.config.link_rate)  # type: ignore[arg-type]
         self.adaptive = adaptive
         if adaptive is None:

@@ -5,7 +5,7 @@
   the rest with a correct trailer: the fuzzer then explores every body parser. A message
   that decodes re-encodes canonically (encode -> decode -> encode is stable) and its
   derived views (acked chunks, NACK ranges) stay within what it claims.
-- ``reliability_config``: ``load_config`` on TOML text, then the derived timers.
+- ``reliability_config``: ``loads`` on TOML text, then the derived timers.
 - ``plan``: a collective execution plan from JSON, validated; a valid plan round-trips.
 - ``units``: the size/rate/time/distance parsers on arbitrary strings.
 - ``oob_frame``: the out-of-band channel's length-prefixed JSON frames.
@@ -25,7 +25,7 @@ from registry import target
 import sdr
 from backends import oob
 from sdr.collectives.plan import Plan, validate_plan
-from sdr.reliability.config import load_config
+from sdr.reliability.config import loads
 from sdr.reliability.messages import Digest, EcNack, Nack, Sack, decode_message
 from sdr.units import parse_distance, parse_rate, parse_size, parse_time
 from simulator.loss import TraceReplay
@@ -82,7 +82,7 @@ def _text(data: bytes) -> str:
 def fuzz_reliability_config(data: bytes) -> None:
     """TOML text -> ReliabilityConfig (or ConfigError); derived timers are finite."""
     try:
-        config = load_config(_text(data) + "\n")
+        config = loads(_text(data) + "\n")
         resolved = config.resolved(config.chunk_size or 65536, None)
     except sdr.ConfigError:
         return
