@@ -17,6 +17,7 @@ from rich.text import Text
 
 import sdr
 from backends.inproc import InprocNetwork
+from sdr.errors import ConfigError
 from sdr.units import format_size, parse_size, parse_time
 
 console = Console()
@@ -40,6 +41,8 @@ def bitmap_demo(
     seed: int = typer.Option(1, help="seed of the fault injection"),
 ) -> None:
     """Send one message across a lossy in-process wire and watch the chunk bitmap fill."""
+    if not 0.0 <= drop <= 1.0:
+        raise ConfigError(f"--drop {drop:g}: expected a probability in [0, 1]")
     nbytes = parse_size(size)
     net = InprocNetwork(seed=seed, drop=drop, delay=parse_time(delay))
     attr = sdr.QPAttr(mtu=mtu, chunk_size=chunk, max_message_size=max(nbytes, parse_size(chunk)),

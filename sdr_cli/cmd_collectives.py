@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sdr.collectives import ALGORITHMS, build_plan, select_algorithm
+from sdr.errors import ConfigError
 from sdr.units import format_size, parse_size
 
 console = Console()
@@ -41,6 +42,21 @@ def coll_select(
     typer.echo(f"{collective} {format_size(nbytes)} on {world} ranks -> {alg}")
 
 
+ALLREDUCE_ALGORITHMS = sorted(name for name in ALGORITHMS if name.startswith("allreduce"))
+
+
+def _check_allreduce_algorithm(algorithm: str, world: int) -> None:
+    """ConfigError (in this process, before any rank starts) unless ``algorithm`` is a
+    library allreduce that runs on ``world`` ranks."""
+    if world < 1:
+        raise ConfigError(f"--world {world}: expected at least 1 rank")
+    if algorithm not in ALLREDUCE_ALGORITHMS:
+        raise ConfigError(
+            f"--algorithm {algorithm!r}: expected one of {', '.join(ALLREDUCE_ALGORITHMS)}"
+        )
+    build_plan(algorithm, world)  # the plan's own checks (e.g. ranks it supports)
+
+
 def _allreduce(comm, x, alg):  # noqa: ANN001, ANN202 - runs inside a worker process
     t0 = time.perf_counter()
     out = comm.allreduce(x, algorithm=alg)
@@ -50,15 +66,19 @@ def _allreduce(comm, x, alg):  # noqa: ANN001, ANN202 - runs inside a worker pro
 def coll_run(
     world: int = typer.Option(4, help="number of CPU ranks (processes)"),
     size: str = typer.Option("1MiB", help="float32 message size per rank"),
-    algorithm: str = typer.Option("", help="force an algorithm (default: selection)"),
+    algorithm: str = typer.Option(
+        "",
+        help=f"force an algorithm, one of {', '.join(ALLREDUCE_ALGORITHMS)} (default: selection)",
+    ),
 ) -> None:
     """Allreduce on CPU ranks through shared memory, checked against NumPy."""
     from backends.shm import LocalGroup  # noqa: PLC0415 - the face may import drivers
 
     count = max(1, parse_size(size) // 4)
+    alg = algorithm or select_algorithm("allreduce", count * 4, world)
+    _check_allreduce_algorithm(alg, world)
     rng = np.random.default_rng(0)
     xs = [rng.integers(-8, 9, count).astype(np.float32) for _ in range(world)]
-    alg = algorithm or select_algorithm("allreduce", count * 4, world)
     with LocalGroup(world) as group:
         results = group.run(world, _allreduce, [(x, alg) for x in xs])
     ref = np.sum(xs, axis=0)

@@ -1,7 +1,8 @@
 """``sdr demo``: the main job. A real reliable transfer between two processes across an
 emulated long-haul link, with every scheme and ``auto``, against the simulator's
 prediction and the lossless ideal. Needs root (network namespaces); without it, the
-in-process bitmap demo runs instead and says why."""
+in-process bitmap demo (``sdr bitmap-demo``) runs instead, saying so and why on stderr,
+or with ``--no-fallback`` the command fails (exit 2)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from backends.wan import LinkSpec, TunLink, can_use_namespaces
+from sdr.errors import TransportError
 from sdr.units import format_size, parse_rate, parse_size, parse_time
 from sdr_cli.wan_transfer import make_payload, transfer_over_link
 from simulator.link import Link
 
 console = Console()
+err_console = Console(stderr=True)
 SCHEMES = "sr-rto,sr-nack,ec-mds,ec-xor,auto"
 
 
@@ -33,10 +36,28 @@ def demo(
     chunk: str = typer.Option("64KiB", help="bitmap chunk size"),
     out: str = typer.Option("out/demo", help="where the table (JSON) and chart (PNG) go"),
     seed: int = typer.Option(1, help="seed of the link's loss process"),
+    fallback: bool = typer.Option(
+        True,
+        help="without root, run the in-process bitmap demo instead (saying so on stderr); "
+        "--no-fallback fails instead",
+    ),
 ) -> None:
-    """Reliable transfers across an emulated long-haul link, every scheme vs prediction."""
+    """Reliable transfers across an emulated long-haul link, every scheme vs prediction.
+
+    Needs root (network namespaces and TUN devices). Without it, the in-process bitmap
+    demo ('sdr bitmap-demo') runs instead and a note on stderr says so and why; with
+    --no-fallback the command fails with that reason (exit 2).
+    """
     if reason := can_use_namespaces():
-        console.print(f"[yellow]The WAN demo {reason}; showing the in-process demo instead.[/]")
+        if not fallback:
+            raise TransportError(f"the WAN demo {reason}; run it as root")
+        err_console.print(
+            f"note: the WAN demo {reason}; running the in-process bitmap demo "
+            "('sdr bitmap-demo') instead. Run as root for the WAN demo.",
+            style="yellow",
+            markup=False,
+            soft_wrap=True,
+        )
         from sdr_cli.cmd_bitmap_demo import bitmap_demo
 
         bitmap_demo(size="8MiB", chunk="64KiB", mtu="4KiB", drop=0.01, delay="5ms", seed=seed)

@@ -10,8 +10,9 @@ import time
 import typer
 from rich.console import Console
 
-from backends.wan import LinkSpec, RelayLink, TunLink
+from backends.wan import LinkSpec, RelayLink, TunLink, can_use_namespaces
 from backends.wan.loss_options import loss_model
+from sdr.errors import ConfigError, TransportError
 from sdr.units import parse_time
 
 console = Console()
@@ -54,6 +55,14 @@ def _wait(duration: str | None) -> None:
         pass
 
 
+def _host_port(item: str) -> tuple[str, int]:
+    """``HOST:PORT`` as a pair; ConfigError naming the item otherwise."""
+    host, _, port = item.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{item!r}: expected HOST:PORT with a port in 1..65535")
+    return host, int(port)
+
+
 RATE = typer.Option("1Gbit/s", help="link rate")
 RTT = typer.Option("25ms", help="round-trip time (half each way)")
 LOSS = typer.Option(0.0, help="packet loss probability (long-run rate with --burst)")
@@ -85,6 +94,8 @@ def tun(
     duration: str = DURATION,
 ) -> None:
     """Two network namespaces joined by the emulated link (root). Any IP traffic crosses."""
+    if reason := can_use_namespaces():
+        raise TransportError(f"emulate tun {reason}; 'sdr emulate relay' needs no root")
     spec = _spec(rate, rtt, loss, burst, per_size, trace, queue, reorder, duplicate, corrupt, seed)
     with TunLink(spec, mtu=mtu) as link:
         console.print(
@@ -118,7 +129,7 @@ def relay(
     spec = _spec(rate, rtt, loss, burst, per_size, trace, queue, reorder, duplicate, corrupt, seed)
 
     def parse(items: list[str]) -> list[tuple[str, int]]:
-        return [(h, int(p)) for h, p in (item.rsplit(":", 1) for item in items)]
+        return [_host_port(item) for item in items]
 
     with RelayLink(spec, parse(a), parse(b), reseal=reseal) as link:
         for i, (ra, rb) in enumerate(zip(a, b, strict=True)):

@@ -2,12 +2,14 @@
 
 Run ``sdr write-bw`` on the server and ``sdr write-bw SERVER`` on the client. The client
 connects to the server's TCP port to exchange QP info (as perftest does); data then goes
-over UDP as RoCEv2 packets. Both sides print perftest's columns.
+over UDP as RoCEv2 packets. Both sides print perftest's columns; with ``-i`` also one
+bandwidth line per interval, as iperf3 does.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import typer
@@ -16,35 +18,55 @@ from rich.table import Table
 
 from backends.udp.roce import ROCE_PORT
 from backends.udp.write_bw import (
+    DEFAULT_BIND,
     DEFAULT_TCP_PORT,
+    PEAK_INTERVAL,
     WriteBwParams,
     WriteBwResult,
     run_client,
     run_server,
 )
-from sdr.errors import SDRError
+from sdr.errors import ConfigError
 from sdr.units import parse_rate, parse_size, parse_time
 
 console = Console(width=max(Console().width, 110))
+DEFAULT_TIMEOUT = "10s"
+
+
+def _bw(bits: float, gbits: bool) -> str:
+    return f"{bits / 1e9:.2f}" if gbits else f"{bits / 8 / 2**20:.2f}"
+
+
+def _interval_printer(role: str, gbits: bool) -> Any:
+    """A callback printing one iperf3-style line per interval row."""
+    unit = "Gb/sec" if gbits else "MB/sec"
+
+    def show(row: dict) -> None:
+        console.print(
+            f"[{role:6}] {row['start_s']:6.2f}-{row['end_s']:6.2f} sec  "
+            f"{row['bytes'] / 2**20:10.2f} MBytes  {_bw(row['bw_bps'], gbits):>9} {unit}  "
+            f"{int(row['messages']):7d} msgs",
+            markup=False,
+            highlight=False,
+        )
+
+    return show
 
 
 def _table(rows: list[WriteBwResult], gbits: bool) -> Table:
     unit = "Gb/sec" if gbits else "MB/sec"
     table = Table(box=None, header_style="bold")
-    for name in ("#bytes", "#iterations", f"BW peak[{unit}]", f"BW average[{unit}]"):
+    peak = f"BW peak[{unit}]"
+    for name in ("#bytes", "#iterations", peak, f"BW average[{unit}]"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("MsgRate[Mpps]", justify="right", no_wrap=True)
     table.add_column("side", justify="left", no_wrap=True)
     for r in rows:
-
-        def bw(bits: float) -> str:
-            return f"{bits / 1e9:.2f}" if gbits else f"{bits / 8 / 2**20:.2f}"
-
         table.add_row(
             str(r.size),
             str(r.iterations),
-            bw(r.bw_peak),
-            bw(r.bw_average),
+            _bw(r.bw_peak_bps, gbits),
+            _bw(r.bw_average_bps, gbits),
             f"{r.msg_rate / 1e6:.6f}",
             f"{r.role} ({r.completed}/{r.iterations} msgs)",
         )
@@ -58,6 +80,10 @@ def _report(mine: WriteBwResult, peer: WriteBwResult, gbits: bool, as_json: bool
         print(json.dumps({"server": server.as_dict(), "client": client.as_dict()}))
         return
     console.print(_table([client, server], gbits))
+    console.print(
+        f"BW peak: the best {PEAK_INTERVAL * 1000:g} ms interval (the average for shorter runs)",
+        highlight=False,
+    )
     lost = server.iterations - server.completed
     c = server.counters
     console.print(
@@ -81,7 +107,12 @@ def write_bw(
         None, "--rate-limit", "-r", help="sender pacing, e.g. 10Gbit/s (default: unpaced)"
     ),
     bind: str | None = typer.Option(
-        None, "--bind", help="local IPv4 address for UDP (server default 127.0.0.1)"
+        None,
+        "--bind",
+        metavar="ADDRESS",
+        help=f"local IPv4 address. Server: TCP listens there (default {DEFAULT_BIND}, every "
+        "interface) and UDP data binds it (with 0.0.0.0: the address the client connected "
+        "to); use 127.0.0.1 for loopback only. Client: UDP source (default: the route's)",
     ),
     udp_port: int | None = typer.Option(
         None, "--udp-port", help=f"UDP data port (server default {ROCE_PORT}, client any)"
@@ -89,45 +120,94 @@ def write_bw(
     tcp_port: int = typer.Option(
         DEFAULT_TCP_PORT, "--port", "-p", help="TCP port of the out-of-band exchange"
     ),
-    timeout: str = typer.Option("10s", "--timeout", help="give up after this long idle"),
+    timeout: str | None = typer.Option(
+        None,
+        "--timeout",
+        metavar="TIME",
+        help=f"give up after this long idle (default {DEFAULT_TIMEOUT}). Server: also the "
+        "longest wait for each message of a connected client (default: the client's "
+        "value; the wait for a client to connect is unbounded)",
+    ),
+    interval: str | None = typer.Option(
+        None,
+        "--interval",
+        "-i",
+        metavar="SECONDS",
+        help="print the bandwidth of every interval of this length, as iperf3 (e.g. 1 or "
+        "500ms); with --json the rows go under 'intervals'",
+    ),
     verify: bool = typer.Option(False, "--verify", help="receiver checks every payload byte"),
     gbits: bool = typer.Option(False, "--report-gbits", "-R", help="report Gb/sec, not MB/sec"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object instead"),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="print one JSON object instead; rates in bits/s ('bw_peak_bps', 'bw_average_bps'; "
+        "the old 'bw_peak', 'bw_average' are deprecated aliases, gone next release)",
+    ),
 ) -> None:
-    """perftest-style write bandwidth over the UDP (software RoCEv2) backend."""
-    try:
-        if server is None:
-            host = bind or "127.0.0.1"
-            if not as_json:
+    """perftest-style write bandwidth over the UDP (software RoCEv2) backend.
 
-                def ready(port: int) -> None:
-                    console.print(
-                        f"write-bw server: TCP {host}:{port} for QP exchange, "
-                        f"UDP {host}:{ROCE_PORT if udp_port is None else udp_port} for data"
-                    )
+    Run it without SERVER on one host (the server), then with the server's address on the
+    other. Errors (port in use, server unreachable) print one line and exit with 2.
+    """
+    period = _seconds(interval) if interval is not None else None
+    if server is None:
+        host = bind or DEFAULT_BIND
+        udp = ROCE_PORT if udp_port is None else udp_port
+        ready = None
+        if not as_json:
 
-            else:
-                ready = None  # type: ignore[assignment]
-            mine, peer = run_server(
-                host, ROCE_PORT if udp_port is None else udp_port, tcp_port, ready
-            )
-        else:
-            params = WriteBwParams(
-                size=parse_size(size),
-                iterations=iterations,
-                channels=channels,
-                mtu=parse_size(mtu),
-                chunk_size=parse_size(chunk),
-                inflight=inflight,
-                rate_limit=parse_rate(rate_limit) if rate_limit else None,
-                verify=verify,
-                timeout=parse_time(timeout),
-            )
-            mine, peer = run_client(server, params, tcp_port, bind, udp_port or 0)
-    except SDRError as exc:
-        console.print(f"[red]write-bw: {exc}[/]")
-        raise typer.Exit(1) from exc
+            def ready(port: int) -> None:
+                where = "the address the client reaches" if host == DEFAULT_BIND else host
+                console.print(
+                    f"write-bw server: TCP {host}:{port} for QP exchange, "
+                    f"UDP port {udp} on {where} for data",
+                    highlight=False,
+                )
+
+        mine, peer = run_server(
+            host,
+            udp,
+            tcp_port,
+            ready,
+            timeout=_seconds(timeout, "--timeout") if timeout is not None else None,
+            interval=period,
+            on_interval=None if as_json else _interval_printer("server", gbits),
+        )
+    else:
+        params = WriteBwParams(
+            size=parse_size(size),
+            iterations=iterations,
+            channels=channels,
+            mtu=parse_size(mtu),
+            chunk_size=parse_size(chunk),
+            inflight=inflight,
+            rate_limit=parse_rate(rate_limit) if rate_limit else None,
+            verify=verify,
+            timeout=_seconds(timeout or DEFAULT_TIMEOUT, "--timeout"),
+        )
+        mine, peer = run_client(
+            server,
+            params,
+            tcp_port,
+            bind,
+            udp_port or 0,
+            interval=period,
+            on_interval=None if as_json else _interval_printer("client", gbits),
+        )
     _report(mine, peer, gbits, as_json)
+
+
+def _seconds(text: str, flag: str = "--interval") -> float:
+    """``-i`` and ``--timeout`` take a bare number of seconds ("1", "0.5", as iperf3 and
+    perftest do) or a time with a unit ("500ms")."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = parse_time(text, field=flag)
+    if not 0 < seconds < math.inf:
+        raise ConfigError(f"{flag} {text!r}: expected a positive time such as 1 or 500ms")
+    return seconds
 
 
 def register(app: Any) -> None:

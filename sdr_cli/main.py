@@ -1,27 +1,120 @@
 """The ``sdr`` command. Each ``sdr_cli/cmd_*.py`` module adds its sub-commands through
-``register(app)``, so capabilities stay in their own files."""
+``register(app)``, so capabilities stay in their own files.
+
+Errors are handled here, once, for every command: an :class:`~sdr.errors.SDRError`, an
+``OSError`` (address in use, connection refused, permission denied, missing file) or a
+``ValueError`` (a value that does not parse) becomes one line ``error: <message>`` on
+stderr and exit status 2. Anything else is a bug and keeps its traceback; so does every
+error when ``SDR_TRACEBACK=1`` is set.
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+import platform
+import re
+from typing import Any
 
+import click
 import typer
+from typer.core import TyperGroup
 
+import sdr
 import sdr_cli
+from sdr.crc import CRC32_IMPLEMENTATION
+from sdr.errors import SDRError
+
+#: exit status of a user error (bad value, busy port, missing permission), as click's usage errors
+USER_ERROR_EXIT = 2
+#: the errors that are the user's or the environment's, not the program's
+USER_ERRORS: tuple[type[BaseException], ...] = (SDRError, OSError, ValueError)
+TRACEBACK_ENV = "SDR_TRACEBACK"
+
+_RST_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def error_line(exc: BaseException) -> str:
+    """``exc`` as one line: its message with whitespace runs (newlines too) collapsed."""
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def _tidy_help(command: click.Command) -> None:
+    """Plain-text help for ``command`` and everything under it: RST ``literals`` become
+    'literals' (help is not rendered as reStructuredText)."""
+    for attr in ("help", "short_help"):
+        text = getattr(command, attr, None)
+        if text:
+            setattr(command, attr, _RST_LITERAL.sub(r"'\1'", text))
+    for param in command.params:
+        if getattr(param, "help", None):
+            param.help = _RST_LITERAL.sub(r"'\1'", param.help)  # type: ignore[attr-defined]
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_help(sub)
+
+
+class SDRGroup(TyperGroup):
+    """The root command group: tidies every command's help and turns user errors into
+    ``error: <one line>`` on stderr with exit status 2 (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _tidy_help(self)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the sub-command; a user error ends it with one line instead of a traceback."""
+        try:
+            return super().invoke(ctx)
+        except USER_ERRORS as exc:
+            if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+                raise
+            click.secho(f"error: {error_line(exc)}", err=True, fg="red")
+            raise typer.Exit(USER_ERROR_EXIT) from None
+
+
+def version_text() -> str:
+    """What ``sdr --version`` prints: SDR's version, Python's, and the CRC-32 in use."""
+    return (
+        f"sdr {sdr.__version__} (Python {platform.python_version()}, "
+        f"CRC-32: {CRC32_IMPLEMENTATION})"
+    )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit()
+
 
 app = typer.Typer(
     name="sdr",
+    cls=SDRGroup,
     help="SDR: software-defined reliability for RDMA-style transfers between datacenters.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,  # help is plain text: "[reliability]" stays, flags show no <bool>
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_show_locals=False,
 )
 
 
 @app.callback()
-def _main() -> None:
-    """SDR: software-defined reliability for RDMA-style transfers between datacenters."""
+def _main(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the version of sdr and Python and the CRC-32 implementation, and exit.",
+    ),
+) -> None:
+    """SDR: software-defined reliability for RDMA-style transfers between datacenters.
+
+    A user error (bad value, port in use, missing permission) prints 'error: <message>'
+    and exits with status 2; set SDR_TRACEBACK=1 to see its traceback.
+    """
 
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(sdr_cli.__path__)):

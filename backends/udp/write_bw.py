@@ -12,9 +12,12 @@ all its chunks arrived; messages that never complete within ``timeout`` count as
 
 from __future__ import annotations
 
+import builtins
+import errno
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -24,10 +27,25 @@ from backends.oob import DEFAULT_PORT, recv_obj, send_obj
 from backends.udp.roce import ROCE_PORT
 from backends.udp.transport import UdpTransport
 from sdr.errors import ConfigError, ProtocolError, TransportError
+from sdr.errors import TimeoutError as SDRTimeoutError
 
-__all__ = ["WriteBwParams", "WriteBwResult", "run_server", "run_client", "source_address_for"]
+__all__ = [
+    "DEFAULT_BIND",
+    "IntervalReporter",
+    "PEAK_INTERVAL",
+    "WriteBwParams",
+    "WriteBwResult",
+    "peak_bandwidth",
+    "run_client",
+    "run_server",
+    "source_address_for",
+]
 
 DEFAULT_TCP_PORT = DEFAULT_PORT  # perftest's default
+DEFAULT_BIND = "0.0.0.0"  # the server listens on every interface, as perftest does
+#: shortest interval the peak bandwidth is measured over: completions are timestamped by a
+#: poll loop in batches, so shorter windows measure the batching, not the link
+PEAK_INTERVAL = 0.1
 
 
 @dataclass
@@ -60,7 +78,12 @@ class WriteBwParams:
 
 @dataclass
 class WriteBwResult:
-    """One side's view of a run. Rates in bits/s and messages/s."""
+    """One side's view of a run. Rates in bits/s (``*_bps``) and messages/s.
+
+    ``bw_peak_bps`` is the best bandwidth over fixed intervals of ``peak_interval_s``
+    (at least :data:`PEAK_INTERVAL`); a run shorter than one interval reports its average.
+    ``intervals`` holds the per-interval lines of ``-i/--interval`` (empty without it).
+    """
 
     role: str
     size: int
@@ -68,14 +91,87 @@ class WriteBwResult:
     completed: int = 0
     bytes: int = 0
     seconds: float = 0.0
-    bw_peak: float = 0.0
-    bw_average: float = 0.0
+    bw_peak_bps: float = 0.0
+    bw_average_bps: float = 0.0
     msg_rate: float = 0.0
+    peak_interval_s: float = 0.0
     mismatched: int = 0
     counters: dict[str, int] = field(default_factory=dict)
+    intervals: list[dict[str, float]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields, plus the keys of the previous release as deprecated aliases."""
+        out = asdict(self)
+        for old, new in DEPRECATED_KEYS.items():
+            out[old] = out[new]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WriteBwResult:
+        """Inverse of :meth:`as_dict`; also reads a peer of the previous release."""
+        data = dict(data)
+        for old, new in DEPRECATED_KEYS.items():
+            if old in data:
+                data.setdefault(new, data.pop(old))
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+#: old JSON key -> its replacement (same value, in bits/s); the old keys go in the next release
+DEPRECATED_KEYS = {"bw_peak": "bw_peak_bps", "bw_average": "bw_average_bps"}
+
+
+class IntervalReporter:
+    """Per-interval bandwidth lines, as iperf3 prints them: feed it the completion count
+    as time passes (:meth:`poll`), and :meth:`finish` at the end; each finished interval
+    is appended to ``rows`` and handed to ``callback``."""
+
+    def __init__(
+        self, size: int, length: float | None, callback: Callable[[dict], None] | None = None
+    ) -> None:
+        if length is not None and length <= 0:
+            raise ConfigError(f"interval {length!r} s: expected a positive number of seconds")
+        self.size, self.length, self.callback = size, length, callback
+        self.rows: list[dict[str, float]] = []
+        self.start: float | None = None
+        self._edge_count = 0
+
+    def begin(self, start: float) -> None:
+        """Intervals are counted from ``start`` (the first packet, or the first send)."""
+        if self.start is None:
+            self.start = start
+
+    def _emit(self, begin: float, end: float, completed: int) -> None:
+        messages = completed - self._edge_count
+        self._edge_count = completed
+        seconds = max(end - begin, 1e-9)
+        row = {
+            "start_s": begin,
+            "end_s": end,
+            "messages": messages,
+            "bytes": messages * self.size,
+            "bw_bps": messages * self.size * 8 / seconds,
+        }
+        self.rows.append(row)
+        if self.callback is not None:
+            self.callback(row)
+
+    def poll(self, now: float, completed: int) -> None:
+        """Close every interval that ended by ``now``; ``completed`` messages so far."""
+        if self.length is None or self.start is None:
+            return
+        while now - self.start >= (len(self.rows) + 1) * self.length:
+            k = len(self.rows)
+            self._emit(k * self.length, (k + 1) * self.length, completed)
+
+    def finish(self, end: float, completed: int) -> None:
+        """Close the last, partial interval (if it has any time in it)."""
+        if self.length is None or self.start is None:
+            return
+        self.poll(end, completed)
+        begin = len(self.rows) * self.length
+        if end - self.start > begin + 1e-6:
+            self._emit(begin, end - self.start, completed)
 
 
 def pattern(size: int) -> np.ndarray:
@@ -93,44 +189,88 @@ def source_address_for(server: str) -> str:
         probe.close()
 
 
+def peak_bandwidth(
+    stamps: list[float], start: float, size: int, interval: float = PEAK_INTERVAL
+) -> float:
+    """The best bandwidth (bits/s) over the complete fixed intervals ``[start + k*interval,
+    start + (k+1)*interval)`` of a run whose messages of ``size`` bytes completed at
+    ``stamps``; 0.0 when the run is shorter than one interval."""
+    if not stamps or stamps[-1] - start < interval:
+        return 0.0
+    full = int((stamps[-1] - start) // interval)
+    bins = np.floor((np.asarray(stamps) - start) / interval).astype(np.int64)
+    counts = np.bincount(bins[bins < full], minlength=full)
+    return float(counts.max()) * size * 8 / interval
+
+
 def _summarise(res: WriteBwResult, stamps: list[float], start: float) -> WriteBwResult:
     res.completed = len(stamps)
     res.bytes = res.completed * res.size
     if stamps:
         res.seconds = max(stamps[-1] - start, 1e-9)
-        res.bw_average = res.bytes * 8 / res.seconds
+        res.bw_average_bps = res.bytes * 8 / res.seconds
         res.msg_rate = res.completed / res.seconds
-        # peak over windows of a few messages: single gaps are quantised by the poll loop
-        times = np.asarray([start, *stamps])
-        w = max(1, min(16, len(stamps) // 4))
-        spans = times[w:] - times[:-w]
-        res.bw_peak = max(res.bw_average, w * res.size * 8 / max(float(spans.min()), 1e-9))
+        res.peak_interval_s = min(PEAK_INTERVAL, res.seconds)
+        peak = peak_bandwidth(stamps, start, res.size)
+        res.bw_peak_bps = max(res.bw_average_bps, peak)  # a short run: its average
     return res
 
 
+def _listen(bind: str, port: int) -> socket.socket:
+    try:
+        return socket.create_server((bind, port))
+    except OSError as exc:
+        in_use = exc.errno == errno.EADDRINUSE
+        hint = " (another server there? pick a port with --port)" if in_use else ""
+        raise TransportError(
+            f"cannot listen on TCP {bind}:{port}: {exc.strerror or exc}{hint}"
+        ) from exc
+
+
+def _recv_within(conn: socket.socket, seconds: float | None, what: str) -> Any:
+    """One out-of-band object, waiting at most ``seconds`` (None: forever)."""
+    conn.settimeout(seconds)
+    try:
+        return recv_obj(conn)
+    except builtins.TimeoutError as exc:  # socket.timeout
+        raise SDRTimeoutError(f"no {what} from the write-bw client within {seconds:g} s") from exc
+
+
 def run_server(
-    bind: str = "127.0.0.1",
+    bind: str = DEFAULT_BIND,
     udp_port: int = ROCE_PORT,
     tcp_port: int = DEFAULT_TCP_PORT,
-    ready: Any = None,
+    ready: Callable[[int], None] | None = None,
+    timeout: float | None = None,
+    interval: float | None = None,
+    on_interval: Callable[[dict], None] | None = None,
 ) -> tuple[WriteBwResult, WriteBwResult]:
-    """Serve one client run; returns (server result, client result). ``ready`` is called
-    with the bound TCP port once the server listens (tests use port 0)."""
-    listener = socket.create_server((bind, tcp_port))
+    """Serve one client run; returns (server result, client result).
+
+    The TCP listener binds ``bind`` (default every interface); the UDP data socket binds
+    ``bind`` too, or, when that is 0.0.0.0, the local address the client's TCP connection
+    arrived on. ``ready`` is called with the bound TCP port once the server listens (tests
+    use port 0). ``timeout`` (seconds) bounds each wait for the client's messages and the
+    idle time of the run (default: the client's ``--timeout``); the wait for a client to
+    connect is not bounded. With ``interval``, per-interval rows go to ``on_interval``.
+    """
+    listener = _listen(bind, tcp_port)
     try:
         if ready is not None:
             ready(listener.getsockname()[1])
         conn, _ = listener.accept()
     finally:
         listener.close()
-    with conn, sdr.Context(backend=UdpTransport(host=bind, port=udp_port)) as ctx:
-        request = recv_obj(conn)
+    udp_host = conn.getsockname()[0] if bind in ("", DEFAULT_BIND) else bind
+    with conn, sdr.Context(backend=UdpTransport(host=udp_host, port=udp_port)) as ctx:
+        request = _recv_within(conn, timeout, "request")
         try:
             params = WriteBwParams(**request["params"])
             attr = params.attr()
         except (TypeError, KeyError, ConfigError) as exc:
             send_obj(conn, {"error": str(exc)})
             raise ProtocolError(f"bad write-bw request: {exc}") from exc
+        idle_limit = params.timeout if timeout is None else timeout
         qp = ctx.create_qp(attr)
         qp.connect(request["info"].encode())
         send_obj(conn, {"info": qp.info().decode()})
@@ -139,6 +279,7 @@ def run_server(
         regions = [ctx.register(ring[i]) for i in range(depth)]
         expected = pattern(params.size) if params.verify else None
         res = WriteBwResult("server", params.size, params.iterations)
+        ticker = IntervalReporter(params.size, interval, on_interval)
         pending = [
             qp.post_recv(regions[i], 0, params.size) for i in range(min(depth, params.iterations))
         ]
@@ -150,6 +291,7 @@ def run_server(
             now = ctx.now()
             if start is None and qp.counters()["packets_accepted"] > base:
                 start = now
+                ticker.begin(start)
             head = pending[0]
             if head.record.arrived:
                 stamps.append(now)
@@ -165,13 +307,17 @@ def run_server(
                 last_change = now
             elif work:
                 last_change = now
-            elif now - last_change > params.timeout:
+            elif now - last_change > idle_limit:
                 break  # the rest is lost
             else:
                 ctx.transport.wait(0.0005)
+            ticker.poll(now, len(stamps))
         _summarise(res, stamps, start if start is not None else ctx.now())
+        ticker.finish(stamps[-1] if stamps else ctx.now(), len(stamps))
+        res.intervals = ticker.rows
         res.counters = {**qp.counters(), **qp.transport_qp.stats}
-        client = WriteBwResult(**recv_obj(conn)["result"])
+        client_reply = _recv_within(conn, idle_limit + 30, "result")
+        client = WriteBwResult.from_dict(client_reply["result"])
         send_obj(conn, {"result": res.as_dict()})
         return res, client
 
@@ -182,8 +328,11 @@ def run_client(
     tcp_port: int = DEFAULT_TCP_PORT,
     bind: str | None = None,
     udp_port: int = 0,
+    interval: float | None = None,
+    on_interval: Callable[[dict], None] | None = None,
 ) -> tuple[WriteBwResult, WriteBwResult]:
-    """Run against a server; returns (client result, server result)."""
+    """Run against a server; returns (client result, server result). With ``interval``
+    (seconds), per-interval rows of the client's completions go to ``on_interval``."""
     attr = params.attr()
     bind = bind or source_address_for(server)
     try:
@@ -205,6 +354,8 @@ def run_client(
         stamps: list[float] = []
         posted = 0
         start = ctx.now()
+        ticker = IntervalReporter(params.size, interval, on_interval)
+        ticker.begin(start)
         while posted < params.iterations or outstanding:
             while posted < params.iterations and len(outstanding) < depth:
                 outstanding.append(qp.post_send(region, 0, params.size))
@@ -216,14 +367,17 @@ def run_client(
                 stamps.append(ctx.now())
             if outstanding and outstanding[0].record.error is not None:
                 raise outstanding[0].record.error
+            ticker.poll(ctx.now(), len(stamps))
             if ctx.now() - (stamps[-1] if stamps else start) > params.timeout:
                 break
         _summarise(res, stamps, start)
+        ticker.finish(stamps[-1] if stamps else ctx.now(), len(stamps))
+        res.intervals = ticker.rows
         res.counters = {**qp.counters(), **qp.transport_qp.stats}
         end = time.monotonic() + 0.2
         while time.monotonic() < end:  # answer late CTSs so the server is not left waiting
             if ctx.progress() == 0:
                 ctx.transport.wait(0.001)
         send_obj(conn, {"result": res.as_dict()})
-        server_res = WriteBwResult(**recv_obj(conn)["result"])
+        server_res = WriteBwResult.from_dict(recv_obj(conn)["result"])
         return res, server_res

@@ -1,0 +1,110 @@
+"""Every ``sdr`` command reports a user error as one line ``error: ...`` on stderr, exit 2.
+
+Each case runs the real ``sdr`` command in a subprocess; on the old code each printed a
+traceback (exit 1), or, for ``coll-run``, one traceback per rank.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SDR = str(Path(sys.executable).with_name("sdr"))
+ROOT = Path(__file__).resolve().parents[1]
+NOBODY = 65534
+
+
+def _sdr(*args: str, as_nobody: bool = False, timeout: float = 120) -> subprocess.CompletedProcess:
+    cmd = [SDR, *args]
+    if as_nobody and os.geteuid() == 0:
+        cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *cmd]
+    env = {k: v for k, v in os.environ.items() if k != "SDR_TRACEBACK"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def _assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) -> None:
+    err = result.stderr.strip()
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], err
+
+
+@pytest.fixture()
+def busy_port() -> Iterator[int]:
+    """A TCP port with a listener on every interface."""
+    with socket.create_server(("0.0.0.0", 0)) as sock:
+        yield int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (("coll-plan", "nope"), ("unknown algorithm 'nope'",)),
+        (("coll-select", "allreduce", "10QB"), ("'10QB'",)),
+        (("coll-run", "--algorithm", "nope", "--world", "2"), ("--algorithm 'nope'",)),
+        (("bitmap-demo", "--drop", "1.5"), ("--drop 1.5",)),
+        (("emulate", "relay", "--a", "127.0.0.1:1", "--b", "x:abc"), ("'x:abc'",)),
+        (("send", "pyproject.toml", "--to", "127.0.0.1:abc"), ("abc",)),
+        (("write-bw", "127.0.0.1", "-i", "0"), ("--interval",)),
+    ],
+    ids=["coll-plan", "coll-select", "coll-run", "bitmap-demo", "emulate-relay", "send-to", "iv"],
+)
+def test_bad_value_is_one_line(args: tuple[str, ...], needles: tuple[str, ...]) -> None:
+    _assert_one_line_error(_sdr(*args), *needles)
+
+
+def test_write_bw_server_port_in_use(busy_port: int) -> None:
+    _assert_one_line_error(
+        _sdr("write-bw", "--port", str(busy_port), "--timeout", "1s"),
+        f"cannot listen on TCP 0.0.0.0:{busy_port}",
+        "in use",
+    )
+
+
+def test_recv_port_in_use(busy_port: int, tmp_path: Path) -> None:
+    result = _sdr("recv", "--out", str(tmp_path / "x.bin"), "--port", str(busy_port))
+    _assert_one_line_error(result)
+    assert "in use" in result.stderr
+
+
+@pytest.mark.skipif(
+    os.geteuid() == 0 and shutil.which("setpriv") is None, reason="needs setpriv to drop root"
+)
+def test_emulate_tun_without_root() -> None:
+    _assert_one_line_error(
+        _sdr("emulate", "tun", "--duration", "1s", as_nobody=True), "needs root", "relay"
+    )
+
+
+def test_traceback_on_request() -> None:
+    """SDR_TRACEBACK=1 shows the traceback of a user error (for bug reports)."""
+    env = {**os.environ, "SDR_TRACEBACK": "1"}
+    result = subprocess.run(
+        [SDR, "coll-plan", "nope"], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT
+    )
+    assert result.returncode == 1
+    assert "ConfigError" in result.stderr
+
+
+@pytest.mark.skipif(
+    os.geteuid() == 0 and shutil.which("setpriv") is None, reason="needs setpriv to drop root"
+)
+def test_demo_without_root_says_what_it_runs_instead() -> None:
+    """Without root ``sdr demo`` says on stderr that it runs the in-process demo, and why;
+    ``--no-fallback`` fails with that reason instead."""
+    result = _sdr("demo", as_nobody=True)
+    assert result.returncode == 0, result.stderr
+    err = " ".join(result.stderr.split())
+    assert "needs root" in err and "in-process bitmap demo" in err
+    assert "verified" in result.stdout
+    _assert_one_line_error(_sdr("demo", "--no-fallback", as_nobody=True), "needs root")

@@ -1,0 +1,67 @@
+"""``sdr`` help is plain and complete: ``-h``, ``--version``, no eaten ``[reliability]``,
+no ``<bool>`` metavar on flags, no RST double backquotes (real command, subprocess)."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+import typer
+
+import sdr
+from sdr.crc import CRC32_IMPLEMENTATION
+
+SDR = str(Path(sys.executable).with_name("sdr"))
+
+
+def _sdr(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([SDR, *args], capture_output=True, text=True, timeout=120)
+
+
+def _commands() -> list[list[str]]:
+    from sdr_cli.main import app
+
+    found: list[list[str]] = []
+
+    def walk(command: click.Command, path: list[str]) -> None:
+        found.append(path)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+def test_version_names_sdr_python_and_crc() -> None:
+    result = _sdr("--version")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.strip()
+    assert sdr.__version__ in out
+    assert platform.python_version() in out
+    assert CRC32_IMPLEMENTATION in out
+
+
+def test_dash_h_is_help() -> None:
+    short, long = _sdr("-h"), _sdr("--help")
+    assert short.returncode == 0 == long.returncode
+    assert short.stdout == long.stdout
+    assert "-h, --help" in short.stdout
+    sub = _sdr("write-bw", "-h")
+    assert sub.returncode == 0 and "--interval" in sub.stdout
+
+
+def test_select_help_keeps_the_table_name() -> None:
+    out = " ".join(_sdr("select", "--help").stdout.split())
+    assert "Print a [reliability] config snippet" in out
+
+
+@pytest.mark.parametrize("path", _commands(), ids=lambda p: " ".join(p) or "sdr")
+def test_help_has_no_bool_metavar_nor_rst(path: list[str]) -> None:
+    result = _sdr(*path, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "<bool>" not in result.stdout
+    assert "``" not in result.stdout
