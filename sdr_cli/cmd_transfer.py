@@ -1,4 +1,9 @@
-"""``sdr send FILE --to HOST[:PORT]`` and ``sdr recv --out FILE``: file transfer over SDR."""
+"""``sdr send FILE --to HOST[:PORT]`` and ``sdr recv --out FILE``: file transfer over SDR.
+
+Errors (a bad value, an unreachable or vanished peer, a failed transfer) propagate to
+``sdr_cli.main``, which prints them as one line ``error: ...`` and exits with status 2.
+Everything is validated before the network is touched.
+"""
 
 from __future__ import annotations
 
@@ -12,24 +17,35 @@ from rich.progress import (
     BarColumn,
     DownloadColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TimeRemainingColumn,
-    TransferSpeedColumn,
 )
+from rich.text import Text
 
 from backends import oob
-from sdr.errors import SDRError
+from sdr.errors import ConfigError
 from sdr.units import format_size
-from sdr_cli.file_transfer import TransferOptions, send_file, serve_file
+from sdr_cli.file_transfer import TransferOptions, send_file, serve_file, validate_send
 
 console = Console(stderr=True)
+
+
+class _BinarySpeed(ProgressColumn):
+    """Transfer speed in binary units (MiB/s), like the sizes beside it."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        text = "?" if speed is None else f"{format_size(speed)}/s"
+        return Text(text, style="progress.data.speed")
 
 
 def _bar() -> Progress:
     return Progress(
         "[progress.description]{task.description}",
         BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
+        DownloadColumn(binary_units=True),
+        _BinarySpeed(),
         TimeRemainingColumn(),
         console=console,
     )
@@ -49,24 +65,53 @@ def _json_progress(interval: float = 0.1):  # noqa: ANN202
     return report
 
 
+def _peer(to: str) -> tuple[str, int]:
+    """HOST[:PORT] as (host, port); ConfigError when it does not parse."""
+    host, _, port = to.rpartition(":") if ":" in to else (to, "", "")
+    if not host:
+        raise ConfigError(f"--to must be HOST[:PORT], got {to!r}")
+    if not port:
+        return host, oob.DEFAULT_PORT
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--to port must be in [1, 65535], got {port!r}")
+    return host, int(port)
+
+
+def _rate(nbytes: int, seconds: float) -> str:
+    if seconds <= 0:
+        return "?"
+    per_s = nbytes / seconds
+    return f"{format_size(per_s)}/s, {per_s * 8 / 1e9:.3f} Gbit/s"
+
+
 def send(
     file: str = typer.Argument(..., help="file to send"),
     to: str = typer.Option(..., help="receiver HOST[:PORT] (its out-of-band TCP port)"),
-    scheme: str = typer.Option("auto", help="sr-rto, sr-nack, ec-mds, ec-xor or auto"),
-    config: str = typer.Option(None, help="TOML file with a [reliability] table"),
-    rate: str = typer.Option("1Gbit/s", help="provisioned link rate (pacing)"),
-    rtt: str = typer.Option("25ms", help="round-trip time of the link"),
+    scheme: str = typer.Option(
+        None, help="sr-rto, sr-nack, ec-mds, ec-xor or auto [default: file's, else auto]"
+    ),
+    config: str = typer.Option(
+        None, help="TOML file with a [reliability] table; flags given override it"
+    ),
+    rate: str = typer.Option(
+        None, help="provisioned link rate (pacing) [default: file's link_rate, else 1Gbit/s]"
+    ),
+    rtt: str = typer.Option(None, help="round-trip time of the link [default: file's, else 25ms]"),
     loss: float = typer.Option(1e-3, help="expected packet loss (for auto)"),
     message_size: str = typer.Option("8MiB", help="bytes per reliable message"),
     mtu: str = typer.Option("8192", help="payload bytes per packet"),
-    chunk: str = typer.Option("64KiB", help="bitmap chunk size"),
+    chunk: str = typer.Option(
+        None, help="bitmap chunk size [default: file's chunk_size, else 64KiB]"
+    ),
     channels: int = typer.Option(2, help="channels (QPs) per generation"),
     secret: str = typer.Option(None, envvar="SDR_SECRET", help="shared secret (HMAC set-up)"),
-    timeout: float = typer.Option(300.0, help="give up after this many seconds"),
+    timeout: float = typer.Option(
+        300.0, help="seconds to wait for the receiver, and then for the transfer"
+    ),
     as_json: bool = typer.Option(False, "--json", help="JSON lines on stdout (progress, report)"),
 ) -> None:
     """Send FILE reliably over SDR (software RoCEv2 over UDP) and verify it end to end."""
-    host, _, port = to.partition(":")
+    host, port = _peer(to)
     opts = TransferOptions(
         scheme=scheme,
         config=config,
@@ -80,28 +125,36 @@ def send(
         secret=secret,
         timeout=timeout,
     )
-    try:
-        if as_json:
-            report = send_file(file, host, int(port or oob.DEFAULT_PORT), opts, _json_progress())
-            print(json.dumps({"report": report}), flush=True)
-            return
-        with _bar() as bar:
-            task = bar.add_task(f"send {file}", total=None)
-            report = send_file(
-                file,
-                host,
-                int(port or oob.DEFAULT_PORT),
-                opts,
-                lambda done, total: bar.update(task, completed=done, total=total),
-            )
-    except (SDRError, OSError) as exc:
-        console.print(f"[red]send failed:[/] {exc}")
-        raise typer.Exit(1) from exc
-    rate_bps = report["bytes"] * 8 / report["seconds"] if report["seconds"] else 0
+    validate_send(file, opts)  # before the progress bar and the network
+
+    def waiting() -> None:
+        console.print(
+            f"waiting for a receiver at {host}:{port} (up to {timeout:g} s)...",
+            markup=False,
+            highlight=False,
+        )
+
+    if as_json:
+        report = send_file(file, host, port, opts, _json_progress(), waiting)
+        print(json.dumps({"report": report}), flush=True)
+        return
+    with _bar() as bar:
+        task = bar.add_task(f"send {file}", total=None)
+        report = send_file(
+            file,
+            host,
+            port,
+            opts,
+            lambda done, total: bar.update(task, completed=done, total=total),
+            waiting,
+        )
     console.print(
         f"sent {format_size(report['bytes'])} in {report['seconds']:.3f} s "
-        f"({rate_bps / 1e9:.3f} Gbit/s) with {report['scheme']}; verified SHA-256 "
-        f"{report['sha256'][:16]}...; {format_size(report['wire_bytes'])} on the wire"
+        f"({_rate(report['bytes'], report['seconds'])}) with {report['scheme']}; "
+        f"verified SHA-256 {report['sha256'][:16]}...; "
+        f"{format_size(report['wire_bytes'])} on the wire",
+        markup=False,
+        highlight=False,
     )
 
 
@@ -110,40 +163,51 @@ def recv(
     bind: str = typer.Option("0.0.0.0", help="address to listen on"),
     port: int = typer.Option(oob.DEFAULT_PORT, help="out-of-band TCP port"),
     secret: str = typer.Option(None, envvar="SDR_SECRET", help="shared secret (HMAC set-up)"),
-    timeout: float = typer.Option(300.0, help="give up after this many seconds"),
+    timeout: float = typer.Option(
+        300.0, help="seconds to wait for a sender, and then for the transfer"
+    ),
+    keep_partial: bool = typer.Option(
+        False, help="on failure keep what arrived in OUT.partial (default: remove it)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="JSON lines on stdout (progress, report)"),
 ) -> None:
-    """Receive one file sent with ``sdr send`` and verify it end to end."""
-    try:
-        if as_json:
-            report = serve_file(
-                out,
-                bind,
-                port,
-                secret=secret,
-                timeout=timeout,
-                ready=lambda p: print(json.dumps({"listening": p}), flush=True),
-                progress=_json_progress(),
-            )
-            print(json.dumps({"report": report}), flush=True)
-            return
-        with _bar() as bar:
-            task = bar.add_task(f"recv {out}", total=None)
-            report = serve_file(
-                out,
-                bind,
-                port,
-                secret=secret,
-                timeout=timeout,
-                ready=lambda p: console.print(f"listening on {bind}:{p}"),
-                progress=lambda done, total: bar.update(task, completed=done, total=total),
-            )  # noqa: E501
-    except (SDRError, OSError) as exc:
-        console.print(f"[red]receive failed:[/] {exc}")
-        raise typer.Exit(1) from exc
+    """Receive one file sent with ``sdr send`` and verify it end to end.
+
+    The data lands in OUT.partial, renamed to OUT only after its SHA-256 matched; the
+    reliability settings (scheme, rtt, chunk size ...) come from the sender.
+    """
+    if not 0 <= port < 65536:
+        raise ConfigError(f"--port must be in [0, 65535], got {port}")
+    if as_json:
+        report = serve_file(
+            out,
+            bind,
+            port,
+            secret=secret,
+            timeout=timeout,
+            ready=lambda p: print(json.dumps({"listening": p}), flush=True),
+            progress=_json_progress(),
+            keep_partial=keep_partial,
+        )
+        print(json.dumps({"report": report}), flush=True)
+        return
+    with _bar() as bar:
+        task = bar.add_task(f"recv {out}", total=None)
+        report = serve_file(
+            out,
+            bind,
+            port,
+            secret=secret,
+            timeout=timeout,
+            ready=lambda p: console.print(f"listening on {bind}:{p}", markup=False),
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+            keep_partial=keep_partial,
+        )
     console.print(
         f"received {format_size(report['bytes'])} into {out} with {report['scheme']}; "
-        f"SHA-256 verified {report['sha256'][:16]}..."
+        f"SHA-256 verified {report['sha256'][:16]}...",
+        markup=False,
+        highlight=False,
     )
 
 

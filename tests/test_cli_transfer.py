@@ -1,0 +1,256 @@
+"""``sdr send`` / ``sdr recv`` as a user runs them: the real command in subprocesses.
+
+Covers: a ``--config`` file is honoured (flags given override it), a failed transfer
+never looks finished (verified bytes only, no full-size output, non-zero exit), a vanished
+peer is reported within about a second, no silent waiting, and a wrong secret is named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SDR = str(Path(sys.executable).with_name("sdr"))
+ROOT = Path(__file__).resolve().parents[1]
+SECRET_A = "a" * 16
+SECRET_B = "b" * 16
+
+
+def _env(secret: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "SDR_SECRET"}
+    if secret is not None:
+        env["SDR_SECRET"] = secret
+    return env
+
+
+def _payload(path: Path, size: int) -> Path:
+    path.write_bytes(os.urandom(size))
+    return path
+
+
+def _receiver(out: Path, *args: str, secret: str | None = None) -> tuple[subprocess.Popen, int]:
+    """``sdr recv --json`` on a free loopback port; returns it and its port."""
+    proc = subprocess.Popen(
+        [SDR, "recv", "--out", str(out), "--bind", "127.0.0.1", "--port", "0", "--json", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=_env(secret),
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, proc.communicate(timeout=30)
+    return proc, json.loads(line)["listening"]
+
+
+def _sender(source: Path, port: int, *args: str, secret: str | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [SDR, "send", str(source), "--to", f"127.0.0.1:{port}", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=_env(secret),
+    )
+
+
+def _lines(text: str) -> list[Any]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def _wait_for_progress(proc: subprocess.Popen, deadline_s: float = 60) -> dict[str, int]:
+    """Read --json progress lines until some but not all bytes are verified."""
+    assert proc.stdout is not None
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        assert line, f"exited early: {proc.communicate(timeout=30)}"
+        msg = json.loads(line)
+        if "done" in msg and 0 < msg["done"] < msg["total"]:
+            return msg
+    raise AssertionError("no partial progress seen")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_config_file_is_honoured_and_flags_given_override_it(tmp_path: Path) -> None:
+    toml = tmp_path / "my.toml"
+    toml.write_text(
+        '[reliability]\nscheme = "sr-nack"\nrtt = "100ms"\nalpha = 1.0\n'
+        'chunk_size = "128KiB"\nlink_rate = "10Gbit/s"\n'
+    )
+    source = _payload(tmp_path / "in.bin", 1 << 20)
+    out = tmp_path / "out.bin"
+    receiver, port = _receiver(out, "--timeout", "60")
+    sender = _sender(
+        source, port, "--config", str(toml), "--rtt", "50ms", "--message-size", "512KiB", "--json"
+    )
+    stdout, stderr = sender.communicate(timeout=120)
+    assert sender.returncode == 0, stderr
+    assert receiver.wait(60) == 0, receiver.communicate()
+    config = _lines(stdout)[-1]["report"]["config"]
+    assert config["scheme"] == "sr-nack"
+    assert config["rtt"] == pytest.approx(0.05)  # the flag given wins over the file
+    assert config["alpha"] == 1.0  # the rest comes from the file, not the CLI defaults
+    assert config["chunk_size"] == 128 << 10
+    assert config["link_rate"] == pytest.approx(10e9)
+    assert out.read_bytes() == source.read_bytes()
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_sender_killed_mid_transfer_fails_fast_and_leaves_no_output(
+    tmp_path: Path, keep: bool
+) -> None:
+    source = _payload(tmp_path / "in.bin", 8 << 20)
+    out = tmp_path / "out.bin"
+    extra = ["--keep-partial"] if keep else []
+    receiver, port = _receiver(out, "--timeout", "120", *extra)
+    sender = _sender(
+        source, port, "--scheme", "sr-rto", "--rate", "40Mbit/s", "--rtt", "5ms",
+        "--message-size", "256KiB", "--timeout", "120", "--json",
+    )  # fmt: skip
+    try:
+        _wait_for_progress(receiver)
+        sender.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        stdout, stderr = receiver.communicate(timeout=30)
+        took = time.monotonic() - killed
+    finally:
+        sender.kill()
+        receiver.kill()
+        sender.communicate()
+    assert receiver.returncode == 2, stderr
+    assert took < 5, f"took {took:.1f} s to notice"
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "sender is gone" in last, stderr
+    assert re.search(r"of 8MiB verified", last), last
+    progress = [m for m in _lines(stdout) if "done" in m]
+    assert progress[-1]["done"] < 8 << 20  # the bar never claims what was not verified
+    assert not out.exists()
+    partial = tmp_path / "out.bin.partial"
+    assert partial.exists() == keep
+    if keep:
+        assert "partial data kept in" in last
+
+
+def test_receiver_killed_mid_transfer_fails_fast(tmp_path: Path) -> None:
+    source = _payload(tmp_path / "in.bin", 8 << 20)
+    receiver, port = _receiver(tmp_path / "out.bin", "--timeout", "120")
+    sender = _sender(
+        source, port, "--scheme", "sr-rto", "--rate", "40Mbit/s", "--rtt", "5ms",
+        "--message-size", "256KiB", "--timeout", "120", "--json",
+    )  # fmt: skip
+    try:
+        _wait_for_progress(sender)
+        receiver.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        stdout, stderr = sender.communicate(timeout=30)
+        took = time.monotonic() - killed
+    finally:
+        sender.kill()
+        receiver.kill()
+        receiver.communicate()
+    assert sender.returncode == 2, stderr
+    assert took < 5, f"took {took:.1f} s to notice"
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "receiver is gone" in last, stderr
+    assert "of 8MiB verified" in last
+    assert not (tmp_path / "out.bin").exists()
+
+
+def test_send_without_receiver_honours_timeout_and_says_it_waits(tmp_path: Path) -> None:
+    source = _payload(tmp_path / "in.bin", 4096)
+    start = time.monotonic()
+    result = subprocess.run(
+        [SDR, "send", str(source), "--to", f"127.0.0.1:{_free_port()}", "--timeout", "2",
+         "--scheme", "sr-rto"],
+        capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=60,
+    )  # fmt: skip
+    took = time.monotonic() - start
+    assert result.returncode == 2, result.stderr
+    assert "waiting for a receiver" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: cannot reach")
+    assert took < 2 + 10  # imports on a busy machine, but not a hard-coded 30 s
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--scheme", "bogus"], "'bogus'"),
+        (["--config", "missing.toml"], "cannot read reliability config"),
+        (["--rtt", "fast"], "rtt"),
+        (["--to", "127.0.0.1:notaport"], "port"),
+    ],
+)
+def test_send_validates_before_touching_the_network(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    source = _payload(tmp_path / "in.bin", 4096)
+    to = [] if "--to" in args else ["--to", f"127.0.0.1:{_free_port()}"]
+    result = subprocess.run(
+        [SDR, "send", str(source), *to, *args, "--timeout", "60"],
+        capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "waiting for a receiver" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("send_secret", "recv_secret"), [(SECRET_A, SECRET_B), (SECRET_A, None), (None, SECRET_B)]
+)
+def test_wrong_secret_is_named_on_both_sides(
+    tmp_path: Path, send_secret: str | None, recv_secret: str | None
+) -> None:
+    source = _payload(tmp_path / "in.bin", 64 << 10)
+    out = tmp_path / "out.bin"
+    receiver, port = _receiver(out, "--timeout", "60", secret=recv_secret)
+    sender = _sender(source, port, "--scheme", "sr-rto", "--timeout", "60", secret=send_secret)
+    _, send_err = sender.communicate(timeout=60)
+    _, recv_err = receiver.communicate(timeout=60)
+    for code, err in ((sender.returncode, send_err), (receiver.returncode, recv_err)):
+        assert code == 2, err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("error: shared secret mismatch"), err
+    assert not out.exists()
+
+
+def test_human_output_uses_binary_units_only(tmp_path: Path) -> None:
+    source = _payload(tmp_path / "in.bin", 3 << 20)
+    out = tmp_path / "out.bin"
+    receiver = subprocess.Popen(
+        [SDR, "recv", "--out", str(out), "--bind", "127.0.0.1", "--port", str(_free_port())],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env(),
+    )  # fmt: skip
+    port = int(receiver.args[-1])
+    deadline = time.monotonic() + 60
+    while True:  # the receiver may still be importing: retry while refused
+        sender = subprocess.run(
+            [SDR, "send", str(source), "--to", f"127.0.0.1:{port}", "--scheme", "sr-rto",
+             "--timeout", "1"],
+            capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=60,
+        )  # fmt: skip
+        if "cannot reach" not in sender.stderr or time.monotonic() > deadline:
+            break
+    _, recv_err = receiver.communicate(timeout=60)
+    assert sender.returncode == 0 and receiver.returncode == 0, sender.stderr + recv_err
+    for text in (sender.stderr, recv_err):
+        assert not re.search(r"\d\s?[kMGT]B\b", text), text  # no decimal kB/MB/GB
+    assert "MiB/s" in sender.stderr and "3MiB" in sender.stderr
+    assert out.read_bytes() == source.read_bytes()
