@@ -9,7 +9,7 @@ seeded from ``seeds.py``; crashes are saved as ``crash-*`` files under the work
 directory. The summary (inputs executed, crashes, seconds, exit status per target) is
 rewritten after every target, so a campaign stopped early still records what finished.
 
-An input that takes longer than ``--slow-ms`` (100 ms; wall-clock, confirmed by a second
+An input that takes longer than ``--slow-ms`` (100 ms of CPU time, confirmed by a second
 run, see registry.slow_guard) is a finding like a crash: its ``crash-*`` file is counted
 with the crashes, and ``slow_inputs`` says how many of them were slow. libFuzzer's
 ``-timeout`` (whole seconds, ``--hang-s``) stays as the backstop for an input that never
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         "--slow-ms",
         type=float,
         default=100.0,
-        help="an input slower than this (wall-clock, twice) is a finding (0: no limit)",
+        help="an input slower than this (CPU time, twice) is a finding (0: no limit)",
     )
     parser.add_argument(
         "--hang-s", type=int, default=10, help="libFuzzer -timeout: an input that never returns"
