@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from enum import StrEnum
 from typing import Any
 
@@ -73,6 +75,69 @@ def _jsonable(value: Any) -> Any:
 
 def _emit_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(_jsonable(obj), indent=2) + "\n")
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _quantile_cells(
+    value: float | None, ci: list[float | None] | None, n: int | None
+) -> tuple[str, str]:
+    """Table cells (value, CI) for one quantile, honest about intervals that are open.
+
+    A sampled quantile whose interval has an open bound (too few samples beyond it) is
+    shown as the bound the samples do give (``>= lo``), or ``n/a`` if they give none.
+    """
+    if value is None:
+        return "n/a", ""
+    if ci is None:
+        return format_time(value), ""
+    lo = ci[0] if _finite(ci[0]) else None
+    hi = ci[1] if _finite(ci[1]) else None
+    if lo is not None and hi is not None:
+        return format_time(value), f"{format_time(lo)} .. {format_time(hi)}"
+    note = f"too few samples: n={n}" if n is not None else "too few samples"
+    if lo is not None:
+        return f">= {format_time(lo)}", note
+    if hi is not None:
+        return f"<= {format_time(hi)}", note
+    return "n/a", note
+
+
+def _relative_delta(value: float, best: float) -> str:
+    """``+0.0048%``: how far ``value`` is above ``best``, relative to it."""
+    if best <= 0:
+        return f"+{format_time(value - best)}"
+    return f"{100 * (value - best) / best:+.2g}%"
+
+
+@contextmanager
+def _des_status(samples: int, size_bytes: int, link: Link, scheme: str) -> Iterator[None]:
+    """Tell the user on stderr that a (slow) discrete-event simulation is running.
+
+    A spinner with the elapsed time when stderr is a terminal (removed when done), else one
+    line. stdout stays clean for the table or JSON.
+    """
+    chunks = math.ceil(size_bytes / link.chunk_size)
+    text = f"{scheme}: simulating {samples} writes of {format_size(size_bytes)} x {chunks} chunks"
+    if not err_console.is_terminal:
+        err_console.print(
+            text + " (discrete-event, the real protocol) ...",
+            markup=False,
+            soft_wrap=True,
+            highlight=False,
+        )
+        yield
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+        console=err_console, transient=True,
+    ) as bar:  # fmt: skip
+        bar.add_task(text, total=None)
+        yield
 
 
 def _link(
@@ -153,6 +218,11 @@ def sim(
         spec = SchemeSpec(scheme.value, rto_rtts=rto_rtts, k=k, m=m)
         if samples is None:
             samples = 100 if method == MethodName.des else 10_000
+        status = (
+            _des_status(samples, parse_size(size), link, scheme.value)
+            if method == MethodName.des
+            else nullcontext()
+        )
         if burst is not None or trace is not None:
             if method == MethodName.analytic:
                 raise ConfigError("--burst and --trace need --method montecarlo or des")
@@ -160,22 +230,26 @@ def sim(
             if method == MethodName.des:
                 from simulator.des_estimate import estimate_des
 
-                est = estimate_des(link, parse_size(size), model, spec, samples=samples, seed=seed)
+                with status:
+                    est = estimate_des(
+                        link, parse_size(size), model, spec, samples=samples, seed=seed
+                    )
             else:
                 est = evaluate_loss_model(
                     link, parse_size(size), model, spec, samples=samples, seed=seed
                 )
         else:
-            est = evaluate(
-                link,
-                parse_size(size),
-                drop,
-                spec,
-                drop_unit=drop_unit.value,  # type: ignore[arg-type]
-                method=method.value,  # type: ignore[arg-type]
-                samples=samples,
-                seed=seed,
-            )
+            with status:
+                est = evaluate(
+                    link,
+                    parse_size(size),
+                    drop,
+                    spec,
+                    drop_unit=drop_unit.value,  # type: ignore[arg-type]
+                    method=method.value,  # type: ignore[arg-type]
+                    samples=samples,
+                    seed=seed,
+                )
     except (SDRError, OSError) as exc:
         raise _fail(exc) from None
     out = est.to_dict()
@@ -192,12 +266,30 @@ def sim(
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("95% CI", justify="right")
+    exact = est.quantile_method == "analytic-cdf"
     for key in ("mean", "p50", "p99", "p999"):
         value, ci = out[f"{key}_s"], out.get(f"{key}_ci_s")
-        ci_text = f"{format_time(ci[0])} .. {format_time(ci[1])}" if ci else ""
-        table.add_row(key, format_time(value), ci_text)
+        if exact and key != "mean":
+            table.add_row(key, format_time(value), "exact")
+            continue
+        table.add_row(key, *_quantile_cells(value, ci, est.samples))
+    if not exact and est.analytic_p999_s is not None:
+        # exact for the sampled model itself; for bursts/traces or the real protocol only
+        # the i.i.d. model's value, for comparison
+        if out.get("analytic_is_iid_equivalent"):
+            label, note = "p999, analytic (i.i.d. losses, same rate)", "model"
+        elif est.method == "des":
+            label, note = "p999, analytic model", "model"
+        else:
+            label, note = "p999, exact (analytic)", "exact"
+        table.add_row(label, format_time(est.analytic_p999_s), note)
     table.add_row("ideal", format_time(est.ideal_s), "")
-    table.add_row("slowdown mean / p99.9", f"{est.slowdown_mean:.3f} / {est.slowdown_p999:.3f}", "")
+    slow_p999 = est.slowdown_p999
+    slow_text = "n/a" if slow_p999 is None else f"{slow_p999:.3f}"
+    if not exact and est.p999_ci_s is not None and not _finite(est.p999_ci_s[1]):
+        lo = est.p999_ci_s[0]
+        slow_text = f">= {lo / est.ideal_s:.3f}" if _finite(lo) else "n/a"
+    table.add_row("slowdown mean / p99.9", f"{est.slowdown_mean:.3f} / {slow_text}", "")
     fb = est.fallback_probability
     table.add_row("fallback probability", "-" if fb is None else f"{fb:.3g}", "")
     table.add_row("quantiles from", est.quantile_method, "")
@@ -241,16 +333,33 @@ def select(
     if as_json:
         _emit_json(choice.to_dict())
         return
-    table = Table(title=f"candidates by {objective.value} (best first)")
-    for col in ("scheme", "params", "mean", "p99.9"):
-        table.add_column(col)
-    for row in choice.ranking[:10]:
+    key = "p999_s" if objective == ObjectiveName.p999 else "mean_s"
+    label = "p99.9" if objective == ObjectiveName.p999 else "mean"
+    table = Table(
+        title=f"candidates by {objective.value} (best first)",
+        caption="p99.9 is computed for every row only with --objective p999"
+        if objective == ObjectiveName.mean
+        else None,
+    )
+    for col in ("scheme", "params", "mean", "p99.9", f"{label} vs best"):
+        table.add_column(col, justify="left" if col in ("scheme", "params") else "right")
+    best = choice.ranking[0]
+    for i, row in enumerate(choice.ranking[:10]):
         p999 = row["p999_s"]
+        if i == 0:
+            vs_best = "best"
+        elif row[key] == best[key]:
+            vs_best = "tie"
+            if key != "mean_s":
+                vs_best += f" (mean {_relative_delta(row['mean_s'], best['mean_s'])})"
+        else:
+            vs_best = _relative_delta(row[key], best[key])
         table.add_row(
             row["scheme"],
             ", ".join(f"{k}={v}" for k, v in row["params"].items()),
             format_time(row["mean_s"]),
-            "" if p999 is None else format_time(p999),
+            "-" if p999 is None else format_time(p999),
+            vs_best,
         )
     console.print(table)
 
@@ -384,14 +493,17 @@ def allreduce_sim(
     for col in ("scheme", "mean", "p99.9", "p99.9 95% CI", "bound", "slowdown p99.9"):
         table.add_column(col, justify="right")
     for r in results:
-        lo, hi = r["p999_ci_s"]
+        p999_text, ci_text = _quantile_cells(r["p999_s"], r["p999_ci_s"], samples)
+        slowdown = f"{r['slowdown_p999']:.2f}"
+        if p999_text.startswith(">= "):
+            slowdown = f">= {r['p999_ci_s'][0] / r['ideal_s']:.2f}"
         table.add_row(
             r["scheme"],
             format_time(r["mean_s"]),
-            format_time(r["p999_s"]),
-            f"{format_time(lo)} .. {format_time(hi)}",
+            p999_text,
+            ci_text,
             format_time(r["lower_bound_s"]),
-            f"{r['slowdown_p999']:.2f}",
+            slowdown,
         )
     console.print(table)
 

@@ -2,12 +2,17 @@
 
 Tail quantiles of T_SR are step functions of the number of retransmission rounds, so a
 sampled p99.9 can jump by a whole RTO between seeds. Each sampled quantile therefore comes
-with a distribution-free confidence interval from order statistics: the rank of the true
-q-quantile among ``n`` sorted samples is Binomial(n, q).
+with a distribution-free confidence interval from order statistics, computed by SciPy's
+:func:`scipy.stats.quantile_test` (``confidence_interval``): the rank of the true
+q-quantile among ``n`` sorted samples is Binomial(n, q). Where the samples are too few for
+a bound at the requested confidence (e.g. the upper bound of a p99.9 from fewer than ~3,700
+samples), that bound is *open* and reported as ``-inf`` / ``+inf``, never as the sample
+min or max; :func:`ci_is_open` tests for it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +21,7 @@ from scipy import stats
 
 from sdr.errors import ConfigError
 
-__all__ = ["QUANTILES", "SampleSummary", "quantile_ci", "summarize"]
+__all__ = ["QUANTILES", "SampleSummary", "ci_is_open", "quantile_ci", "summarize"]
 
 #: Quantiles every report carries: name -> level.
 QUANTILES = {"p50": 0.5, "p99": 0.99, "p999": 0.999}
@@ -25,25 +30,35 @@ QUANTILES = {"p50": 0.5, "p99": 0.99, "p999": 0.999}
 def quantile_ci(
     sorted_samples: np.ndarray, q: float, confidence: float = 0.95
 ) -> tuple[float, float]:
-    """Distribution-free ``confidence`` interval for the ``q``-quantile.
+    """Distribution-free two-sided ``confidence`` interval for the ``q``-quantile.
 
-    Uses the order statistics at the Binomial(n, q) ``(1 -/+ confidence) / 2`` ranks; at the
-    edges (too few samples for the tail) the interval is open to the sample min or max.
+    Computed with :func:`scipy.stats.quantile_test` (its ``confidence_interval``), which
+    picks order statistics at Binomial(n, q) ranks. A bound the samples cannot give at this
+    confidence (too few samples beyond the quantile) is open: ``-inf`` for the lower bound,
+    ``+inf`` for the upper one (SciPy reports it as NaN).
     """
-    n = sorted_samples.size
-    if n == 0:
+    x = np.asarray(sorted_samples, dtype=float)
+    if x.size == 0:
         raise ConfigError("cannot compute a confidence interval from no samples")
-    tail = (1.0 - confidence) / 2.0
-    lo_rank = int(stats.binom.ppf(tail, n, q))  # number of samples below the lower bound
-    hi_rank = int(stats.binom.ppf(1.0 - tail, n, q)) + 1
-    lo = sorted_samples[max(lo_rank - 1, 0)]
-    hi = sorted_samples[min(hi_rank - 1, n - 1)]
-    return float(lo), float(hi)
+    ci = stats.quantile_test(x, q=float(x[0]), p=q).confidence_interval(confidence)
+    lo = float(ci.low) if np.isfinite(ci.low) else -math.inf
+    hi = float(ci.high) if np.isfinite(ci.high) else math.inf
+    return lo, hi
+
+
+def ci_is_open(ci: tuple[float, float] | list[float | None] | None) -> bool:
+    """True if either bound of ``ci`` is open (infinite, NaN or ``None`` as in JSON)."""
+    if ci is None:
+        return False
+    return any(b is None or not math.isfinite(b) for b in ci)
 
 
 @dataclass(frozen=True)
 class SampleSummary:
-    """Mean, quantiles and 95% confidence intervals of a set of samples (seconds)."""
+    """Mean, quantiles and 95% confidence intervals of a set of samples (seconds).
+
+    A quantile interval bound that ``count`` samples cannot give is ``-inf`` / ``+inf``.
+    """
 
     count: int
     mean: float

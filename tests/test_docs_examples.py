@@ -6,7 +6,7 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DOCS = ["docs/api.md", "README.md"]
+DOCS = ["docs/api.md", "README.md", "docs/simulator.md"]
 
 
 def python_blocks(path: pathlib.Path) -> list[str]:

@@ -80,3 +80,28 @@ def test_bad_inputs() -> None:
     with pytest.raises(ConfigError, match="K,M"):
         parse_ec("32")
     assert parse_ec("16,4") == (16, 4)
+
+
+def test_select_table_shows_how_far_each_row_is_from_the_best() -> None:
+    """Candidates within 4 significant digits of each other do not all read the same."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    sdr = str(Path(sys.executable).with_name("sdr"))
+    args = ["select", "--size", "8MiB", "--rtt", "25ms", "--drop", "1e-3"]
+    result = subprocess.run([sdr, *args], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "mean vs best" in result.stdout
+    rows = [
+        line
+        for line in result.stdout.splitlines()
+        if line.startswith("│ ec-") or line.startswith("│ sr-")
+    ]
+    assert len(rows) == 10
+    assert rows[0].rstrip(" │").endswith("best")
+    deltas = [row.rstrip(" │").rsplit(" ", 1)[-1] for row in rows[1:]]
+    assert all(d.startswith("+") and d.endswith("%") for d in deltas), deltas
+    assert len(set(deltas)) > 1
+    # rows whose mean is not scored for p99.9 say so instead of leaving a blank
+    assert "only with --objective p999" in result.stdout
