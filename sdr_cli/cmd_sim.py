@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -380,24 +381,38 @@ def sweep(
     alpha: float = ALPHA,
     ec: str = typer.Option("32,8", "--ec", help="EC data,parity chunks per submessage."),
     method: MethodName = typer.Option(MethodName.montecarlo, "--method"),
-    samples: int = typer.Option(1000, "--samples"),
+    samples: int | None = typer.Option(
+        None, "--samples", help="Samples per point (default 1000, 100 with --method des)."
+    ),
     seed: int = typer.Option(0, "--seed"),
     executor: ExecutorName = typer.Option(ExecutorName.local, "--executor"),
     scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler address."),
     workers: int | None = typer.Option(None, "--workers", help="Local worker processes."),
-    out: str = typer.Option("sweep.csv", "--out", help="CSV file to write."),
+    out: str = typer.Option(
+        "sweep.csv", "--out", help="CSV file to write, rows as points finish ('-': stdout)."
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="Keep the rows already in --out; evaluate only the rest."
+    ),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --out."),
     plot: str | None = typer.Option(None, "--plot", help="PNG of Fig-9 style speedup heatmaps."),
 ) -> None:
-    """Sweep sizes x drops x schemes (x distances, bandwidths) and write a CSV."""
+    """Sweep sizes x drops x schemes (x distances, bandwidths) and write a CSV.
+
+    Rows are appended to --out as the points finish, so Ctrl-C (exit 130) or a kill keeps
+    every finished row; run the same command with --resume to evaluate only the rest.
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from simulator.plots import plot_speedup_heatmaps
     from simulator.schemes import parse_ec
-    from simulator.sweep import make_grid, run_sweep, write_csv
+    from simulator.sweep import SweepInterrupted, make_grid, sweep_to_csv
 
     try:
-        if method == MethodName.des:
-            raise ConfigError("method 'des' is not available yet: use analytic or montecarlo")
+        to_stdout = out == "-"
+        _check_sweep_out(out, resume=resume, force=force)
+        if samples is None:
+            samples = 100 if method == MethodName.des else 1000
         if executor == ExecutorName.dask and not scheduler:
             raise ConfigError("--executor dask needs --scheduler tcp://HOST:8786")
         k, m = parse_ec(ec)
@@ -424,15 +439,21 @@ def sweep(
             "[progress.description]{task.description}", *columns, console=err_console
         ) as bar:
             task = bar.add_task("sweep", total=len(points))
-            rows = run_sweep(
-                points,
-                executor=executor.value,
-                workers=workers,
-                scheduler=scheduler,
-                progress=lambda n: bar.advance(task, n),
-            )
-        path = write_csv(rows, out)
-        err_console.print(f"wrote {len(rows)} rows to {path}")
+            try:
+                rows = sweep_to_csv(
+                    points,
+                    sys.stdout if to_stdout else out,
+                    resume=resume,
+                    executor=executor.value,
+                    workers=workers,
+                    scheduler=scheduler,
+                    progress=lambda n: bar.advance(task, n),
+                )
+            except SweepInterrupted as stop:
+                bar.stop()
+                err_console.print(_interrupted_line(stop, to_stdout), markup=False, soft_wrap=True)
+                raise typer.Exit(130) from None
+        err_console.print(f"wrote {len(rows)} rows to {'stdout' if to_stdout else out}")
         if plot:
             first = rows[0]
             same_path = [
@@ -444,6 +465,32 @@ def sweep(
             err_console.print(f"wrote {plot}")
     except SDRError as exc:
         raise _fail(exc) from None
+
+
+def _check_sweep_out(out: str, *, resume: bool, force: bool) -> None:
+    """ConfigError unless writing ``out`` is what was asked: no silent overwrite."""
+    if resume and force:
+        raise ConfigError("--resume and --force exclude each other")
+    if out == "-":
+        if resume:
+            raise ConfigError("--resume needs an --out file, not stdout ('-')")
+        return
+    path = Path(out)
+    if path.is_dir():
+        raise ConfigError(f"--out {out} is a directory")
+    if path.exists() and not (resume or force):
+        raise ConfigError(
+            f"{out} already exists: pass --resume to finish it (skip its points) "
+            "or --force to overwrite it"
+        )
+
+
+def _interrupted_line(stop: Any, to_stdout: bool) -> str:
+    """The one line printed on Ctrl-C: how far the sweep got and how to go on."""
+    done = f"interrupted: {stop.finished} of {stop.total} points finished"
+    if to_stdout:
+        return f"{done} (written to stdout); rerun with --out FILE to be able to --resume"
+    return f"{done} and saved in {stop.path}; run the same command with --resume to finish"
 
 
 def allreduce_sim(
