@@ -217,3 +217,12 @@ def test_pacer_budget_follows_the_rate_limit() -> None:
         assert qp.send_budget(later) == int((leftover + 1e9 * 2**-10) // bits)
     finally:
         t.close()
+
+
+def test_a_port_in_use_says_to_pass_port_zero() -> None:
+    first = UdpTransport(port=0)
+    try:
+        with pytest.raises(sdr.TransportError, match="port=0"):
+            UdpTransport(port=first.port)
+    finally:
+        first.close()

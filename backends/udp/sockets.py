@@ -9,6 +9,7 @@ at these rates shows up as receive-side loss, so buffers are touched once up fro
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 
@@ -83,7 +84,10 @@ def open_udp_socket(
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise TransportError(f"cannot open UDP socket on {host}:{port}: {exc}") from exc
+        hint = ""
+        if exc.errno == errno.EADDRINUSE:
+            hint = "; another process holds it: pass port=0 to take a free port"
+        raise TransportError(f"cannot open UDP socket on {host}:{port}: {exc}{hint}") from exc
     sock.setblocking(False)
     return sock
 
