@@ -51,8 +51,36 @@ def _tidy_help(command: click.Command) -> None:
     for param in command.params:
         if getattr(param, "help", None):
             param.help = _RST_LITERAL.sub(r"'\1'", param.help)  # type: ignore[attr-defined]
+        if param.metavar is None and not getattr(param, "is_flag", False):
+            param.metavar = _metavar(param)
+            if param.param_type_name == "argument":  # typer would add "<str>" after the name
+                param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
     for sub in getattr(command, "commands", {}).values():
         _tidy_help(sub)
+
+
+_METAVARS = (  # (words in the parameter's name, what its value is), first match wins
+    (("rate", "bandwidth"), "RATE"),
+    (("rtt", "timeout", "delay", "duration", "interval", "jitter", "time"), "TIME"),
+    (("size", "mtu", "chunk", "bytes"), "SIZE"),
+    (("distance",), "DISTANCE"),
+    (("loss", "drop"), "PROB"),
+    (("to", "host", "bind", "connect", "listen"), "HOST[:PORT]"),
+    (("port",), "PORT"),
+    (("out", "config", "file", "path", "plot", "json", "csv", "figure", "trace"), "PATH"),
+)
+
+
+def _metavar(param: click.Parameter) -> str:
+    """A metavar that says what the value is (RATE, TIME, SIZE ...), not its Python type."""
+    if param.param_type_name == "argument":
+        return (param.name or "value").upper()
+    words = set((param.name or "").lower().split("_"))
+    for keys, metavar in _METAVARS:
+        if words & set(keys):
+            return metavar
+    kind = getattr(getattr(param, "type", None), "name", "")
+    return {"integer": "N", "float": "NUMBER", "choice": "CHOICE"}.get(kind, "VALUE")
 
 
 class SDRGroup(TyperGroup):

@@ -65,3 +65,5 @@ def test_help_has_no_bool_metavar_nor_rst(path: list[str]) -> None:
     assert result.returncode == 0, result.stderr
     assert "<bool>" not in result.stdout
     assert "``" not in result.stdout
+    for python_type in ("<str>", "<int>", "<float>", "<path>"):  # say what a value is
+        assert python_type not in result.stdout, python_type
