@@ -53,8 +53,8 @@ def _candidates(k: int, m: int) -> list[Any]:
 
 
 def _setup(args: argparse.Namespace, peer: str) -> tuple[Any, Any, Any]:
-    from backends import oob
-    from backends.udp import UdpTransport
+    from sdr.backends import oob
+    from sdr.backends.udp import UdpTransport
     from sdr.reliability import ReliableQP
 
     size = parse_size(args.size)
@@ -99,7 +99,7 @@ def _reliability(args: argparse.Namespace, scheme: str, sender: bool) -> tuple[A
         return config, None
     selector = None
     if sender:
-        from simulator.adaptive_select import analytic_selector
+        from sdr.simulator.adaptive_select import analytic_selector
 
         selector = analytic_selector(
             link_rate=args.rate, rtt=args.rtt, mtu=8192, chunk_size=args.chunk
@@ -135,7 +135,7 @@ def _payload(size: int) -> np.ndarray:
 
 def role_send(args: argparse.Namespace) -> None:
     """Write the messages, report the total and per-message times as one JSON line."""
-    from backends import oob
+    from sdr.backends import oob
     from sdr.reliability.handles import drive
 
     ctx, rqp, sock = _setup(args, args.peer)
@@ -176,7 +176,7 @@ def role_send(args: argparse.Namespace) -> None:
 
 def role_recv(args: argparse.Namespace) -> None:
     """Post the receives into a ring of buffers; check every message's bytes."""
-    from backends import oob
+    from sdr.backends import oob
     from sdr.reliability.handles import drive
 
     ctx, rqp, sock = _setup(args, args.peer)
@@ -209,7 +209,7 @@ def role_recv(args: argparse.Namespace) -> None:
 
 
 def _schedule(args: argparse.Namespace) -> Any:
-    from simulator.loss import Bernoulli, Schedule
+    from sdr.simulator.loss import Bernoulli, Schedule
 
     phases = [x.split(":") for x in args.phases.split(",")]
     if args.phase_unit == "seconds":  # one packet per phase: the driver picks it by time
@@ -220,7 +220,7 @@ def _schedule(args: argparse.Namespace) -> Any:
 def run_inproc(scheme: str, args: argparse.Namespace) -> dict[str, Any]:
     """The same run over the in-process wire with a simulated clock: the real protocol
     code, the modelled link's times, independent of this machine's load."""
-    from backends.inproc import InprocNetwork, InprocTransport, ManualClock
+    from sdr.backends.inproc import InprocNetwork, InprocTransport, ManualClock
     from sdr.reliability import ReliableQP, drive
     from sdr.units import parse_time
 
@@ -296,7 +296,7 @@ def run_one(scheme: str, args: argparse.Namespace) -> dict[str, Any]:
     """One transfer of every message with ``scheme`` over a fresh link."""
     if args.link == "inproc":
         return run_inproc(scheme, args)
-    from backends.wan import LinkSpec, TunLink, netns_exec
+    from sdr.backends.wan import LinkSpec, TunLink, netns_exec
 
     spec = LinkSpec(rate=args.rate, rtt=args.rtt, loss=_schedule(args), seed=args.seed)
 

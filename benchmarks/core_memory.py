@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 import sdr
-from backends.inproc import InprocNetwork
+from sdr.backends.inproc import InprocNetwork
 from sdr.units import format_size
 
 

@@ -26,11 +26,11 @@ import simpy
 from rich.console import Console
 from rich.table import Table
 
-from simulator.des import DesOptions, packet_loss, simulate_writes
-from simulator.des_paired import expected_protocol_difference, paired_model_time
-from simulator.evaluate import evaluate
-from simulator.link import Link
-from simulator.schemes import SchemeSpec
+from sdr.simulator.des import DesOptions, packet_loss, simulate_writes
+from sdr.simulator.des_paired import expected_protocol_difference, paired_model_time
+from sdr.simulator.evaluate import evaluate
+from sdr.simulator.link import Link
+from sdr.simulator.schemes import SchemeSpec
 
 MIB = 1 << 20
 RTT = 0.025

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backends.shm.bootstrap import TcpBootstrap, free_port  # noqa: E402
+from sdr.backends.shm.bootstrap import TcpBootstrap, free_port  # noqa: E402
 from sdr.collectives import select_algorithm  # noqa: E402
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
@@ -111,7 +111,7 @@ def worker(  # noqa: PLR0913
     import torch
     import torch.distributed as dist
 
-    from backends.gpu.communicator import GpuCommunicator
+    from sdr.backends.gpu.communicator import GpuCommunicator
 
     torch.cuda.set_device(rank)
     cp.cuda.Device(rank).use()

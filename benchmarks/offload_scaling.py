@@ -37,8 +37,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import sdr  # noqa: E402
-from backends.offload import OffloadTransport  # noqa: E402
-from backends.offload.wire import encode_header  # noqa: E402
+from sdr.backends.offload import OffloadTransport  # noqa: E402
+from sdr.backends.offload.wire import encode_header  # noqa: E402
 
 PAPER_MPPS = {4: 11.6, 8: 22.9, 16: 42.9, 32: 70.5}
 
@@ -134,8 +134,8 @@ def engine_cost(attr: sdr.QPAttr, length: int, repeat: int = 300) -> float:
 
     The minimum is robust against other processes on a shared machine, unlike the rates.
     """
-    from backends.offload.engine import ChannelEngine
-    from backends.offload.shared_state import QPShared, layout_for
+    from sdr.backends.offload.engine import ChannelEngine
+    from sdr.backends.offload.shared_state import QPShared, layout_for
 
     one = attr.replace(channels=1)
     lay = layout_for(one)

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 import sdr
-from backends.inproc import InprocNetwork, InprocTransport, ManualClock
+from sdr.backends.inproc import InprocNetwork, InprocTransport, ManualClock
 from sdr.reliability import ReliableQP, drive, wait_all
 from sdr.units import parse_rate, parse_size, parse_time
 

@@ -25,12 +25,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from sdr.simulator.analytic import retry_cost_s
+from sdr.simulator.link import Link
+from sdr.simulator.montecarlo import sample_scheme
+from sdr.simulator.schemes import SchemeSpec
+from sdr.simulator.sweep import make_grid, run_sweep
 from sdr.units import parse_size
-from simulator.analytic import retry_cost_s
-from simulator.link import Link
-from simulator.montecarlo import sample_scheme
-from simulator.schemes import SchemeSpec
-from simulator.sweep import make_grid, run_sweep
 
 SIZES = [2**e for e in range(17, 34)]
 DROPS = [1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1]

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 import sdr
-from backends.udp import UdpTransport
-from backends.udp.roce import HEADER_SIZE, ICRC_SIZE
+from sdr.backends.udp import UdpTransport
+from sdr.backends.udp.roce import HEADER_SIZE, ICRC_SIZE
 
 MESSAGE = 16 << 20
 MESSAGES = 8

@@ -26,8 +26,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import sdr  # noqa: E402
-from backends.udp import UdpTransport  # noqa: E402
-from backends.udp.roce import encode_packet  # noqa: E402
+from sdr.backends.udp import UdpTransport  # noqa: E402
+from sdr.backends.udp.roce import encode_packet  # noqa: E402
 
 
 def _rig(mtu: int, peer: tuple[str, int]):  # noqa: ANN202

@@ -21,7 +21,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from backends.wan import LinkSpec, TunLink, can_use_namespaces, netns_exec
+from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces, netns_exec
 
 
 def run(size: int, seconds: float, rate: str, rtt: str, offered: str) -> dict[str, float]:

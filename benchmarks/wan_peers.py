@@ -26,12 +26,12 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from backends.wan import LinkSpec, TunLink, can_use_namespaces
 from benchmarks.peers.runner import run_pair
+from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces
+from sdr.cli.demo_report import predict
+from sdr.cli.wan_transfer import make_payload, transfer_over_link
+from sdr.simulator.link import Link
 from sdr.units import format_size, parse_rate, parse_size, parse_time
-from sdr_cli.demo_report import predict
-from sdr_cli.wan_transfer import make_payload, transfer_over_link
-from simulator.link import Link
 
 PEERS = ("tcp-cubic", "tcp-bbr", "quic")
 SDR = ("sr-rto", "sr-nack", "ec-mds", "ec-xor", "auto")

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.hierarchical.local_job import run_ranks
+from sdr.backends.hierarchical.local_job import run_ranks
 
 __all__ = ["TrainSpec", "run_job", "train_single_site"]
 
@@ -94,8 +94,8 @@ def _train_rank(spec: TrainSpec, rank: int, job: dict[str, Any]) -> dict[str, An
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from backends.hierarchical import connect
-    from backends.hierarchical.ddp_hook import register_sdr_hook
+    from sdr.backends.hierarchical import connect
+    from sdr.backends.hierarchical.ddp_hook import register_sdr_hook
 
     torch.set_num_threads(1)
     world, local = job["world"], job["local_size"]

@@ -1,7 +1,7 @@
 """Fig 9: speedup of erasure coding over Selective Repeat (mean and p99.9), by size and drop.
 
 Monte Carlo (1000 samples per point, as the paper validates) over the whole grid with
-``simulator.sweep`` on local processes; every row also carries the exact analytic mean and
+``sdr.simulator.sweep`` on local processes; every row also carries the exact analytic mean and
 p99.9, so the CSV shows sampling error beside the value.
 
     .venv/bin/python experiments/fig09_ec_vs_sr.py --out out/figures
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from figure_common import DROPS, QUICK_DROPS, QUICK_SIZES, SCHEMES, SIZES, parser, setup
 
-from simulator.plots import plot_speedup_heatmaps, speedup_grid
-from simulator.sweep import make_grid, run_sweep, write_csv
+from sdr.simulator.plots import plot_speedup_heatmaps, speedup_grid
+from sdr.simulator.sweep import make_grid, run_sweep, write_csv
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

@@ -13,9 +13,9 @@ import math
 import matplotlib.pyplot as plt
 from figure_common import parser, save, setup, write_rows
 
-from simulator import analytic
-from simulator.link import Link
-from simulator.schemes import SchemeSpec
+from sdr.simulator import analytic
+from sdr.simulator.link import Link
+from sdr.simulator.schemes import SchemeSpec
 
 DISTANCES_KM = [375, 1000, 3750, 10000]
 BANDWIDTHS = [100e9, 400e9, 800e9]

@@ -11,8 +11,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from figure_common import PAPER_LINK, parser, save, setup, write_rows
 
-from simulator.collective import simulate_ring_allreduce
-from simulator.schemes import SchemeSpec
+from sdr.simulator.collective import simulate_ring_allreduce
+from sdr.simulator.schemes import SchemeSpec
 
 DCS = [2, 4, 6, 8]
 FIG_DROPS = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2]

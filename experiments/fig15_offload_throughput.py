@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from figure_common import parser, save, setup, write_rows
 
-from simulator.offload import PAPER_FIG16, OffloadModel
+from sdr.simulator.offload import PAPER_FIG16, OffloadModel
 
 THREADS = np.arange(1, 65)
 SIZES = np.array([2**e for e in range(12, 25)])  # 4 KiB .. 16 MiB

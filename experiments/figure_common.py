@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from simulator.link import Link  # noqa: E402
+from sdr.simulator.link import Link  # noqa: E402
 
 #: 400 Gbit/s over 3750 km (25 ms RTT), 64 KiB chunks of 4 KiB packets, alpha = 2.
 PAPER_LINK = Link.from_distance(3.75e6, 400e9)
@@ -66,8 +66,8 @@ def analytic_rows(
     link: Link, sizes: Sequence[int], drops: Sequence[float], schemes: Sequence[str]
 ) -> list[dict[str, Any]]:
     """Exact analytic mean and p99.9 for every (scheme, size, drop)."""
-    from simulator.evaluate import evaluate
-    from simulator.schemes import SchemeSpec
+    from sdr.simulator.evaluate import evaluate
+    from sdr.simulator.schemes import SchemeSpec
 
     rows = []
     for scheme in schemes:

@@ -10,7 +10,7 @@ namespaces, so for 3-4 datacenters the relay is the emulator that composes into 
 
 For every scheme and datacenter count it reports the measured completion time of the
 allreduce (mean and p90 over repetitions, slowest rank) next to the simulator's ring
-model (:func:`simulator.collective.simulate_ring_allreduce`: 2N-2 dependent stages,
+model (:func:`sdr.simulator.collective.simulate_ring_allreduce`: 2N-2 dependent stages,
 Monte Carlo per-stage write times for the same link, size, drop rate and scheme), and
 writes a table, JSON and a chart.
 """
@@ -33,15 +33,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backends.hierarchical import PortExecutor, SdrLinkOptions, SdrLinks  # noqa: E402
-from backends.hierarchical.local_job import run_ranks  # noqa: E402
-from backends.shm import TcpBootstrap, free_port  # noqa: E402
-from backends.wan import LinkSpec, RelayLink  # noqa: E402
+from sdr.backends.hierarchical import PortExecutor, SdrLinkOptions, SdrLinks  # noqa: E402
+from sdr.backends.hierarchical.local_job import run_ranks  # noqa: E402
+from sdr.backends.shm import TcpBootstrap, free_port  # noqa: E402
+from sdr.backends.wan import LinkSpec, RelayLink  # noqa: E402
 from sdr.collectives.port_plans import build_port_plan  # noqa: E402
+from sdr.simulator.collective import simulate_ring_allreduce  # noqa: E402
+from sdr.simulator.link import Link  # noqa: E402
+from sdr.simulator.schemes import SchemeSpec  # noqa: E402
 from sdr.units import parse_rate, parse_size, parse_time  # noqa: E402
-from simulator.collective import simulate_ring_allreduce  # noqa: E402
-from simulator.link import Link  # noqa: E402
-from simulator.schemes import SchemeSpec  # noqa: E402
 
 HOST = "127.0.0.1"
 MTU = 8192

@@ -34,10 +34,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backends.hierarchical import SdrLinkOptions  # noqa: E402
-from backends.shm import free_port  # noqa: E402
-from backends.wan import LinkSpec, TunLink, can_use_namespaces  # noqa: E402
 from experiments.dc_training import TrainSpec, run_job, train_single_site  # noqa: E402
+from sdr.backends.hierarchical import SdrLinkOptions  # noqa: E402
+from sdr.backends.shm import free_port  # noqa: E402
+from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces  # noqa: E402
 
 SCHEMES = ["sr-rto", "sr-nack", "ec-mds", "ec-xor", "auto"]
 

@@ -1,8 +1,8 @@
 """Models of long-haul links and reliability schemes: analytic, Monte Carlo, selection.
 
 Imports the core :mod:`sdr` package only (never ``backends`` or the CLI). The main entry
-points are :class:`~simulator.link.Link`, :func:`~simulator.evaluate.evaluate` and
-:func:`~simulator.select.select_scheme`. They load on first use (PEP 562), so that code
+points are :class:`~sdr.simulator.link.Link`, :func:`~sdr.simulator.evaluate.evaluate` and
+:func:`~sdr.simulator.select.select_scheme`. They load on first use (PEP 562), so that code
 needing only the link or loss models (the WAN emulator) does not pay for SciPy.
 """
 
@@ -12,15 +12,15 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Estimate": "simulator.evaluate",
-    "evaluate": "simulator.evaluate",
-    "FIBRE_PROPAGATION_SPEED": "simulator.link",
-    "PAPER_PROPAGATION_SPEED": "simulator.link",
-    "Link": "simulator.link",
-    "SCHEMES": "simulator.schemes",
-    "SchemeSpec": "simulator.schemes",
-    "Selection": "simulator.select",
-    "select_scheme": "simulator.select",
+    "Estimate": "sdr.simulator.evaluate",
+    "evaluate": "sdr.simulator.evaluate",
+    "FIBRE_PROPAGATION_SPEED": "sdr.simulator.link",
+    "PAPER_PROPAGATION_SPEED": "sdr.simulator.link",
+    "Link": "sdr.simulator.link",
+    "SCHEMES": "sdr.simulator.schemes",
+    "SchemeSpec": "sdr.simulator.schemes",
+    "Selection": "sdr.simulator.select",
+    "select_scheme": "sdr.simulator.select",
 }
 
 __all__ = sorted(_EXPORTS)

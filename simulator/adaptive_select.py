@@ -7,7 +7,7 @@ the selector here and hands it to :class:`sdr.adaptive.AdaptivePolicy`::
     rqp = ReliableQP(qp, config, adaptive=AdaptivePolicy(selector))
 
 Each evaluation scores every candidate with the exact analytic mean (the paper's models,
-:mod:`simulator.analytic`) on a :class:`~simulator.link.Link` built from the estimate:
+:mod:`sdr.simulator.analytic`) on a :class:`~sdr.simulator.link.Link` built from the estimate:
 its RTT (else the configured one), its delivery rate capped by the configured rate (a
 paced sender never delivers faster than its pacing), and the per-packet drop rate implied
 by the per-chunk estimate. The models assume independent losses; with bursty losses
@@ -26,10 +26,10 @@ import math
 from collections.abc import Mapping, Sequence
 
 from sdr.adaptive import Candidate, LinkEstimate, Selector
+from sdr.simulator import analytic
+from sdr.simulator.link import Link
+from sdr.simulator.schemes import SchemeSpec
 from sdr.units import parse_rate, parse_size, parse_time
-from simulator import analytic
-from simulator.link import Link
-from simulator.schemes import SchemeSpec
 
 __all__ = ["analytic_selector"]
 

@@ -1,9 +1,9 @@
 """Analytic completion times of SR and EC writes: means, exact CDFs and quantiles.
 
 All functions take a per-CHUNK i.i.d. loss probability ``p`` (convert a per-packet rate
-with :meth:`simulator.link.Link.chunk_drop`).
+with :meth:`sdr.simulator.link.Link.chunk_drop`).
 
-SR: ``T_SR = max_i X_i + RTT`` (see :mod:`simulator.sr_model`).
+SR: ``T_SR = max_i X_i + RTT`` (see :mod:`sdr.simulator.sr_model`).
 
 EC: all ``M + ceil(M/R)`` data and parity chunks are injected back to back (``base``). If
 every submessage decodes the write completes at ``base + RTT``. Otherwise the receiver's
@@ -20,10 +20,10 @@ import math
 
 import numpy as np
 
-from simulator.ec_model import ECLayout, retransmit_distribution
-from simulator.link import Link
-from simulator.schemes import SchemeSpec
-from simulator.sr_model import (
+from sdr.simulator.ec_model import ECLayout, retransmit_distribution
+from sdr.simulator.link import Link
+from sdr.simulator.schemes import SchemeSpec
+from sdr.simulator.sr_model import (
     level_weights,
     max_delay_cdf,
     max_delay_mean,

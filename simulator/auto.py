@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from sdr.errors import ConfigError
 from sdr.reliability.config import ReliabilityConfig
-from simulator.link import DropUnit, Link
-from simulator.select import Objective, Selection, select_scheme
+from sdr.simulator.link import DropUnit, Link
+from sdr.simulator.select import Objective, Selection, select_scheme
 
 __all__ = ["resolve_auto", "AUTO"]
 

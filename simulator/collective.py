@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from sdr.errors import ConfigError
-from simulator import analytic
-from simulator.link import DropUnit, Link
-from simulator.montecarlo import sample_scheme
-from simulator.schemes import SchemeSpec
-from simulator.stats import SampleSummary, summarize
+from sdr.simulator import analytic
+from sdr.simulator.link import DropUnit, Link
+from sdr.simulator.montecarlo import sample_scheme
+from sdr.simulator.schemes import SchemeSpec
+from sdr.simulator.stats import SampleSummary, summarize
 
 __all__ = ["RingResult", "ring_stage_size", "ring_completion", "simulate_ring_allreduce"]
 

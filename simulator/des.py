@@ -1,13 +1,13 @@
 """Discrete-event simulation of the real SDR protocol code over a modelled link (simpy).
 
 Where the analytic model and Monte Carlo sample a formula, this runs the SDK itself: an
-``sdr.Context`` per host on a simulated transport (:mod:`simulator.des_transport`), the
+``sdr.Context`` per host on a simulated transport (:mod:`sdr.simulator.des_transport`), the
 real :class:`sdr.reliability.ReliableQP` and scheme state machines on top, driven by simpy
-processes on simulated time (:mod:`simulator.des_driver`). The link
-(:mod:`simulator.des_link`) serializes packets at the line rate through a drop-tail switch
+processes on simulated time (:mod:`sdr.simulator.des_driver`). The link
+(:mod:`sdr.simulator.des_link`) serializes packets at the line rate through a drop-tail switch
 queue, delays them by the propagation time, drops them with any loss model (Bernoulli,
 Gilbert-Elliott bursts, traces; data and control path separately) and can reorder them.
-EC encoding can take simulated time (:mod:`simulator.des_encode`).
+EC encoding can take simulated time (:mod:`sdr.simulator.des_encode`).
 
 A sample is one write: the receiver posts its receive, its CTS reaches the sender, the
 sender writes; the sample's time runs from ``write()`` to the sender's completion (the
@@ -27,13 +27,13 @@ import numpy as np
 import sdr
 from sdr.errors import ConfigError
 from sdr.reliability import ReliabilityConfig, ReliableQP
-from simulator.des_driver import DesHost, DesSim
-from simulator.des_encode import with_encode_time
-from simulator.des_link import PathImpairments
-from simulator.des_losslog import LossLog
-from simulator.link import DropUnit, Link
-from simulator.loss import Bernoulli, LossModel
-from simulator.schemes import SchemeSpec
+from sdr.simulator.des_driver import DesHost, DesSim
+from sdr.simulator.des_encode import with_encode_time
+from sdr.simulator.des_link import PathImpairments
+from sdr.simulator.des_losslog import LossLog
+from sdr.simulator.link import DropUnit, Link
+from sdr.simulator.loss import Bernoulli, LossModel
+from sdr.simulator.schemes import SchemeSpec
 
 __all__ = [
     "DesOptions",

@@ -20,9 +20,9 @@ import simpy
 import sdr
 from sdr.errors import SDRError
 from sdr.reliability import ReliableQP
-from simulator.des_link import PathImpairments
-from simulator.des_transport import DesFabric, DesTransport
-from simulator.link import Link
+from sdr.simulator.des_link import PathImpairments
+from sdr.simulator.des_transport import DesFabric, DesTransport
+from sdr.simulator.link import Link
 
 __all__ = ["CountingEnvironment", "DesHost", "DesSim"]
 

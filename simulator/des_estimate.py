@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 
 from sdr.errors import ConfigError
-from simulator import analytic
-from simulator.des import DesOptions, simulate_writes
-from simulator.evaluate import Estimate
-from simulator.link import Link
-from simulator.loss import Bernoulli, LossModel
-from simulator.schemes import SchemeSpec
-from simulator.stats import summarize
+from sdr.simulator import analytic
+from sdr.simulator.des import DesOptions, simulate_writes
+from sdr.simulator.evaluate import Estimate
+from sdr.simulator.link import Link
+from sdr.simulator.loss import Bernoulli, LossModel
+from sdr.simulator.schemes import SchemeSpec
+from sdr.simulator.stats import summarize
 
 __all__ = ["estimate_des"]
 

@@ -3,7 +3,7 @@
 One :class:`LinkDirection` carries packets from one site to the other: every host NIC at
 that site feeds one bottleneck switch queue (drop-tail, ``buffer_bytes``) that serializes
 at the link rate; a packet then crosses the link in ``one_way_delay_s``, may be lost (a
-loss model from :mod:`simulator.loss`, drawn once per packet; data and control packets
+loss model from :mod:`sdr.simulator.loss`, drawn once per packet; data and control packets
 have separate models, so the ACK path can be lossy on its own) and may be held back by up
 to ``reorder_delay_s`` (reordering).
 
@@ -24,8 +24,8 @@ import numpy as np
 import simpy
 
 from sdr.errors import ConfigError
-from simulator.link import Link
-from simulator.loss import Bernoulli, LossModel
+from sdr.simulator.link import Link
+from sdr.simulator.loss import Bernoulli, LossModel
 
 __all__ = ["PathImpairments", "Nic", "LinkDirection", "DirectionStats"]
 

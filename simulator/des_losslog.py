@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sdr.simulator.des_transport import DesQP
 from sdr.transport import MemoryRegion, WriteBatch
-from simulator.des_transport import DesQP
 
 __all__ = ["LossLog"]
 

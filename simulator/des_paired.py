@@ -3,12 +3,12 @@
 Sampling noise swamps small timing differences: an SR write's time jumps by a whole RTO
 with each retransmission round, so comparing a few hundred simulated means with the
 model's mean says little below ~5%. Given the lost transmissions of every chunk of a
-simulated write (:class:`simulator.des_losslog.LossLog`), the model's time of *that*
+simulated write (:class:`sdr.simulator.des_losslog.LossLog`), the model's time of *that*
 write is a number, and ``simulated - model`` has almost no variance. Its mean is the
 protocol's timing difference from the model; adding it to the exact or Monte Carlo mean
 is a control-variate estimate of the simulated mean.
 
-``protocol=False`` is the paper's model (:mod:`simulator.analytic`) itself;
+``protocol=False`` is the paper's model (:mod:`sdr.simulator.analytic`) itself;
 ``protocol=True`` adds what the real protocol does differently (see docs/simulator.md):
 
 * a chunk is complete once every packet arrived, over any number of transmissions (the
@@ -28,8 +28,8 @@ from __future__ import annotations
 import numpy as np
 
 from sdr.errors import ConfigError
-from simulator.link import Link
-from simulator.schemes import SchemeSpec
+from sdr.simulator.link import Link
+from sdr.simulator.schemes import SchemeSpec
 
 __all__ = ["expected_protocol_difference", "paired_model_time"]
 
@@ -46,7 +46,7 @@ def paired_model_time(
     """The model's completion time of one write with these lost transmissions per chunk.
 
     EC writes that needed the SR fallback give NaN (their repair time depends on more
-    than the loss counts); MDS and XOR recovery rules are those of :mod:`simulator.ec_model`.
+    than the loss counts); MDS and XOR recovery rules are those of :mod:`sdr.simulator.ec_model`.
     """
     z = np.asarray(data_losses, dtype=np.int64)
     n = link.num_chunks(size_bytes)

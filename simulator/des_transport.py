@@ -11,7 +11,7 @@ at placement when ``copy_payload`` is set (the whole stack, checksums included, 
 runs on real data); otherwise only the bitmaps move, which is enough for timing when the
 buffers hold identical bytes (e.g. zeros).
 
-The owner of the transport (a :class:`simulator.des_driver.DesHost`) is told, through
+The owner of the transport (a :class:`sdr.simulator.des_driver.DesHost`) is told, through
 ``on_wake``, when something it must react to lands: every control message, the packet
 that ends a chunk (or a posted batch, or that was reordered). Packets in between are
 picked up with it, so a receiver sees a chunk's bit when its last packet arrives.
@@ -30,6 +30,8 @@ import simpy
 from sdr.config import QPAttr
 from sdr.errors import ConfigError, ProtocolError, TransportError
 from sdr.key_table import DISCARD_REASONS, KeyTable, KeyTableBindings, Placement
+from sdr.simulator.des_link import LinkDirection, Nic, PathImpairments
+from sdr.simulator.link import Link
 from sdr.transport import (
     MAX_CONTROL_SIZE,
     CompletionBatch,
@@ -39,8 +41,6 @@ from sdr.transport import (
     WriteBatch,
     as_byte_view,
 )
-from simulator.des_link import LinkDirection, Nic, PathImpairments
-from simulator.link import Link
 
 __all__ = ["DesFabric", "DesTransport", "DesQP"]
 

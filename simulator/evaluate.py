@@ -3,7 +3,7 @@
 ``analytic`` gives the exact mean and quantiles under the i.i.d. chunk-loss model (the
 product CDF); ``montecarlo`` samples it and adds 95% confidence intervals to every
 quantile (and still reports the exact p99.9 beside the sampled one); ``des`` runs the
-real protocol code in a discrete-event simulation (:mod:`simulator.des`).
+real protocol code in a discrete-event simulation (:mod:`sdr.simulator.des`).
 :func:`evaluate_loss_model` samples packet by packet under any loss model (bursts, traces).
 """
 
@@ -16,13 +16,13 @@ from typing import Any, Literal
 import numpy as np
 
 from sdr.errors import ConfigError
-from simulator import analytic
-from simulator.link import DropUnit, Link
-from simulator.loss import LossModel
-from simulator.montecarlo import sample_scheme
-from simulator.montecarlo_trace import sample_ec_trace, sample_sr_trace
-from simulator.schemes import SchemeSpec
-from simulator.stats import QUANTILES, summarize
+from sdr.simulator import analytic
+from sdr.simulator.link import DropUnit, Link
+from sdr.simulator.loss import LossModel
+from sdr.simulator.montecarlo import sample_scheme
+from sdr.simulator.montecarlo_trace import sample_ec_trace, sample_sr_trace
+from sdr.simulator.schemes import SchemeSpec
+from sdr.simulator.stats import QUANTILES, summarize
 
 __all__ = ["Method", "Estimate", "evaluate", "evaluate_loss_model"]
 
@@ -104,7 +104,7 @@ def evaluate(
         drop: loss probability per ``drop_unit`` (``"chunk"``, the paper's model, or
             ``"packet"``, converted with ``1 - (1 - p)^N``).
         method: ``"analytic"``, ``"montecarlo"`` or ``"des"`` (simulated writes of the
-            real protocol, :func:`simulator.des_estimate.estimate_des`; ~0.1 s per 64
+            real protocol, :func:`sdr.simulator.des_estimate.estimate_des`; ~0.1 s per 64
             chunks written, so use hundreds of samples, not the Monte Carlo default).
         samples, seed: sample count and seed (ignored by ``analytic``).
     """
@@ -124,8 +124,8 @@ def evaluate(
         mean_bound_s=bound,
     )
     if method == "des":
-        from simulator.des import packet_loss
-        from simulator.des_estimate import estimate_des
+        from sdr.simulator.des import packet_loss
+        from sdr.simulator.des_estimate import estimate_des
 
         loss = packet_loss(link, drop, drop_unit)
         return estimate_des(link, size_bytes, loss, spec, samples=samples, seed=seed)
@@ -177,7 +177,7 @@ def evaluate_loss_model(
 ) -> Estimate:
     """Monte Carlo completion time under any packet loss model (bursts, traces).
 
-    Draws every packet (:mod:`simulator.montecarlo_trace`), so it is slow for large writes.
+    Draws every packet (:mod:`sdr.simulator.montecarlo_trace`), so it is slow for large writes.
     ``analytic_*`` fields give the i.i.d. link with the same long-run packet loss rate, for
     comparison (``extra["analytic_is_iid_equivalent"]``); ``fallback_probability`` is the
     sampled fraction of EC writes that needed the SR fallback.

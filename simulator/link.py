@@ -5,7 +5,7 @@ the analytic models, the Monte Carlo samplers, the scheme selector and (later) t
 discrete-event simulator and the WAN emulator, so "the link" is defined once. The chunk-level
 models use ``t_inj_s`` and ``rtt_s``; a packet-level user (a simpy process in
 ``simulator/des.py``, the emulator) uses ``serialization_s``, ``one_way_delay_s``,
-``buffer_bytes`` and a loss model from :mod:`simulator.loss` called once per packet.
+``buffer_bytes`` and a loss model from :mod:`sdr.simulator.loss` called once per packet.
 
 Units are the SDK's internal ones: bytes, bits per second, seconds, metres.
 """

@@ -8,7 +8,7 @@ probability ``p^(level+1)``; by memorylessness its extra losses are again geomet
 sample then costs a handful of draws, vectorized across samples, and the result has exactly
 the model's distribution (checked against a per-chunk sampler in the tests).
 
-For correlated losses (Gilbert-Elliott, traces) see :mod:`simulator.montecarlo_trace`.
+For correlated losses (Gilbert-Elliott, traces) see :mod:`sdr.simulator.montecarlo_trace`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import math
 import numpy as np
 
 from sdr.errors import ConfigError
-from simulator.analytic import ec_parts, retry_cost_s
-from simulator.ec_model import ECLayout
-from simulator.link import Link
-from simulator.schemes import SchemeSpec
+from sdr.simulator.analytic import ec_parts, retry_cost_s
+from sdr.simulator.ec_model import ECLayout
+from sdr.simulator.link import Link
+from sdr.simulator.schemes import SchemeSpec
 
 __all__ = ["sample_max_delay", "sample_sr", "sample_ec", "sample_scheme", "sample_failures"]
 

@@ -1,6 +1,6 @@
 """Monte Carlo with any loss model (bursts, size-dependent loss, traces), packet by packet.
 
-Slower than :mod:`simulator.montecarlo` (it draws every packet), but it needs nothing from
+Slower than :mod:`sdr.simulator.montecarlo` (it draws every packet), but it needs nothing from
 the loss model beyond its vectorized ``sample``, so it covers correlated losses that the
 i.i.d. analytic models cannot.
 
@@ -20,11 +20,11 @@ from __future__ import annotations
 import numpy as np
 
 from sdr.errors import ConfigError
-from simulator.analytic import ec_parts, retry_cost_s
-from simulator.ec_model import ECLayout, xor_group_sizes
-from simulator.link import Link
-from simulator.loss import LossModel
-from simulator.schemes import SchemeSpec
+from sdr.simulator.analytic import ec_parts, retry_cost_s
+from sdr.simulator.ec_model import ECLayout, xor_group_sizes
+from sdr.simulator.link import Link
+from sdr.simulator.loss import LossModel
+from sdr.simulator.schemes import SchemeSpec
 
 __all__ = ["chunk_losses", "sample_sr_trace", "sample_ec_trace", "ec_failures_trace"]
 

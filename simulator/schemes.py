@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdr.errors import ConfigError
-from simulator.ec_model import Code
-from simulator.link import Link
+from sdr.simulator.ec_model import Code
+from sdr.simulator.link import Link
 
 __all__ = ["SCHEMES", "SR_SCHEMES", "EC_SCHEMES", "SchemeSpec", "parse_ec"]
 

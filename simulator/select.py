@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sdr.errors import ConfigError
+from sdr.simulator import analytic
+from sdr.simulator.link import DropUnit, Link
+from sdr.simulator.schemes import SCHEMES, SchemeSpec
 from sdr.units import format_rate, format_size, format_time
-from simulator import analytic
-from simulator.link import DropUnit, Link
-from simulator.schemes import SCHEMES, SchemeSpec
 
 __all__ = ["DEFAULT_EC_CODES", "Selection", "candidate_specs", "select_scheme"]
 

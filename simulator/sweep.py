@@ -26,9 +26,9 @@ from typing import Any, TextIO
 import numpy as np
 
 from sdr.errors import ConfigError
-from simulator.evaluate import evaluate
-from simulator.link import PAPER_PROPAGATION_SPEED, Link
-from simulator.schemes import SCHEMES, SchemeSpec
+from sdr.simulator.evaluate import evaluate
+from sdr.simulator.link import PAPER_PROPAGATION_SPEED, Link
+from sdr.simulator.schemes import SCHEMES, SchemeSpec
 
 __all__ = [
     "SweepInterrupted",

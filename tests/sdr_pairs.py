@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import sdr
-from backends.inproc import InprocNetwork, ManualClock
+from sdr.backends.inproc import InprocNetwork, ManualClock
 
 
 @dataclass

@@ -9,8 +9,8 @@ import pytest
 
 from sdr.adaptive import AdaptivePolicy, Candidate, LinkEstimate, LinkEstimator
 from sdr.errors import ConfigError
-from simulator.adaptive_select import analytic_selector
-from simulator.loss import Bernoulli, Schedule
+from sdr.simulator.adaptive_select import analytic_selector
+from sdr.simulator.loss import Bernoulli, Schedule
 
 SR, EC = Candidate("sr-nack"), Candidate("ec-mds", 32, 8)
 

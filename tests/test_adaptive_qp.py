@@ -10,8 +10,8 @@ import pytest
 from test_reliability_support import ATTR, RTT, random_bytes, scripted
 
 import sdr
-from backends.inproc import InprocNetwork, InprocTransport, ManualClock
 from sdr.adaptive import AdaptivePolicy, Candidate
+from sdr.backends.inproc import InprocNetwork, InprocTransport, ManualClock
 from sdr.errors import ProtocolError
 from sdr.reliability import ReliableQP, wait_all
 from sdr.reliability.messages import Digest

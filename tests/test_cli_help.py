@@ -23,7 +23,7 @@ def _sdr(*args: str) -> subprocess.CompletedProcess:
 
 
 def _commands() -> list[list[str]]:
-    from sdr_cli.main import app
+    from sdr.cli.main import app
 
     found: list[list[str]] = []
 

@@ -125,7 +125,7 @@ def test_sender_killed_mid_transfer_fails_fast_and_leaves_no_output(
         "--message-size", "256KiB", "--timeout", "120", "--json",
     )  # fmt: skip
     try:
-        _wait_for_progress(receiver)
+        seen = _wait_for_progress(receiver)  # consumed: the lines after it may be none
         sender.send_signal(signal.SIGKILL)
         stdout, stderr = receiver.communicate(timeout=30)
     finally:
@@ -138,7 +138,7 @@ def test_sender_killed_mid_transfer_fails_fast_and_leaves_no_output(
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "sender is gone" in last, stderr
     assert re.search(r"of 8MiB verified", last), last
-    progress = [m for m in _lines(stdout) if "done" in m]
+    progress = [seen, *(m for m in _lines(stdout) if "done" in m)]
     assert progress[-1]["done"] < 8 << 20  # the bar never claims what was not verified
     assert not out.exists()
     partial = tmp_path / "out.bin.partial"

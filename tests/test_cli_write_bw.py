@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from server_client import client_after_server
 
-from backends.udp.write_bw import PEAK_INTERVAL, WriteBwResult, peak_bandwidth
+from sdr.backends.udp.write_bw import PEAK_INTERVAL, WriteBwResult, peak_bandwidth
 
 SDR = str(Path(sys.executable).with_name("sdr"))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.shm import LocalGroup
+from sdr.backends.shm import LocalGroup
 from sdr.collectives import algorithms_for
 from sdr.collectives.dtypes import bf16_to_f32, f32_to_bf16, storage_dtype
 
@@ -151,7 +151,7 @@ def test_wrong_world_size_is_reported(group):
 
 def run_primitives(comm):
     """Rank 0 puts bytes and LL packets into rank 1; rank 1 reads them after wait/flags."""
-    from backends.shm.memory import read_packets
+    from sdr.backends.shm.memory import read_packets
 
     data = np.arange(37, dtype=np.uint8)
     flag = 0xABCD0001  # never a call counter here

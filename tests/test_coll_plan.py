@@ -153,9 +153,9 @@ def test_bfloat16_conversion_rounds_to_nearest_even():
 
 
 def test_gpu_backend_imports_and_encodes_without_cuda():
-    import backends.gpu as gpu
-    from backends.gpu.executor import blocks_for, encode
-    from backends.gpu.kernels import OP_CODES, kernel_source
+    import sdr.backends.gpu as gpu
+    from sdr.backends.gpu.executor import blocks_for, encode
+    from sdr.backends.gpu.kernels import OP_CODES, kernel_source
 
     assert isinstance(gpu.cuda_available(), bool)
     plan = build_plan("allreduce_twoshot", 2)
@@ -171,7 +171,7 @@ def test_gpu_backend_imports_and_encodes_without_cuda():
 def test_every_rank_launches_the_blocks_the_busiest_rank_wants():
     """Semaphores pair block b with block b on the peer, so all ranks launch one grid size
     even when their ops differ: here rank 0 copies 1 MiB at once, rank 1 in 8 slices."""
-    from backends.gpu.executor import blocks_for, plan_blocks
+    from sdr.backends.gpu.executor import blocks_for, plan_blocks
     from sdr.collectives.dsl import Program
 
     prog = Program("asymmetric", "broadcast", 2, input=8, output=8, scratch=8, root=0)
@@ -212,7 +212,7 @@ def test_in_place_calls_drop_copies_onto_themselves():
 def test_cli_prints_plans_and_selection():
     from typer.testing import CliRunner
 
-    from sdr_cli.main import app
+    from sdr.cli.main import app
 
     runner = CliRunner()
     res = runner.invoke(app, ["coll-plan", "allgather_ll", "--world", "3"])

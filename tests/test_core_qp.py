@@ -318,7 +318,7 @@ def test_row_and_vectorized_paths_agree(rows):
 def test_authenticated_setup_refuses_forged_or_unsigned_info():
     import json
 
-    from backends.inproc import InprocNetwork
+    from sdr.backends.inproc import InprocNetwork
 
     net = InprocNetwork()
     secret = "a shared secret of the job"

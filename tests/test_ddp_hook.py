@@ -13,9 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from backends.hierarchical import SdrLinkOptions  # noqa: E402
-from backends.shm import free_port  # noqa: E402
 from experiments.dc_training import TrainSpec, _model, run_job, train_single_site  # noqa: E402
+from sdr.backends.hierarchical import SdrLinkOptions  # noqa: E402
+from sdr.backends.shm import free_port  # noqa: E402
 from sdr.errors import ConfigError  # noqa: E402
 
 SPEC = TrainSpec(steps=6, batch=32, hidden=64, bucket_mb=0.01)
@@ -50,7 +50,7 @@ def _single_site_model() -> list:
 
 
 def test_hook_rejects_unsupported_gradients() -> None:
-    from backends.hierarchical.ddp_hook import _as_numpy
+    from sdr.backends.hierarchical.ddp_hook import _as_numpy
 
     arr, name = _as_numpy(torch.ones(3, dtype=torch.bfloat16))
     assert name == "bfloat16" and arr.dtype == np.uint16 and arr[0] == 0x3F80

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import sdr
-from backends.udp import UdpTransport
-from backends.wan import LinkSpec, RelayLink
+from sdr.backends.udp import UdpTransport
+from sdr.backends.wan import LinkSpec, RelayLink
 from sdr.reliability import ReliableQP
 from sdr.reliability.handles import drive
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import sdr
-from backends.udp import UdpTransport
+from sdr.backends.udp import UdpTransport
 from sdr.reliability import ReliableQP
 from sdr.reliability.handles import drive
 

@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.udp.roce import decode_packet, encode_packet
+from sdr.backends.udp.roce import decode_packet, encode_packet
 from sdr.reliability.messages import Nack, Sack, decode_message
 
 _SRC, _DST = ("10.0.0.1", 4791), ("10.0.0.2", 4791)

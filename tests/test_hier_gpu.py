@@ -12,10 +12,10 @@ import functools
 import numpy as np
 import pytest
 
-from backends.gpu import cuda_available
-from backends.hierarchical import SdrLinkOptions, connect
-from backends.hierarchical.local_job import run_ranks
-from backends.shm import free_port
+from sdr.backends.gpu import cuda_available
+from sdr.backends.hierarchical import SdrLinkOptions, connect
+from sdr.backends.hierarchical.local_job import run_ranks
+from sdr.backends.shm import free_port
 
 pytestmark = [
     pytest.mark.gpu,
@@ -69,7 +69,7 @@ class _Bucket:
 def _hook_rank(port: int, rank: int) -> np.ndarray:
     import torch
 
-    from backends.hierarchical.ddp_hook import SdrHookState, sdr_allreduce_hook
+    from sdr.backends.hierarchical.ddp_hook import SdrHookState, sdr_allreduce_hook
 
     gpu = rank < 2
     opts = SdrLinkOptions(scheme="sr-nack", rtt="2ms", rate="4Gbit/s", timeout=60)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.hierarchical import SdrLinkOptions, connect
-from backends.hierarchical.local_job import run_ranks
-from backends.wan import LinkSpec, TunLink, can_use_namespaces
+from sdr.backends.hierarchical import SdrLinkOptions, connect
+from sdr.backends.hierarchical.local_job import run_ranks
+from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces
 
 REASON = can_use_namespaces()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"WAN emulator: {REASON}")

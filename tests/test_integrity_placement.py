@@ -17,9 +17,9 @@ import pytest
 from test_reliability_support import ATTR, RTT, ScriptedNetwork, make_rpair, random_bytes
 
 import sdr
-from backends.inproc import InprocNetwork, InprocTransport, ManualClock
-from backends.udp import UdpTransport
-from backends.udp.roce import encode_packet
+from sdr.backends.inproc import InprocNetwork, InprocTransport, ManualClock
+from sdr.backends.udp import UdpTransport
+from sdr.backends.udp.roce import encode_packet
 from sdr.id_reuse import receive_triple, reuse_period
 from sdr.reliability import wait_all
 

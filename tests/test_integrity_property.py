@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sdr
-from backends.inproc import InprocNetwork, InprocTransport, ManualClock
+from sdr.backends.inproc import InprocNetwork, InprocTransport, ManualClock
 from sdr.id_reuse import reuse_period
 from sdr.reliability import ReliableQP
 

@@ -26,9 +26,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import sdr
-from backends.udp import UdpTransport
-from backends.udp.roce import HEADER_SIZE, ICRC_SIZE, UC_RDMA_WRITE_ONLY_IMM
-from backends.wan.udp_relay import RelayEnd, icrc_for
+from sdr.backends.udp import UdpTransport
+from sdr.backends.udp.roce import HEADER_SIZE, ICRC_SIZE, UC_RDMA_WRITE_ONLY_IMM
+from sdr.backends.wan.udp_relay import RelayEnd, icrc_for
 from sdr.reliability import ReliableQP
 from sdr.reliability.handles import drive
 

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import sdr
-from backends.inproc import InprocNetwork, ManualClock
-from backends.offload import OffloadTransport
-from backends.udp import UdpTransport
-from backends.udp import transport as udp_transport
+from sdr.backends.inproc import InprocNetwork, ManualClock
+from sdr.backends.offload import OffloadTransport
+from sdr.backends.udp import UdpTransport
+from sdr.backends.udp import transport as udp_transport
 from sdr.queue_pair import MAX_QUEUED_CONTROL
 
 ATTR = sdr.QPAttr(mtu=1024, chunk_size="4KiB", max_message_size="64KiB", max_messages=16)
@@ -157,7 +157,7 @@ def test_inproc_control_queue_is_bounded() -> None:
 
 
 def test_offload_control_poll_reads_a_bounded_number(monkeypatch: pytest.MonkeyPatch) -> None:
-    from backends.offload import qp as offload_qp
+    from sdr.backends.offload import qp as offload_qp
 
     monkeypatch.setattr(offload_qp, "CONTROL_READS_PER_POLL", 10, raising=False)
     ta, tb = OffloadTransport(progress="cpu"), OffloadTransport(progress="cpu")

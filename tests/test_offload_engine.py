@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import sdr
-from backends.offload.engine import ChannelEngine, drain
-from backends.offload.shared_state import QPShared, layout_for
-from backends.offload.wire import (
+from sdr.backends.offload.engine import ChannelEngine, drain
+from sdr.backends.offload.shared_state import QPShared, layout_for
+from sdr.backends.offload.wire import (
     HEADER,
     SyntheticSource,
     encode_header,
@@ -144,10 +144,10 @@ def test_chunk_state_counts_once_per_packet_across_channels() -> None:
 
 
 def test_roce_source_feeds_the_engine_through_the_udp_codec() -> None:
-    roce = pytest.importorskip("backends.offload.roce_wire")
+    roce = pytest.importorskip("sdr.backends.offload.roce_wire")
     import socket
 
-    from backends.udp.roce import encode_packet
+    from sdr.backends.udp.roce import encode_packet
 
     qpn = roce.qpn_of(5, 1, 0, ATTR.channels)
     source = roce.RoceSource("127.0.0.1", {qpn: 1})

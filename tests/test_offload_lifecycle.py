@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import sdr
-from backends.offload import OffloadTransport, WorkerPool
-from backends.offload.shared_state import layout_for, segment_prefix
+from sdr.backends.offload import OffloadTransport, WorkerPool
+from sdr.backends.offload.shared_state import layout_for, segment_prefix
 
 ATTR = sdr.QPAttr(mtu=512, chunk_size=2048, max_message_size="32KiB", channels=3)
 
@@ -162,7 +162,7 @@ def test_forgotten_transport_leaves_no_segments_at_exit() -> None:
     import sys
 
     script = (
-        "from backends.offload import OffloadTransport\n"
+        "from sdr.backends.offload import OffloadTransport\n"
         "import sdr\n"
         "t = OffloadTransport(workers=1)\n"
         "t.create_qp(sdr.QPAttr())\n"

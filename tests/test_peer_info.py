@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import sdr
-from backends.inproc import InprocNetwork, ManualClock
-from backends.udp import UdpTransport
 from sdr import peer_info as pi
+from sdr.backends.inproc import InprocNetwork, ManualClock
+from sdr.backends.udp import UdpTransport
 
 ATTR = sdr.QPAttr(mtu=1024, chunk_size="4KiB", max_message_size="64KiB", channels=2)
 Info = dict[str, Any]

@@ -117,7 +117,7 @@ def test_bare_numbers_in_the_table_need_units():
 
 
 def _qp_pair(**attr_kw):
-    from backends.inproc import InprocNetwork, InprocTransport, ManualClock
+    from sdr.backends.inproc import InprocNetwork, InprocTransport, ManualClock
 
     net = InprocNetwork(seed=1, clock=ManualClock(), delay=0.0125, drop=1e-3)
     a, b = sdr.Context(InprocTransport(net)), sdr.Context(InprocTransport(net))

@@ -17,7 +17,7 @@ from test_reliability_support import (
 )
 
 import sdr
-from backends.inproc import InprocNetwork, ManualClock
+from sdr.backends.inproc import InprocNetwork, ManualClock
 from sdr.reliability import ReliableQP, wait_all
 
 CS = 4096  # chunk size of ATTR

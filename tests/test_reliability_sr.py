@@ -17,7 +17,7 @@ from test_reliability_support import (
 )
 
 import sdr
-from backends.inproc import InprocNetwork, InprocTransport, ManualClock
+from sdr.backends.inproc import InprocNetwork, InprocTransport, ManualClock
 from sdr.reliability import wait_all
 
 SCHEMES = ["sr-rto", "sr-nack"]

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 import sdr
-from backends.inproc import InprocNetwork, InprocTransport, ManualClock
+from sdr.backends.inproc import InprocNetwork, InprocTransport, ManualClock
 from sdr.reliability import ReliableQP
 
 RTT = 0.01

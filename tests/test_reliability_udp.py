@@ -9,7 +9,7 @@ import pytest
 import sdr
 from sdr.reliability import ReliableQP, wait_all
 
-udp = pytest.importorskip("backends.udp")
+udp = pytest.importorskip("sdr.backends.udp")
 
 ATTR = sdr.QPAttr(
     mtu=4096, chunk_size="16KiB", max_message_size="1MiB", rate_limit="2Gbit/s", channels=2

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import numpy as np
 
 import sdr
-from backends.udp import UdpTransport
+from sdr.backends.udp import UdpTransport
 from sdr.control import CTS
 from sdr.reliability import ReliableQP
 from sdr.reliability.handles import wait_all

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import sdr
-from backends.udp import UdpTransport
-from backends.udp.roce import encode_packet
+from sdr.backends.udp import UdpTransport
+from sdr.backends.udp.roce import encode_packet
 
 ATTR = sdr.QPAttr(mtu=1024, chunk_size="4KiB", max_message_size="64KiB", channels=2)
 GUARD = 0xA5

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from simulator import analytic
-from simulator.ec_model import ECLayout, mds_success, retransmit_distribution, xor_success
-from simulator.link import Link
-from simulator.schemes import SchemeSpec
-from simulator.sr_model import max_delay_cdf, max_delay_mean, max_delay_quantile
+from sdr.simulator import analytic
+from sdr.simulator.ec_model import ECLayout, mds_success, retransmit_distribution, xor_success
+from sdr.simulator.link import Link
+from sdr.simulator.schemes import SchemeSpec
+from sdr.simulator.sr_model import max_delay_cdf, max_delay_mean, max_delay_quantile
 
 LINK = Link(400e9, 0.025)
 

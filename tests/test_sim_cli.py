@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from sdr_cli import cmd_sim
+from sdr.cli import cmd_sim
 
 runner = CliRunner()
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.collective import ring_completion, ring_stage_size, simulate_ring_allreduce
-from simulator.link import Link
-from simulator.offload import PAPER_FIG16, OffloadModel, fit_scalability
-from simulator.schemes import SchemeSpec
+from sdr.simulator.collective import ring_completion, ring_stage_size, simulate_ring_allreduce
+from sdr.simulator.link import Link
+from sdr.simulator.offload import PAPER_FIG16, OffloadModel, fit_scalability
+from sdr.simulator.schemes import SchemeSpec
 
 LINK = Link(400e9, 0.025)
 

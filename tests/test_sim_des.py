@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.des import DesOptions, packet_loss, simulate_flows, simulate_writes
-from simulator.des_paired import expected_protocol_difference, paired_model_time
-from simulator.evaluate import evaluate
-from simulator.link import Link
-from simulator.loss import Bernoulli, GilbertElliott
-from simulator.schemes import SchemeSpec
+from sdr.simulator.des import DesOptions, packet_loss, simulate_flows, simulate_writes
+from sdr.simulator.des_paired import expected_protocol_difference, paired_model_time
+from sdr.simulator.evaluate import evaluate
+from sdr.simulator.link import Link
+from sdr.simulator.loss import Bernoulli, GilbertElliott
+from sdr.simulator.schemes import SchemeSpec
 
 RTT = 0.025
 MIB = 1 << 20

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from simulator.stats import quantile_ci, summarize
-from simulator.sweep import make_grid, run_point
+from sdr.simulator.stats import quantile_ci, summarize
+from sdr.simulator.sweep import make_grid, run_point
 
 ROOT = Path(__file__).resolve().parents[1]
 SDR = str(Path(sys.executable).with_name("sdr"))
@@ -42,7 +42,7 @@ def test_quantile_ci_is_scipy_quantile_test() -> None:
 
 
 def test_too_few_samples_give_an_open_bound_not_the_sample_max() -> None:
-    from simulator.stats import ci_is_open
+    from sdr.simulator.stats import ci_is_open
 
     lo, hi = quantile_ci(np.full(20, 0.1275), 0.999)
     assert (lo, hi) == (0.1275, math.inf)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from sdr.errors import ConfigError
-from simulator.link import FIBRE_PROPAGATION_SPEED, Link, chunk_drop_probability
-from simulator.loss import Bernoulli, GilbertElliott, LossModel, SizeDependent, TraceReplay
+from sdr.simulator.link import FIBRE_PROPAGATION_SPEED, Link, chunk_drop_probability
+from sdr.simulator.loss import Bernoulli, GilbertElliott, LossModel, SizeDependent, TraceReplay
 
 
 def test_paper_distance_gives_25ms_rtt() -> None:

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from simulator import analytic
-from simulator.evaluate import evaluate
-from simulator.link import Link
-from simulator.loss import Bernoulli, GilbertElliott
-from simulator.montecarlo import sample_max_delay, sample_scheme
-from simulator.montecarlo_trace import sample_ec_trace, sample_sr_trace
-from simulator.schemes import SchemeSpec
-from simulator.stats import quantile_ci, summarize
+from sdr.simulator import analytic
+from sdr.simulator.evaluate import evaluate
+from sdr.simulator.link import Link
+from sdr.simulator.loss import Bernoulli, GilbertElliott
+from sdr.simulator.montecarlo import sample_max_delay, sample_scheme
+from sdr.simulator.montecarlo_trace import sample_ec_trace, sample_sr_trace
+from sdr.simulator.schemes import SchemeSpec
+from sdr.simulator.stats import quantile_ci, summarize
 
 LINK = Link(400e9, 0.025)
 

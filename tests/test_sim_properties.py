@@ -10,9 +10,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.ec_model import ECLayout
-from simulator.schemes import parse_ec
-from simulator.sr_model import max_delay_cdf, max_delay_mean, max_delay_quantile
+from sdr.simulator.ec_model import ECLayout
+from sdr.simulator.schemes import parse_ec
+from sdr.simulator.sr_model import max_delay_cdf, max_delay_mean, max_delay_quantile
 
 SIMULATOR = Path(__file__).resolve().parents[1] / "simulator"
 
@@ -71,4 +71,4 @@ def test_simulator_imports_only_the_core() -> None:
                 names = [node.module]
             for name in names:
                 top = name.split(".")[0]
-                assert top not in ("backends", "sdr_cli", "experiments"), f"{path.name}: {name}"
+                assert top not in ("backends", "sdr.cli", "experiments"), f"{path.name}: {name}"

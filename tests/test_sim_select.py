@@ -7,10 +7,10 @@ import tomllib
 import pytest
 
 from sdr.errors import ConfigError
-from simulator import analytic
-from simulator.link import Link
-from simulator.schemes import SchemeSpec, parse_ec
-from simulator.select import Selection, select_scheme
+from sdr.simulator import analytic
+from sdr.simulator.link import Link
+from sdr.simulator.schemes import SchemeSpec, parse_ec
+from sdr.simulator.select import Selection, select_scheme
 
 LINK = Link.from_distance(3.75e6, 400e9)
 

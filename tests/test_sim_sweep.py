@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sdr.errors import ConfigError
-from simulator.sweep import make_grid, read_csv, run_sweep, write_csv
+from sdr.simulator.sweep import make_grid, read_csv, run_sweep, write_csv
 
 SIZES = [128 * 1024, 8 * 2**20]
 DROPS = [1e-4, 1e-2]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sdr.errors import ConfigError
-from simulator.sweep import (
+from sdr.simulator.sweep import (
     SweepInterrupted,
     SweepPoint,
     make_grid,

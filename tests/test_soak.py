@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from backends.wan import can_use_namespaces
+from sdr.backends.wan import can_use_namespaces
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
 import soak  # noqa: E402

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import sdr
-from backends.inproc import InprocNetwork, InprocTransport
-from backends.offload import OffloadTransport, WorkerPool
+from sdr.backends.inproc import InprocNetwork, InprocTransport
+from sdr.backends.offload import OffloadTransport, WorkerPool
 from sdr.pacing import UNPACED_BUDGET
 from sdr.transport import CompletionBatch, Transport, TransportQP, WriteBatch
 
@@ -63,7 +63,7 @@ def _offload_alloc(transport: Transport, nbytes: int) -> np.ndarray:
 
 
 try:  # the udp backend, where this checkout has it
-    from backends.udp import UdpTransport
+    from sdr.backends.udp import UdpTransport
 except ImportError:  # pragma: no cover - depends on the checkout
     UdpTransport = None
 

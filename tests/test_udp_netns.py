@@ -25,7 +25,7 @@ def link() -> Iterator[VethLink]:
 
 
 def _write_bw(link: VethLink, *client_args: str) -> dict:
-    cli = [sys.executable, "-m", "sdr_cli.main", "write-bw"]
+    cli = [sys.executable, "-m", "sdr.cli.main", "write-bw"]
     server = link.popen(
         "a",
         [*cli, "--bind", link.a_addr, "--port", "18515", "--json", "--timeout", "3s"],

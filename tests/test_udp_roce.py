@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from backends.udp.roce import (
+from sdr.backends.udp.roce import (
     HEADER_SIZE,
     UC_RDMA_WRITE_ONLY_IMM,
     IcrcPrefix,

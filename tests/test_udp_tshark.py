@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 import sdr
-from backends.udp import UdpTransport
-from backends.udp.roce import ROCE_PORT
+from sdr.backends.udp import UdpTransport
+from sdr.backends.udp.roce import ROCE_PORT
 
 pytestmark = pytest.mark.skipif(
     shutil.which("tshark") is None, reason="tshark not installed (make system installs it)"

@@ -9,7 +9,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 import sdr
-from backends.udp import UdpTransport
+from sdr.backends.udp import UdpTransport
 
 ATTR = sdr.QPAttr(
     mtu=8192, chunk_size="64KiB", max_message_size="4MiB", channels=4, rate_limit="2Gbit/s"

@@ -9,7 +9,7 @@ import sys
 
 from server_client import client_after_server
 
-CLI = [sys.executable, "-m", "sdr_cli.main", "write-bw"]
+CLI = [sys.executable, "-m", "sdr.cli.main", "write-bw"]
 
 
 def _free_port() -> int:

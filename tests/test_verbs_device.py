@@ -18,7 +18,7 @@ pytestmark = pytest.mark.verbs
 
 
 def _transport():
-    from backends.verbs import VerbsTransport
+    from sdr.backends.verbs import VerbsTransport
 
     try:
         return VerbsTransport(host="127.0.0.1")

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import sdr
-from backends.verbs.loader import device_names, load_pyverbs
-from backends.verbs.qp_states import (
+from sdr.backends.verbs.loader import device_names, load_pyverbs
+from sdr.backends.verbs.qp_states import (
     RATE_LIMIT_STEP,
     UC_STEPS,
     Endpoint,
@@ -25,8 +25,8 @@ from backends.verbs.qp_states import (
     qp_attr_for,
     step_mask,
 )
-from backends.verbs.remote_keys import RemoteKey, RemoteKeys, frame, unframe
-from backends.verbs.work_requests import (
+from sdr.backends.verbs.remote_keys import RemoteKey, RemoteKeys, frame, unframe
+from sdr.backends.verbs.work_requests import (
     completion_kind,
     imm_from_wire,
     imm_to_wire,
@@ -200,7 +200,7 @@ def test_no_device_is_a_clear_transport_error(pv) -> None:
         names = device_names(pv)
     except sdr.TransportError as exc:
         assert str(exc).startswith("no RDMA device")
-        from backends.verbs import VerbsTransport
+        from sdr.backends.verbs import VerbsTransport
 
         with pytest.raises(sdr.TransportError, match="no RDMA device"):
             VerbsTransport()

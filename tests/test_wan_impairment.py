@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from backends.wan import LinkDirection, LinkSpec
+from sdr.backends.wan import LinkDirection, LinkSpec
 from sdr.errors import ConfigError
-from simulator.loss import GilbertElliott
+from sdr.simulator.loss import GilbertElliott
 
 
 def test_lossless_serialization_and_delay():

@@ -7,8 +7,8 @@ import subprocess
 import pytest
 from wan_helpers import TCP_SINK, TCP_SOURCE, UDP_ECHO_CLIENT, UDP_ECHO_SERVER, spawn
 
-from backends.udp.roce import decode_packet, encode_packet
-from backends.wan import LinkSpec, RelayLink, TunLink, can_use_namespaces
+from sdr.backends.udp.roce import decode_packet, encode_packet
+from sdr.backends.wan import LinkSpec, RelayLink, TunLink, can_use_namespaces
 
 needs_root = pytest.mark.skipif(bool(can_use_namespaces()), reason=str(can_use_namespaces()))
 

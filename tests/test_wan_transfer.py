@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from backends.wan import LinkSpec, TunLink, can_use_namespaces
-from sdr_cli.wan_transfer import ROOT, make_payload, transfer_over_link
+from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces
+from sdr.cli.wan_transfer import ROOT, make_payload, transfer_over_link
 
 needs_root = pytest.mark.skipif(bool(can_use_namespaces()), reason=str(can_use_namespaces()))
 
@@ -15,7 +15,7 @@ needs_root = pytest.mark.skipif(bool(can_use_namespaces()), reason=str(can_use_n
 def test_send_recv_on_loopback_between_two_processes(tmp_path):
     source = make_payload(tmp_path / "in.bin", 3 << 20, seed=4)
     out = tmp_path / "out.bin"
-    cli = [sys.executable, "-m", "sdr_cli.main"]
+    cli = [sys.executable, "-m", "sdr.cli.main"]
     receiver = subprocess.Popen(
         [
             *cli,

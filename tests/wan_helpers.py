@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from backends.wan import netns_exec
+from sdr.backends.wan import netns_exec
 
 UDP_ECHO_SERVER = textwrap.dedent("""
     import socket, sys

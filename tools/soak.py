@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python tools/soak.py --minutes 30 --out soak.json --png soak.png
 
-Two processes, one in each network namespace of a :class:`backends.wan.TunLink`, talk
+Two processes, one in each network namespace of a :class:`sdr.backends.wan.TunLink`, talk
 over the UDP backend (software RoCEv2). Every scheme (sr-rto, sr-nack, ec-mds, ec-xor)
 has its own QP; messages of varied sizes go round-robin over them with a few in flight
 per scheme. The link loses packets at random and in bursts (Gilbert-Elliott), reorders,
@@ -69,8 +69,8 @@ class SoakConfig:
 
     def link_spec(self) -> Any:
         """The LinkSpec of one direction."""
-        from backends.wan import LinkSpec
-        from simulator.loss import GilbertElliott
+        from sdr.backends.wan import LinkSpec
+        from sdr.simulator.loss import GilbertElliott
 
         loss = GilbertElliott(self.burst_start, 1.0 / self.burst_len, self.loss_good, 1.0)
         starts = np.arange(self.blackout_every, self.duration + 60.0, self.blackout_every)
@@ -114,7 +114,7 @@ class _Side:
 
     def __init__(self, role: str, cfg: SoakConfig, host: str, parent: Connection) -> None:
         import sdr
-        from backends.udp import UdpTransport
+        from sdr.backends.udp import UdpTransport
 
         self.role, self.cfg, self.parent = role, cfg, parent
         self.ctx = sdr.Context(UdpTransport(host=host, port=0))
@@ -235,7 +235,7 @@ class _Side:
 
 
 def _peer(role: str, cfg: SoakConfig, ns: str, host: str, parent: Connection) -> None:
-    from backends.wan import enter_namespace
+    from sdr.backends.wan import enter_namespace
     from sdr.reliability.handles import drive
 
     try:
@@ -257,7 +257,7 @@ def _peer(role: str, cfg: SoakConfig, ns: str, host: str, parent: Connection) ->
 
 def run_soak(cfg: SoakConfig, progress: Any = None) -> dict[str, Any]:
     """Run one soak; returns samples of both sides, final tallies and the link's summary."""
-    from backends.wan import TunLink, reverse_of
+    from sdr.backends.wan import TunLink, reverse_of
 
     spec = cfg.link_spec()
     ctx = mp.get_context("fork")

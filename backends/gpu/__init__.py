@@ -25,7 +25,7 @@ def cuda_available(min_devices: int = 1) -> bool:
 
 def __getattr__(name: str) -> Any:
     if name == "GpuCommunicator":
-        from backends.gpu.communicator import GpuCommunicator  # noqa: PLC0415
+        from sdr.backends.gpu.communicator import GpuCommunicator  # noqa: PLC0415
 
         return GpuCommunicator
     raise AttributeError(name)

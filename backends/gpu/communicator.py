@@ -13,9 +13,9 @@ import logging
 from functools import lru_cache
 from typing import Any
 
-from backends.gpu.executor import GpuExecutor, plan_blocks
-from backends.gpu.memory import GpuMemoryChannel, GpuRegion
-from backends.gpu.nccl import NcclComm, nccl_module
+from sdr.backends.gpu.executor import GpuExecutor, plan_blocks
+from sdr.backends.gpu.memory import GpuMemoryChannel, GpuRegion
+from sdr.backends.gpu.nccl import NcclComm, nccl_module
 from sdr.collectives import NCCL, build_plan, lower, make_layout, select_algorithm
 from sdr.collectives.dtypes import dtype_name
 from sdr.collectives.layout import Layout, LoweredOp

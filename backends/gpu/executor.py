@@ -1,6 +1,6 @@
 """Runs plans on one GPU rank: encodes lowered ops for the executor kernel and launches it.
 
-The kernel (:mod:`backends.gpu.kernels`) is compiled once per element type. Encoded op
+The kernel (:mod:`sdr.backends.gpu.kernels`) is compiled once per element type. Encoded op
 arrays are cached on the device per (plan, layout, dtype), so a call does no allocation
 and can be captured in a CUDA graph (after one warm-up call of that shape). All state
 (call counter, semaphore counts) lives in device memory, so graph replays stay correct.
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.gpu.kernels import (
+from sdr.backends.gpu.kernels import (
     DTYPE_CODES,
     MAX_BLOCKS,
     MAX_SRCS,
@@ -26,7 +26,7 @@ from backends.gpu.kernels import (
     THREADS,
     kernel_source,
 )
-from backends.gpu.memory import GpuRegion
+from sdr.backends.gpu.memory import GpuRegion
 from sdr.collectives.layout import Layout, LoweredOp, Span, lower
 from sdr.collectives.plan import Plan
 from sdr.errors import ConfigError, TransportError
@@ -64,7 +64,7 @@ def plan_blocks(plan: Plan, layout: Layout) -> int:
 
 
 def buffer_id(span: Span) -> int:
-    """The kernel's buffer id of a span (see backends.gpu.kernels)."""
+    """The kernel's buffer id of a span (see sdr.backends.gpu.kernels)."""
     if span.peer is None:
         return {"input": 0, "output": 1, "scratch": 2, "packets": 3}[span.buffer]
     return 4 + 2 * span.peer + (1 if span.buffer == "packets" else 0)

@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from backends.shm.bootstrap import TcpBootstrap, free_port
+from sdr.backends.shm.bootstrap import TcpBootstrap, free_port
 from sdr.errors import TimeoutError, TransportError
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ def _entry(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple
     os.environ["NCCL_NVLS_ENABLE"] = "0"
     comm = None
     try:
-        from backends.gpu.communicator import GpuCommunicator  # noqa: PLC0415
+        from sdr.backends.gpu.communicator import GpuCommunicator  # noqa: PLC0415
 
         comm = GpuCommunicator(TcpBootstrap(rank, world, port), device=rank)
         q.put((rank, "ok", fn(comm, *args)))

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.gpu.kernels import HOST_SLOT, HOST_SOURCE, SEM_SLOTS
+from sdr.backends.gpu.kernels import HOST_SLOT, HOST_SOURCE, SEM_SLOTS
 from sdr.errors import TransportError
 
 log = logging.getLogger(__name__)

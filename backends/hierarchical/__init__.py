@@ -5,15 +5,15 @@
 - :class:`SdrLinks`: one UDP SDR context per rank, a reliable QP per peer datacenter;
 - :class:`HierarchicalCommunicator`: allreduce / allgather / reduce-scatter composed of
   an intra-datacenter communicator and the WAN plans;
-- :func:`connect`: set one up in each process; ``backends.hierarchical.ddp_hook`` plugs it
+- :func:`connect`: set one up in each process; ``sdr.backends.hierarchical.ddp_hook`` plugs it
   into PyTorch DDP (imported on demand: it needs torch).
 """
 
-from backends.hierarchical.communicator import HierarchicalCommunicator, Topology
-from backends.hierarchical.launch import connect, connect_from_env
-from backends.hierarchical.links import SdrLinkOptions, SdrLinks
-from backends.hierarchical.port_channel import SdrPortChannel
-from backends.hierarchical.port_executor import PortExecutor
+from sdr.backends.hierarchical.communicator import HierarchicalCommunicator, Topology
+from sdr.backends.hierarchical.launch import connect, connect_from_env
+from sdr.backends.hierarchical.links import SdrLinkOptions, SdrLinks
+from sdr.backends.hierarchical.port_channel import SdrPortChannel
+from sdr.backends.hierarchical.port_executor import PortExecutor
 
 __all__ = [
     "HierarchicalCommunicator",

@@ -2,7 +2,7 @@
 
 Global rank ``g`` lives in datacenter ``d = g // local_size`` with local index
 ``l = g % local_size``. Every rank has an intra-datacenter communicator (its datacenter's
-ranks, memory channels: :class:`backends.shm.ShmCommunicator` on CPUs) and an
+ranks, memory channels: :class:`sdr.backends.shm.ShmCommunicator` on CPUs) and an
 inter-datacenter :class:`PortExecutor` over SDR port channels to the ranks with the same
 local index in the other datacenters. As in NCCL's hierarchical algorithms, each local
 rank carries one shard across the WAN, so all local ranks use the long-haul link at once:
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backends.hierarchical.links import SdrLinks
-from backends.hierarchical.port_executor import PortExecutor
+from sdr.backends.hierarchical.links import SdrLinks
+from sdr.backends.hierarchical.port_executor import PortExecutor
 from sdr.collectives.dtypes import dtype_name
 from sdr.collectives.interfaces import Bootstrap
 from sdr.collectives.plan import Plan

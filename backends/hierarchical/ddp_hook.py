@@ -2,8 +2,8 @@
 
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from backends.hierarchical import connect_from_env
-    from backends.hierarchical.ddp_hook import register_sdr_hook
+    from sdr.backends.hierarchical import connect_from_env
+    from sdr.backends.hierarchical.ddp_hook import register_sdr_hook
 
     dist.init_process_group("gloo")          # DDP still needs a process group (set-up only)
     comm = connect_from_env()                # intra-datacenter shm + SDR across datacenters
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from backends.hierarchical.communicator import HierarchicalCommunicator
+from sdr.backends.hierarchical.communicator import HierarchicalCommunicator
 from sdr.errors import ConfigError
 
 __all__ = ["SdrHookState", "register_sdr_hook", "sdr_allreduce_hook"]
@@ -93,7 +93,7 @@ def sdr_allreduce_hook(
 
 
 def _gpu_intra(comm: HierarchicalCommunicator) -> bool:
-    return type(comm.intra).__module__.startswith("backends.gpu")
+    return type(comm.intra).__module__.startswith("sdr.backends.gpu")
 
 
 def _done(state: SdrHookState, grads: torch.Tensor, start: float) -> torch.futures.Future:

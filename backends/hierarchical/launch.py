@@ -19,9 +19,9 @@ from __future__ import annotations
 import logging
 import os
 
-from backends.hierarchical.communicator import HierarchicalCommunicator, Topology
-from backends.hierarchical.links import SdrLinkOptions, SdrLinks
-from backends.shm import ShmCommunicator, TcpBootstrap
+from sdr.backends.hierarchical.communicator import HierarchicalCommunicator, Topology
+from sdr.backends.hierarchical.links import SdrLinkOptions, SdrLinks
+from sdr.backends.shm import ShmCommunicator, TcpBootstrap
 from sdr.errors import ConfigError
 
 __all__ = ["connect", "connect_from_env"]
@@ -61,7 +61,7 @@ def connect(
             if device is None:
                 intra = ShmCommunicator(boot, timeout=timeout)
             else:
-                from backends.gpu.communicator import GpuCommunicator  # noqa: PLC0415
+                from sdr.backends.gpu.communicator import GpuCommunicator  # noqa: PLC0415
 
                 intra = GpuCommunicator(boot, device=device)
         links = SdrLinks(world, topo.wan_peers(), host, options)

@@ -14,7 +14,7 @@ this rank's next collective, and a rank blocked inside its datacenter could dead
 ring). :meth:`SdrLinks.exclusive` hands progress to the caller for the WAN phase.
 
 ``scheme = "auto"`` is resolved once, at set-up, through the simulator's selector
-(:func:`simulator.auto.resolve_auto`) for the link described by the options and the
+(:func:`sdr.simulator.auto.resolve_auto`) for the link described by the options and the
 expected size of one WAN write (``size_hint``); every rank resolves the same inputs, so
 both ends of every link agree.
 """
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import sdr
-from backends.hierarchical.port_channel import SdrPortChannel
-from backends.udp import UdpTransport
+from sdr.backends.hierarchical.port_channel import SdrPortChannel
+from sdr.backends.udp import UdpTransport
 from sdr.collectives.interfaces import Bootstrap
 from sdr.errors import ConfigError
 from sdr.reliability import ReliabilityConfig, ReliableQP
@@ -109,7 +109,7 @@ class SdrLinkOptions:
         config = ReliabilityConfig().replace(**changes)
         if config.scheme != "auto":
             return config, None
-        from simulator.auto import resolve_auto  # loads SciPy: only for "auto"
+        from sdr.simulator.auto import resolve_auto  # loads SciPy: only for "auto"
 
         return resolve_auto(
             config,

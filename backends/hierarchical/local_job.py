@@ -25,7 +25,7 @@ __all__ = ["run_ranks"]
 def _child(fn: Callable[[int], Any], rank: int, namespace: str | None, queue: Any) -> None:
     try:
         if namespace:
-            from backends.wan import enter_namespace
+            from sdr.backends.wan import enter_namespace
 
             enter_namespace(namespace)
         queue.put((rank, "ok", fn(rank)))

@@ -3,7 +3,7 @@
 The same plans, layout and lowering as the memory-channel executors (``backends/shm``),
 with puts that are reliable SDR writes. Before running its own ops, a rank lowers each
 peer's ops for the call and posts the receives those peers' puts will land in (see
-:mod:`backends.hierarchical.port_channel`). Reductions widen to float32 and round back,
+:mod:`sdr.backends.hierarchical.port_channel`). Reductions widen to float32 and round back,
 as the CPU executor does, so results match it bit for bit.
 """
 
@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 
 import sdr
-from backends.hierarchical.port_channel import SdrPortChannel
+from sdr.backends.hierarchical.port_channel import SdrPortChannel
 from sdr.collectives.dtypes import dtype_name, from_f32, storage_dtype, to_f32
 from sdr.collectives.layout import Layout, LoweredOp, Span, lower, make_layout
 from sdr.collectives.plan import Plan

@@ -12,7 +12,7 @@ import itertools
 import time
 from typing import Any, ClassVar
 
-from backends.inproc.network import InprocNetwork, ManualClock
+from sdr.backends.inproc.network import InprocNetwork, ManualClock
 from sdr.config import QPAttr
 from sdr.errors import ConfigError, ProtocolError, TransportError
 from sdr.key_table import DISCARD_REASONS, KeyTable, KeyTableBindings, Placement

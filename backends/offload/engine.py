@@ -18,8 +18,14 @@ from __future__ import annotations
 
 import struct
 
-from backends.offload.shared_state import CTL_WORDS, DISCARDS, ENTRY_WORDS, RECORD_WORDS, QPShared
-from backends.offload.wire import HEADER, MAGIC, MALFORMED, VERSION, PacketSource
+from sdr.backends.offload.shared_state import (
+    CTL_WORDS,
+    DISCARDS,
+    ENTRY_WORDS,
+    RECORD_WORDS,
+    QPShared,
+)
+from sdr.backends.offload.wire import HEADER, MAGIC, MALFORMED, VERSION, PacketSource
 
 __all__ = ["ChannelEngine", "drain", "malformed"]
 

@@ -2,7 +2,7 @@
 
 Starting a process costs tens of milliseconds (an interpreter and NumPy), so one pool
 serves any number of QPs and transports; the one that creates a pool owns it and stops it
-on close. Workers are fresh interpreters (``python -m backends.offload.worker``) that
+on close. Workers are fresh interpreters (``python -m sdr.backends.offload.worker``) that
 inherit nothing but their end of a command socket pair, so the application's main module
 is never re-imported (no ``if __name__ == "__main__"`` guard needed) and no sockets, locks
 or mappings leak into them. A worker leaves when its command socket closes, i.e. also
@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import backends
+import sdr.backends
 from sdr.errors import ConfigError, TransportError
 
 __all__ = ["WorkerPool", "MAX_WORKERS"]
@@ -59,11 +59,11 @@ def _stop_all(procs: list[subprocess.Popen[bytes]], conns: list[Connection]) -> 
 def _start_worker(index: int) -> tuple[subprocess.Popen[bytes], Connection]:
     ours, theirs = socket.socketpair()
     env = dict(os.environ)
-    root = str(Path(backends.__file__).resolve().parent.parent)
+    root = str(Path(sdr.backends.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "backends.offload.worker", str(theirs.fileno()), str(index)],
+            [sys.executable, "-m", "sdr.backends.offload.worker", str(theirs.fileno()), str(index)],
             pass_fds=[theirs.fileno()],
             env=env,
             stdin=subprocess.DEVNULL,

@@ -1,7 +1,7 @@
 """One offload QP: its channel sources (in workers or inline), rings and keys in shared memory.
 
 Sending happens here in the application (one datagram per packet, simple or RoCEv2
-format); receiving is the engine's job (:mod:`backends.offload.engine`), in the workers
+format); receiving is the engine's job (:mod:`sdr.backends.offload.engine`), in the workers
 that serve this QP's channels or, with ``progress="cpu"``, inside :meth:`poll_completions`.
 """
 
@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from backends.offload.engine import ChannelEngine, drain
-from backends.offload.shared_state import QPShared, Segment, layout_for
-from backends.offload.wire import HEADER, MAX_DATAGRAM, PacketSource, encode_header, make_source
+from sdr.backends.offload.engine import ChannelEngine, drain
+from sdr.backends.offload.shared_state import QPShared, Segment, layout_for
+from sdr.backends.offload.wire import HEADER, MAX_DATAGRAM, PacketSource, encode_header, make_source
 from sdr.config import MAX_GENERATIONS, QPAttr
 from sdr.errors import ConfigError, ProtocolError, TransportError
 from sdr.pacing import TokenBucket
@@ -37,7 +37,7 @@ from sdr.transport import (
 )
 
 if TYPE_CHECKING:
-    from backends.offload.transport import OffloadTransport
+    from sdr.backends.offload.transport import OffloadTransport
 
 __all__ = ["OffloadQP", "CONTROL_READS_PER_POLL"]
 
@@ -76,7 +76,7 @@ class OffloadQP(TransportQP):
         self.qpns: list[list[int]] | None = None
         self._roce: Any = None
         if transport.wire == "roce":
-            from backends.offload.roce_wire import qpn_of
+            from sdr.backends.offload.roce_wire import qpn_of
 
             self.qpns = [[qpn_of(self.qp_id, g, c, attr.channels) for c in range(attr.channels)]
                          for g in range(attr.generations)]  # fmt: skip
@@ -133,7 +133,7 @@ class OffloadQP(TransportQP):
         control = field_address(info, "control", path=path, ipv4_only=True)
         roce = None
         if self.qpns is not None:
-            from backends.offload.roce_wire import RoceSender
+            from sdr.backends.offload.roce_wire import RoceSender
 
             if info["qpns"] is None:
                 raise ConfigError("peer does not use the RoCE wire (no QPNs in its info)")

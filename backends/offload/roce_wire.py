@@ -2,7 +2,7 @@
 
 With ``OffloadTransport(wire="roce")`` every packet is an InfiniBand UC "RDMA WRITE Only
 with Immediate" in UDP, exactly as the ``udp`` backend (and a RoCEv2 NIC) puts it on the
-wire; this module only adapts :mod:`backends.udp.roce` (encode, decode, ICRC) to the
+wire; this module only adapts :mod:`sdr.backends.udp.roce` (encode, decode, ICRC) to the
 engine: a decoding source that maps the destination QPN to its generation and hands the
 engine ``(generation, imm, remote_offset, payload)``, and a sender that encodes.
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from backends.offload.wire import MALFORMED, MAX_DATAGRAM, register_source
-from backends.udp.roce import decode_packet, encode_packet
+from sdr.backends.offload.wire import MALFORMED, MAX_DATAGRAM, register_source
+from sdr.backends.udp.roce import decode_packet, encode_packet
 from sdr.errors import TransportError
 
 __all__ = ["RoceSender", "RoceSource", "qpn_of"]

@@ -28,9 +28,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from backends.offload.pool import WorkerPool
-from backends.offload.qp import OffloadQP
-from backends.offload.shared_state import Segment
+from sdr.backends.offload.pool import WorkerPool
+from sdr.backends.offload.qp import OffloadQP
+from sdr.backends.offload.shared_state import Segment
 from sdr.config import QPAttr
 from sdr.errors import ConfigError, TransportError
 from sdr.transport import MemoryRegion, Transport, as_byte_view
@@ -56,7 +56,7 @@ class OffloadTransport(Transport):
     pool: an existing :class:`WorkerPool` to share (not stopped by :meth:`close`).
     host: the address the UDP wire binds to.
     wire: ``"simple"`` (this backend's 20-byte header) or ``"roce"`` (RoCEv2 UC packets
-        with ICRC, the ``udp`` backend's codec: :mod:`backends.offload.roce_wire`).
+        with ICRC, the ``udp`` backend's codec: :mod:`sdr.backends.offload.roce_wire`).
     source: ``(attr, channel) -> spec`` of each channel's packet source (default: a UDP
         socket on ``host``); e.g. ``("synthetic", packets)`` to measure the engine alone.
     """

@@ -1,6 +1,6 @@
 """The offload engine's wire: a small packet header and pluggable per-channel packet sources.
 
-The engine (:mod:`backends.offload.engine`) never touches a socket. A worker owns one
+The engine (:mod:`sdr.backends.offload.engine`) never touches a socket. A worker owns one
 :class:`PacketSource` per channel it serves and hands each packet (a memoryview) to the
 engine. Sources are built from a picklable *spec* so the application can describe them
 to a worker process:
@@ -152,7 +152,7 @@ _SOURCES: dict[str, Callable[..., PacketSource]] = {
 }
 
 
-_PLUGINS = {"roce": "backends.offload.roce_wire"}
+_PLUGINS = {"roce": "sdr.backends.offload.roce_wire"}
 """Source kinds defined in modules that register themselves when imported."""
 
 

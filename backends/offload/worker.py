@@ -1,7 +1,7 @@
 """The worker process: polls the packet sources of the channels it serves.
 
 A worker maps the shared segments it is told about, owns one packet source and one
-:class:`~backends.offload.engine.ChannelEngine` per (QP, channel) assigned to it, and
+:class:`~sdr.backends.offload.engine.ChannelEngine` per (QP, channel) assigned to it, and
 loops: wait until a source or the command pipe is readable, then drain every ready
 source into its engine. Commands arrive on a ``multiprocessing`` pipe and each gets one
 reply, so the application can treat them as calls:
@@ -27,9 +27,9 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
-from backends.offload.engine import ChannelEngine, drain
-from backends.offload.shared_state import QPLayout, QPShared, attach_segment
-from backends.offload.wire import PacketSource, make_source
+from sdr.backends.offload.engine import ChannelEngine, drain
+from sdr.backends.offload.shared_state import QPLayout, QPShared, attach_segment
+from sdr.backends.offload.wire import PacketSource, make_source
 
 __all__ = ["worker_main"]
 
@@ -140,7 +140,7 @@ class _Worker:
 
 
 def worker_main(conn: Connection) -> None:
-    """Entry point of a worker process (started by :class:`~backends.offload.pool.WorkerPool`)."""
+    """Entry point of a worker process (started by ``sdr.backends.offload.pool.WorkerPool``)."""
     worker = _Worker()
     try:
         while worker.poll_once(conn):

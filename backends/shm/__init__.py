@@ -4,10 +4,10 @@ It runs the same plans as the GPU backend, so the whole collective layer is test
 without a GPU.
 """
 
-from backends.shm.bootstrap import TcpBootstrap, free_port
-from backends.shm.communicator import ShmCommunicator
-from backends.shm.group import LocalGroup
-from backends.shm.memory import Region, ShmMemoryChannel
+from sdr.backends.shm.bootstrap import TcpBootstrap, free_port
+from sdr.backends.shm.communicator import ShmCommunicator
+from sdr.backends.shm.group import LocalGroup
+from sdr.backends.shm.memory import Region, ShmMemoryChannel
 
 __all__ = [
     "LocalGroup",

@@ -14,7 +14,7 @@ import struct
 import time
 from typing import Any
 
-from backends.oob import read_exact
+from sdr.backends.oob import read_exact
 from sdr.errors import ConfigError, TimeoutError
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The CPU communicator: collectives between processes through shared memory and NumPy.
 
-Every rank registers one shared-memory segment (:class:`~backends.shm.memory.Region`),
+Every rank registers one shared-memory segment (:class:`~sdr.backends.shm.memory.Region`),
 exchanges its name through the bootstrap and maps every peer's. A collective call picks a
 plan (:func:`sdr.collectives.select_algorithm`, or the caller's choice), lowers it to
 bytes for the call's size and runs it. When a call needs more scratch than registered,
@@ -16,9 +16,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from backends.shm.bootstrap import TcpBootstrap
-from backends.shm.executor import ShmExecutor
-from backends.shm.memory import Region, ShmMemoryChannel
+from sdr.backends.shm.bootstrap import TcpBootstrap
+from sdr.backends.shm.executor import ShmExecutor
+from sdr.backends.shm.memory import Region, ShmMemoryChannel
 from sdr.collectives import build_plan, lower, make_layout, select_algorithm
 from sdr.collectives.dtypes import dtype_name, storage_dtype
 from sdr.collectives.layout import Layout, LoweredOp

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from backends.shm.memory import Region, ShmMemoryChannel, read_packets
+from sdr.backends.shm.memory import Region, ShmMemoryChannel, read_packets
 from sdr.collectives.dtypes import from_f32, to_f32
 from sdr.collectives.layout import LoweredOp, Span
 from sdr.errors import ConfigError

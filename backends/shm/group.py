@@ -17,8 +17,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from backends.shm.bootstrap import TcpBootstrap, free_port
-from backends.shm.communicator import ShmCommunicator
+from sdr.backends.shm.bootstrap import TcpBootstrap, free_port
+from sdr.backends.shm.communicator import ShmCommunicator
 from sdr.errors import ConfigError, TransportError
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from backends.udp.mmsg import SendRing, address_of
-from backends.udp.roce import (
+from sdr.backends.udp.mmsg import SendRing, address_of
+from sdr.backends.udp.roce import (
     DEFAULT_PKEY,
     HEADER_DTYPE,
     HEADER_SIZE,
@@ -44,7 +44,7 @@ from sdr.queue_pair import MAX_QUEUED_CONTROL
 from sdr.transport import MAX_CONTROL_SIZE, CompletionBatch, TransportQP, WriteBatch
 
 if TYPE_CHECKING:
-    from backends.udp.transport import UdpTransport
+    from sdr.backends.udp.transport import UdpTransport
 
 __all__ = ["UdpQP", "CONTROL_HEADER", "INFO_FIELDS", "QPN_MAX", "QPN_MIN"]
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from backends.udp.mmsg import RecvRing
-from backends.udp.roce import (
+from sdr.backends.udp.mmsg import RecvRing
+from sdr.backends.udp.roce import (
     HEADER_DTYPE,
     HEADER_SIZE,
     ICRC_SIZE,
@@ -29,7 +29,7 @@ from sdr.key_table import Placement
 from sdr.transport import CompletionBatch
 
 if TYPE_CHECKING:
-    from backends.udp.qp import UdpQP
+    from sdr.backends.udp.qp import UdpQP
 
 __all__ = ["Receiver"]
 

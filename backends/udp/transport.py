@@ -4,10 +4,10 @@ One UdpTransport is one software "NIC port": a data socket on (host, port) (4791
 RoCEv2 port, by default) shared by all its QPs and demultiplexed by destination QPN,
 like a real RoCE NIC, and a separate control socket for small messages (CTS, ACK, NACK).
 
-Datapath: batches of datagrams move with one sendmmsg/recvmmsg call (backends.udp.mmsg);
+Datapath: batches of datagrams move with one sendmmsg/recvmmsg call (sdr.backends.udp.mmsg);
 the send side points iovecs straight into registered memory, the receive side validates
 in a pre-faulted staging ring and copies once into the registered region
-(backends.udp.receive). All work happens inside the caller's progress calls: no threads.
+(sdr.backends.udp.receive). All work happens inside the caller's progress calls: no threads.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from backends.udp.qp import CONTROL_HEADER, QPN_MAX, QPN_MIN, UdpQP
-from backends.udp.receive import Receiver
-from backends.udp.roce import ROCE_PORT, crc32
-from backends.udp.sockets import DEFAULT_SOCKET_BUFFER, open_udp_socket, prefault
+from sdr.backends.udp.qp import CONTROL_HEADER, QPN_MAX, QPN_MIN, UdpQP
+from sdr.backends.udp.receive import Receiver
+from sdr.backends.udp.roce import ROCE_PORT, crc32
+from sdr.backends.udp.sockets import DEFAULT_SOCKET_BUFFER, open_udp_socket, prefault
 from sdr.config import QPAttr
 from sdr.errors import ResourceBusy, TransportError
 from sdr.queue_pair import MAX_QUEUED_CONTROL

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 import sdr
-from backends.oob import DEFAULT_PORT, recv_obj, send_obj
-from backends.udp.roce import ROCE_PORT
-from backends.udp.transport import UdpTransport
+from sdr.backends.oob import DEFAULT_PORT, recv_obj, send_obj
+from sdr.backends.udp.roce import ROCE_PORT
+from sdr.backends.udp.transport import UdpTransport
 from sdr.errors import ConfigError, ProtocolError, TransportError
 from sdr.errors import TimeoutError as SDRTimeoutError
 

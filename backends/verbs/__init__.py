@@ -4,6 +4,6 @@ Importing this package never needs pyverbs; :class:`VerbsTransport` loads it on 
 and raises TransportError("no RDMA device: ...") where there is no device.
 """
 
-from backends.verbs.transport import VerbsQP, VerbsTransport
+from sdr.backends.verbs.transport import VerbsQP, VerbsTransport
 
 __all__ = ["VerbsQP", "VerbsTransport"]

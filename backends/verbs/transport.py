@@ -3,7 +3,7 @@
 Per SDR QP: ``channels x generations`` UC QPs, one CQ per channel (the paper's per-channel
 completion queue and worker), one RDMA WRITE with immediate per packet. Receive side:
 ``bind`` registers an MR over the posted receive and the CTS carries its address and rkey
-(:mod:`backends.verbs.remote_keys`); ``unbind`` deregisters it, so a late write meets an
+(:mod:`sdr.backends.verbs.remote_keys`); ``unbind`` deregisters it, so a late write meets an
 invalid rkey and the UC responder drops it without a completion (the late-packet guard;
 pyverbs exposes no null MR, see docs/backends.md). Receive WQEs are replenished as
 completions consume them; ``poll_completions`` turns CQEs into rows (imm in host order,
@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from backends.verbs.loader import Pyverbs, device_names, load_pyverbs
-from backends.verbs.qp_states import (
+from sdr.backends.verbs.loader import Pyverbs, device_names, load_pyverbs
+from sdr.backends.verbs.qp_states import (
     RATE_LIMIT_STEP,
     UC_STEPS,
     Endpoint,
@@ -33,8 +33,8 @@ from backends.verbs.qp_states import (
     qp_attr_for,
     step_mask,
 )
-from backends.verbs.remote_keys import RemoteKey, RemoteKeys, frame, unframe
-from backends.verbs.work_requests import completion_kind, imm_from_wire, recv_wr, write_with_imm
+from sdr.backends.verbs.remote_keys import RemoteKey, RemoteKeys, frame, unframe
+from sdr.backends.verbs.work_requests import completion_kind, imm_from_wire, recv_wr, write_with_imm
 from sdr.config import QPAttr
 from sdr.control import CTS_TYPE, decode_cts
 from sdr.errors import ConfigError, ProtocolError, TransportError

@@ -5,9 +5,14 @@ IP traffic: kernel TCP, QUIC, SDR over UDP) and :class:`RelayLink` (a UDP relay 
 loopback; no root).
 """
 
-from backends.wan.emulator import RelayLink, TunLink, reverse_of
-from backends.wan.impairment import LinkDirection, LinkSpec, Verdict
-from backends.wan.namespaces import NamespacePair, can_use_namespaces, enter_namespace, netns_exec
+from sdr.backends.wan.emulator import RelayLink, TunLink, reverse_of
+from sdr.backends.wan.impairment import LinkDirection, LinkSpec, Verdict
+from sdr.backends.wan.namespaces import (
+    NamespacePair,
+    can_use_namespaces,
+    enter_namespace,
+    netns_exec,
+)
 
 __all__ = [
     "LinkDirection",

@@ -18,10 +18,10 @@ import logging
 import multiprocessing as mp
 from typing import Any
 
-from backends.wan.forwarder import Forwarder, Port
-from backends.wan.impairment import LinkSpec
-from backends.wan.namespaces import NamespacePair
-from backends.wan.udp_relay import Address, RelayEnd, relay_pairs
+from sdr.backends.wan.forwarder import Forwarder, Port
+from sdr.backends.wan.impairment import LinkSpec
+from sdr.backends.wan.namespaces import NamespacePair
+from sdr.backends.wan.udp_relay import Address, RelayEnd, relay_pairs
 from sdr.errors import TransportError
 
 __all__ = ["TunLink", "RelayLink", "reverse_of"]
@@ -116,7 +116,7 @@ class TunLink(_ForwardingLink):
 
 
 class RelayLink(_ForwardingLink):
-    """A link through a UDP relay on loopback (no root). See backends.wan.udp_relay."""
+    """A link through a UDP relay on loopback (no root). See sdr.backends.wan.udp_relay."""
 
     def __init__(
         self,

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from backends.wan.impairment import LinkDirection, LinkSpec
+from sdr.backends.wan.impairment import LinkDirection, LinkSpec
 
 __all__ = ["Port", "Forwarder"]
 

@@ -1,7 +1,7 @@
 """What the emulated long-haul link does to each packet, fed an explicit ``now``.
 
 One :class:`LinkDirection` per direction: serialization at the link rate behind a bounded
-drop-tail queue, random loss from a :mod:`simulator.loss` model, propagation delay,
+drop-tail queue, random loss from a :mod:`sdr.simulator.loss` model, propagation delay,
 reordering (extra delay for some packets), duplication, corruption and blackouts. It reads
 no clock and does no I/O, so it is tested deterministically and shared by the TUN bridge
 and the UDP relay.
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sdr.errors import ConfigError
+from sdr.simulator.loss import Bernoulli, LossModel
 from sdr.units import parse_rate, parse_size, parse_time
-from simulator.loss import Bernoulli, LossModel
 
 __all__ = ["LinkSpec", "LinkDirection", "Verdict"]
 

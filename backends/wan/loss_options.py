@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simulator.loss import Bernoulli, GilbertElliott, LossModel, SizeDependent, TraceReplay
+from sdr.simulator.loss import Bernoulli, GilbertElliott, LossModel, SizeDependent, TraceReplay
 
 __all__ = ["loss_model"]
 

@@ -16,7 +16,7 @@ import logging
 import os
 import subprocess
 
-from backends.wan.tun import TunDevice
+from sdr.backends.wan.tun import TunDevice
 from sdr.errors import TransportError
 
 __all__ = ["NamespacePair", "enter_namespace", "netns_exec", "remove_stale", "can_use_namespaces"]

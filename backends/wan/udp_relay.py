@@ -16,7 +16,7 @@ from __future__ import annotations
 import socket
 import struct
 
-from backends.udp.roce import HEADER_SIZE, ICRC_SIZE, UC_RDMA_WRITE_ONLY_IMM, IcrcPrefix, crc32
+from sdr.backends.udp.roce import HEADER_SIZE, ICRC_SIZE, UC_RDMA_WRITE_ONLY_IMM, IcrcPrefix, crc32
 
 __all__ = ["RelayEnd", "relay_pairs", "icrc_for"]
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from typing import Any
 
-from backends.wan import TunLink, netns_exec
+from sdr.backends.wan import TunLink, netns_exec
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 """Adaptive reliability: estimate the link online, re-select the scheme, switch between messages.
 
-    policy = AdaptivePolicy(selector=analytic_selector(...))   # selector from simulator/
+    policy = AdaptivePolicy(selector=analytic_selector(...))   # selector from sdr.simulator/
     rqp = ReliableQP(qp, config, adaptive=policy)              # both ends (same candidates)
 
 See docs/adaptive.md.

@@ -1,7 +1,7 @@
 """The adaptive policy: re-run a scheme selector on the live estimate, switch with hysteresis.
 
 The core cannot import the simulator, so the selector is injected by the layer above
-(:func:`simulator.adaptive_select.analytic_selector` scores candidates with the paper's
+(:func:`sdr.simulator.adaptive_select.analytic_selector` scores candidates with the paper's
 analytic models). A selector maps ``(estimate, message size, candidates)`` to a predicted
 completion time per candidate. The policy:
 

@@ -3,7 +3,7 @@
 Between datacenters the data moves over SDR reliable writes driven by a host proxy, not
 over mapped memory, so these plans name channel kind ``"port"``. They are ordinary plans of
 the DSL (:class:`sdr.collectives.Program`) and pass the same compiler checks; only an
-executor that owns port channels (``backends.hierarchical``) runs them.
+executor that owns port channels (``sdr.backends.hierarchical``) runs them.
 
 Pipelining: the data is cut into ``slices`` per ring chunk, and each slice is forwarded to
 the next datacenter as soon as it arrived and was reduced, so stage ``r + 1`` of slice

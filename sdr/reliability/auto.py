@@ -1,7 +1,7 @@
 """``scheme = "auto"`` wherever a scheme is named: resolved through the simulator's selector.
 
 ``ReliableQP(qp, "auto", rtt="25ms", link_rate="10Gbit/s", drop=1e-3)`` builds the QP with
-the scheme (and k, m or RTO) that the selector (:func:`simulator.auto.resolve_auto`)
+the scheme (and k, m or RTO) that the selector (:func:`sdr.simulator.auto.resolve_auto`)
 expects to finish a write fastest on that link. What the selector needs:
 
 - ``rtt``, ``alpha`` and ``link_rate`` from the config (``link_rate`` falls back to the
@@ -89,7 +89,7 @@ def resolve(
             "scheme 'auto' needs link_rate (the provisioned rate of the link), e.g. '10Gbit/s', "
             "or a QP rate_limit"
         )
-    from simulator.auto import resolve_auto  # noqa: PLC0415 - higher layer; loads SciPy
+    from sdr.simulator.auto import resolve_auto  # noqa: PLC0415 - higher layer; loads SciPy
 
     concrete, _ = resolve_auto(
         config.replace(scheme="auto"),

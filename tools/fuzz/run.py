@@ -16,7 +16,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 INSTRUMENTED = (
     "sdr",
     "backends",
-    "sdr_cli",
+    "sdr.cli",
     "simulator",
     "registry",
     "targets",
@@ -36,8 +36,8 @@ def main() -> None:
     with atheris.instrument_imports(include=list(INSTRUMENTED)):
         from targets import TARGETS
 
-        import backends  # noqa: F401
         import sdr  # noqa: F401
+        import sdr.backends  # noqa: F401
     if len(sys.argv) < 2 or sys.argv[1] == "--list":
         print("\n".join(sorted(TARGETS)))
         return

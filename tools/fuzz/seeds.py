@@ -79,7 +79,7 @@ def _plan() -> bytes:
 
 
 def _roce() -> list[bytes]:
-    from backends.udp.roce import encode_packet
+    from sdr.backends.udp.roce import encode_packet
 
     src, dst = ("127.0.0.1", 40000), ("127.0.0.1", 4791)
     return [
@@ -100,7 +100,7 @@ def _udp_receive() -> list[bytes]:
 
 
 def _offload() -> bytes:
-    from backends.offload.wire import encode_header
+    from sdr.backends.offload.wire import encode_header
 
     return encode_header(1, 0, 0x00400001, 8192) + bytes(64)
 

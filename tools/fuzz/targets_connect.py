@@ -156,7 +156,7 @@ _RIGS: dict[str, _Rig] = {}
 def _udp_rig() -> _Rig:
     rig = _RIGS.get("udp")
     if rig is None:
-        from backends.udp import UdpTransport
+        from sdr.backends.udp import UdpTransport
 
         def make(seed: int) -> sdr.Context:
             return sdr.Context(
@@ -179,7 +179,7 @@ def fuzz_udp_connect(data: bytes) -> None:
 def _offload_rig(wire: str) -> _Rig:
     rig = _RIGS.get(wire)
     if rig is None:
-        from backends.offload import OffloadTransport
+        from sdr.backends.offload import OffloadTransport
 
         def make() -> sdr.Context:
             return sdr.Context(backend=OffloadTransport(progress="cpu", wire=wire))
@@ -199,7 +199,7 @@ def fuzz_offload_connect(data: bytes) -> None:
 def _inproc_rig() -> _Rig:
     rig = _RIGS.get("inproc")
     if rig is None:
-        from backends.inproc import InprocNetwork, InprocTransport
+        from sdr.backends.inproc import InprocNetwork, InprocTransport
 
         network = InprocNetwork(seed=3)
 

@@ -23,12 +23,12 @@ import numpy as np
 from registry import target
 
 import sdr
-from backends import oob
+from sdr.backends import oob
 from sdr.collectives.plan import Plan, validate_plan
 from sdr.reliability.config import loads
 from sdr.reliability.messages import Digest, EcNack, Nack, Sack, decode_message
+from sdr.simulator.loss import TraceReplay
 from sdr.units import parse_distance, parse_rate, parse_size, parse_time
-from simulator.loss import TraceReplay
 
 __all__ = [
     "fuzz_reliability_message",

@@ -1,7 +1,7 @@
 """Fuzz targets for the wire: the RoCEv2 codec and the UDP backend's receive datapath.
 
 ``udp_receive`` feeds whole batches of datagrams through the real receive path
-(:class:`backends.udp.receive.Receiver`) of a QP whose key table binds three receive
+(:class:`sdr.backends.udp.receive.Receiver`) of a QP whose key table binds three receive
 buffers inside one registered region. Everything else in that region is a guard band
 filled with a pattern; after every batch the guard bands must be untouched and every
 completion must name a bound buffer. Datagrams are built from the fuzz input so that the
@@ -17,7 +17,7 @@ import struct
 import numpy as np
 from registry import Reader, target
 
-from backends.udp.roce import (
+from sdr.backends.udp.roce import (
     HEADER_SIZE,
     ICRC_SIZE,
     UC_RDMA_WRITE_ONLY_IMM,
@@ -64,7 +64,7 @@ def fuzz_roce_decode(data: bytes) -> None:
 @target("offload_header")
 def fuzz_offload_header(data: bytes) -> None:
     """The offload wire's packet header: parsed fields re-encode to the same header."""
-    from backends.offload.wire import HEADER, encode_header, parse_header
+    from sdr.backends.offload.wire import HEADER, encode_header, parse_header
 
     fields = parse_header(memoryview(data))
     if fields is None:
@@ -88,7 +88,7 @@ class _ReceiveRig:
 
     def __init__(self) -> None:
         import sdr
-        from backends.udp import UdpTransport
+        from sdr.backends.udp import UdpTransport
 
         self.attr = sdr.QPAttr(
             mtu=256, chunk_size=512, max_message_size=1024, max_messages=4, generations=3

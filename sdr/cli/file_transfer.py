@@ -23,10 +23,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import sdr
-from backends import oob
-from backends.udp import UdpTransport
 from sdr import errors
 from sdr.auth import check_secret, verify_info
+from sdr.backends import oob
+from sdr.backends.udp import UdpTransport
 from sdr.errors import ConfigError, MessageFailed, ProtocolError, SDRError, TransportError
 from sdr.reliability import ReliabilityConfig, ReliableQP, load_config
 from sdr.reliability.handles import drive
@@ -116,7 +116,7 @@ def plan(opts: TransferOptions, size: int) -> tuple[ReliabilityConfig, Any]:
     config = merged_config(opts)
     if config.scheme != "auto":
         return config, None
-    from simulator.auto import resolve_auto  # the selector loads SciPy: only when needed
+    from sdr.simulator.auto import resolve_auto  # the selector loads SciPy: only when needed
 
     piece = min(parse_size(opts.message_size), max(size, 1))
     return resolve_auto(

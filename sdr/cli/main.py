@@ -1,4 +1,4 @@
-"""The ``sdr`` command. Each ``sdr_cli/cmd_*.py`` module adds its sub-commands through
+"""The ``sdr`` command. Each ``sdr/cli/cmd_*.py`` module adds its sub-commands through
 ``register(app)``, so capabilities stay in their own files.
 
 Errors are handled here, once, for every command: an :class:`~sdr.errors.SDRError`, an
@@ -22,7 +22,7 @@ import typer
 from typer.core import TyperGroup
 
 import sdr
-import sdr_cli
+import sdr.cli
 from sdr.crc import CRC32_IMPLEMENTATION
 from sdr.errors import SDRError
 
@@ -145,9 +145,9 @@ def _main(
     """
 
 
-for _module in sorted(m.name for m in pkgutil.iter_modules(sdr_cli.__path__)):
+for _module in sorted(m.name for m in pkgutil.iter_modules(sdr.cli.__path__)):
     if _module.startswith("cmd_"):
-        importlib.import_module(f"sdr_cli.{_module}").register(app)
+        importlib.import_module(f"sdr.cli.{_module}").register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

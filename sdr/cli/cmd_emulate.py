@@ -10,8 +10,8 @@ import time
 import typer
 from rich.console import Console
 
-from backends.wan import LinkSpec, RelayLink, TunLink, can_use_namespaces
-from backends.wan.loss_options import loss_model
+from sdr.backends.wan import LinkSpec, RelayLink, TunLink, can_use_namespaces
+from sdr.backends.wan.loss_options import loss_model
 from sdr.errors import ConfigError, TransportError
 from sdr.units import parse_time
 

@@ -16,8 +16,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from backends.udp.roce import ROCE_PORT
-from backends.udp.write_bw import (
+from sdr.backends.udp.roce import ROCE_PORT
+from sdr.backends.udp.write_bw import (
     DEFAULT_BIND,
     DEFAULT_TCP_PORT,
     PEAK_INTERVAL,

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.wan import TunLink, netns_exec
+from sdr.backends.wan import TunLink, netns_exec
 from sdr.errors import TransportError
 
 __all__ = ["make_payload", "transfer_over_link"]
@@ -39,7 +39,7 @@ def make_payload(path: pathlib.Path, size: int, seed: int = 0) -> pathlib.Path:
 
 
 def _cli(namespace: str, *args: str) -> list[str]:
-    return netns_exec(namespace, sys.executable, "-m", "sdr_cli.main", *args)
+    return netns_exec(namespace, sys.executable, "-m", "sdr.cli.main", *args)
 
 
 def _env() -> dict[str, str]:

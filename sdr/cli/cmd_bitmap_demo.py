@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 import sdr
-from backends.inproc import InprocNetwork
+from sdr.backends.inproc import InprocNetwork
 from sdr.errors import ConfigError
 from sdr.units import format_size, parse_size, parse_time
 

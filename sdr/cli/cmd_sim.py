@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from sdr.errors import ConfigError, SDRError
+from sdr.simulator.link import PAPER_PROPAGATION_SPEED, Link
 from sdr.units import format_size, format_time, parse_distance, parse_rate, parse_size, parse_time
-from simulator.link import PAPER_PROPAGATION_SPEED, Link
 
 console = Console()
 err_console = Console(stderr=True)
@@ -209,9 +209,9 @@ def sim(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict the completion time of one write with one reliability scheme."""
-    from simulator.evaluate import evaluate, evaluate_loss_model
-    from simulator.loss import GilbertElliott, TraceReplay
-    from simulator.schemes import SchemeSpec, parse_ec
+    from sdr.simulator.evaluate import evaluate, evaluate_loss_model
+    from sdr.simulator.loss import GilbertElliott, TraceReplay
+    from sdr.simulator.schemes import SchemeSpec, parse_ec
 
     try:
         link = _link(bandwidth, rtt, distance, speed, mtu, chunk, alpha)
@@ -229,7 +229,7 @@ def sim(
                 raise ConfigError("--burst and --trace need --method montecarlo or des")
             model = TraceReplay.from_file(trace) if trace else GilbertElliott.from_rate(drop, burst)
             if method == MethodName.des:
-                from simulator.des_estimate import estimate_des
+                from sdr.simulator.des_estimate import estimate_des
 
                 with status:
                     est = estimate_des(
@@ -314,7 +314,7 @@ def select(
     as_toml: bool = typer.Option(False, "--toml", help="Print a [reliability] config snippet."),
 ) -> None:
     """Pick the best scheme and parameters for a link and write size."""
-    from simulator.select import select_scheme
+    from sdr.simulator.select import select_scheme
 
     try:
         link = _link(bandwidth, rtt, distance, speed, mtu, chunk, alpha)
@@ -404,9 +404,9 @@ def sweep(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from simulator.plots import plot_speedup_heatmaps
-    from simulator.schemes import parse_ec
-    from simulator.sweep import SweepInterrupted, make_grid, sweep_to_csv
+    from sdr.simulator.plots import plot_speedup_heatmaps
+    from sdr.simulator.schemes import parse_ec
+    from sdr.simulator.sweep import SweepInterrupted, make_grid, sweep_to_csv
 
     try:
         to_stdout = out == "-"
@@ -512,8 +512,8 @@ def allreduce_sim(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Monte Carlo ring allreduce over N datacenters, one row per scheme."""
-    from simulator.collective import simulate_ring_allreduce
-    from simulator.schemes import SchemeSpec, parse_ec
+    from sdr.simulator.collective import simulate_ring_allreduce
+    from sdr.simulator.schemes import SchemeSpec, parse_ec
 
     try:
         link = _link(bandwidth, rtt, distance, speed, mtu, chunk, alpha)

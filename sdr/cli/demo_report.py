@@ -8,9 +8,9 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from simulator.evaluate import evaluate
-from simulator.link import Link
-from simulator.schemes import SchemeSpec
+from sdr.simulator.evaluate import evaluate
+from sdr.simulator.link import Link
+from sdr.simulator.schemes import SchemeSpec
 
 __all__ = ["predict", "results_table", "results_chart"]
 

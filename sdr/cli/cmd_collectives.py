@@ -72,7 +72,7 @@ def coll_run(
     ),
 ) -> None:
     """Allreduce on CPU ranks through shared memory, checked against NumPy."""
-    from backends.shm import LocalGroup  # noqa: PLC0415 - the face may import drivers
+    from sdr.backends.shm import LocalGroup  # noqa: PLC0415 - the face may import drivers
 
     count = max(1, parse_size(size) // 4)
     alg = algorithm or select_algorithm("allreduce", count * 4, world)

@@ -1,7 +1,7 @@
 """``sdr send FILE --to HOST[:PORT]`` and ``sdr recv --out FILE``: file transfer over SDR.
 
 Errors (a bad value, an unreachable or vanished peer, a failed transfer) propagate to
-``sdr_cli.main``, which prints them as one line ``error: ...`` and exits with status 2.
+``sdr.cli.main``, which prints them as one line ``error: ...`` and exits with status 2.
 Everything is validated before the network is touched.
 """
 
@@ -23,10 +23,10 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from backends import oob
+from sdr.backends import oob
+from sdr.cli.file_transfer import TransferOptions, send_file, serve_file, validate_send
 from sdr.errors import ConfigError
 from sdr.units import format_size
-from sdr_cli.file_transfer import TransferOptions, send_file, serve_file, validate_send
 
 console = Console(stderr=True)
 

@@ -14,11 +14,11 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-from backends.wan import LinkSpec, TunLink, can_use_namespaces
+from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces
+from sdr.cli.wan_transfer import make_payload, transfer_over_link
 from sdr.errors import TransportError
+from sdr.simulator.link import Link
 from sdr.units import format_size, parse_rate, parse_size, parse_time
-from sdr_cli.wan_transfer import make_payload, transfer_over_link
-from simulator.link import Link
 
 console = Console()
 err_console = Console(stderr=True)
@@ -58,11 +58,11 @@ def demo(
             markup=False,
             soft_wrap=True,
         )
-        from sdr_cli.cmd_bitmap_demo import bitmap_demo
+        from sdr.cli.cmd_bitmap_demo import bitmap_demo
 
         bitmap_demo(size="8MiB", chunk="64KiB", mtu="4KiB", drop=0.01, delay="5ms", seed=seed)
         return
-    from sdr_cli.demo_report import predict, results_chart, results_table  # SciPy: load late
+    from sdr.cli.demo_report import predict, results_chart, results_table  # SciPy: load late
 
     nbytes, bps, rtt_s = parse_size(size), parse_rate(rate), parse_time(rtt)
     model = Link(bandwidth_bps=bps, rtt_s=rtt_s, mtu=mtu, chunk_size=parse_size(chunk))
