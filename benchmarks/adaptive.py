@@ -55,7 +55,7 @@ def _candidates(k: int, m: int) -> list[Any]:
 def _setup(args: argparse.Namespace, peer: str) -> tuple[Any, Any, Any]:
     from sdr.backends import oob
     from sdr.backends.udp import UdpTransport
-    from sdr.reliability import ReliableQP
+    from sdr.runtime import ReliableQP
 
     size = parse_size(args.size)
     attr = sdr.QPAttr(
@@ -136,7 +136,7 @@ def _payload(size: int) -> np.ndarray:
 def role_send(args: argparse.Namespace) -> None:
     """Write the messages, report the total and per-message times as one JSON line."""
     from sdr.backends import oob
-    from sdr.reliability.handles import drive
+    from sdr.runtime.handles import drive
 
     ctx, rqp, sock = _setup(args, args.peer)
     try:
@@ -177,7 +177,7 @@ def role_send(args: argparse.Namespace) -> None:
 def role_recv(args: argparse.Namespace) -> None:
     """Post the receives into a ring of buffers; check every message's bytes."""
     from sdr.backends import oob
-    from sdr.reliability.handles import drive
+    from sdr.runtime.handles import drive
 
     ctx, rqp, sock = _setup(args, args.peer)
     try:
@@ -221,7 +221,7 @@ def run_inproc(scheme: str, args: argparse.Namespace) -> dict[str, Any]:
     """The same run over the in-process wire with a simulated clock: the real protocol
     code, the modelled link's times, independent of this machine's load."""
     from sdr.backends.inproc import InprocNetwork, InprocTransport, ManualClock
-    from sdr.reliability import ReliableQP, drive
+    from sdr.runtime import ReliableQP, drive
     from sdr.units import parse_time
 
     schedule, loss_rng = _schedule(args), np.random.default_rng(args.seed + 7)

@@ -1,6 +1,6 @@
 """GPU erasure codec throughput (GB/s of data) against the CPU codec in the same run.
 
-Measures :mod:`sdr.codecs.gpu` on a message of ``--data`` bytes cut into (k, m)
+Measures :mod:`sdr.backends.gpu.codecs` on a message of ``--data`` bytes cut into (k, m)
 submessages of ``--chunk`` chunks (one launch encodes them all, the Erasure Coding
 scheme's layout), and one submessage per launch (what a per-submessage pipeline would
 issue). Decode loses ``m`` data chunks per submessage (the most work for Reed-Solomon) or
@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from sdr.backends.gpu.codecs import GpuRSCodec, GpuXORCodec
 from sdr.codecs import get_codec
-from sdr.codecs.gpu import GpuRSCodec, GpuXORCodec
 from sdr.units import parse_size
 
 

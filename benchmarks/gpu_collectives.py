@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sdr.backends.collectives.selection import select_algorithm  # noqa: E402
 from sdr.backends.shm.bootstrap import TcpBootstrap, free_port  # noqa: E402
-from sdr.collectives import select_algorithm  # noqa: E402
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast")

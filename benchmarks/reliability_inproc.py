@@ -23,7 +23,7 @@ from rich.table import Table
 
 import sdr
 from sdr.backends.inproc import InprocNetwork, InprocTransport, ManualClock
-from sdr.reliability import ReliableQP, drive, wait_all
+from sdr.runtime import ReliableQP, drive, wait_all
 from sdr.units import parse_rate, parse_size, parse_time
 
 SCHEMES = ["sr-rto", "sr-nack", "ec-mds", "ec-xor"]

@@ -1,11 +1,11 @@
 """SDR: software-defined reliability for RDMA-style transfers.
 
-The core (this package) does no I/O and reads no clock; backends (drivers) do. Start with
+The core modules do no I/O and read no clock; backends (drivers, ``sdr.backends``) do,
+and the runtime (``sdr.runtime``: Context, QPs, handles) joins the two. Start with
 :class:`Context`; see docs/api.md.
 """
 
-from sdr.api import QP, Context, RecvHandle, SendHandle, SendStream
-from sdr.backend_registry import available_backends, load_backend
+from sdr.backend_registry import available_backends, load_backend, register_backend
 from sdr.chunk_bitmap import ReceiveBitmap, bitmap_chunk_expand
 from sdr.config import QPAttr
 from sdr.counters import QPCounters
@@ -21,6 +21,17 @@ from sdr.errors import (
 )
 from sdr.immediate import ImmediateLayout
 from sdr.queue_pair import QueuePairCore
+from sdr.runtime import (
+    QP,
+    Context,
+    ReceiveHandle,
+    RecvHandle,
+    ReliableQP,
+    SendHandle,
+    SendStream,
+    WriteHandle,
+    wait_all,
+)
 from sdr.transport import CompletionBatch, MemoryRegion, Transport, TransportQP, WriteBatch
 
 __version__ = "0.1.0"
@@ -39,7 +50,9 @@ __all__ = [
     "QPCounters",
     "QueuePairCore",
     "ReceiveBitmap",
+    "ReceiveHandle",
     "RecvHandle",
+    "ReliableQP",
     "ResourceBusy",
     "SDRError",
     "SendHandle",
@@ -49,7 +62,10 @@ __all__ = [
     "TransportError",
     "TransportQP",
     "WriteBatch",
+    "WriteHandle",
     "available_backends",
     "bitmap_chunk_expand",
     "load_backend",
+    "register_backend",
+    "wait_all",
 ]

@@ -24,6 +24,8 @@ class QPCounters:
     messages_received: int = 0
     cts_sent: int = 0
     cts_received: int = 0
+    cts_requests_sent: int = 0
+    cts_resent: int = 0
     control_malformed: int = 0
     control_dropped: int = 0
     """Control messages for the layer above dropped: its queue was full (tail drop)."""

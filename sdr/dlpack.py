@@ -7,7 +7,7 @@
 * a GPU array (``__cuda_array_interface__``, or ``__dlpack__`` on a CUDA device: CuPy
   arrays, torch CUDA tensors). Without a GPUDirect path (no RDMA NIC here, and the UDP
   backend reads memory with the CPU) the region is a **pinned host staging buffer** of
-  the same size. :class:`sdr.reliability.ReliableQP` moves the bytes for you: ``write``
+  the same size. :class:`sdr.ReliableQP` moves the bytes for you: ``write``
   copies the written range device -> pinned host before the first packet leaves, and a
   completed receive copies its range pinned host -> device before the handle reports
   completion. Users see no copy, but it is there (PCIe/C2C bandwidth, tens of GB/s).

@@ -2,19 +2,30 @@
 
 Entry (generation, slot) covers remote offsets [slot*M, (slot+1)*M) and is bound to one
 receive (region, offset, length, message id) or NULL. A software driver resolves every
-packet here *before* writing: payload for a NULL entry is late, payload past the bound
-length is out of range, a packet whose immediate names another message or another
+packet through it *before* writing: payload for a NULL entry is late, payload past the
+bound length is out of range, a packet whose immediate names another message or another
 offset than its address is malformed. All of these are discarded and counted, never
-written. Every driver uses this one implementation, so the guarantee is tested once.
+written. The table is a :class:`sdr.placement.PlacementTable`, and drivers place whole
+batches through :meth:`KeyTable.place` (:func:`sdr.placement.place_batch`): the rules
+live there, once, for every driver.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from sdr.config import QPAttr
+from sdr.placement import (
+    DISCARD_REASONS,
+    PLACED,
+    VERDICT_NAMES,
+    PlacementGeometry,
+    PlacementTable,
+    place_batch,
+)
 from sdr.transport import MemoryRegion
 
 __all__ = [
@@ -29,13 +40,8 @@ __all__ = [
     "DISCARD_REASONS",
 ]
 
-LATE = "late"
-OUT_OF_RANGE = "out_of_range"
-BAD_GENERATION = "stale_generation"
-MALFORMED = "malformed"
-DUPLICATE = "duplicates"
-DISCARD_REASONS = (LATE, OUT_OF_RANGE, BAD_GENERATION, MALFORMED, DUPLICATE)
-"""Every reason :meth:`KeyTable.resolve` gives; drivers count discards under these names."""
+LATE, OUT_OF_RANGE, BAD_GENERATION, MALFORMED, DUPLICATE = DISCARD_REASONS
+"""The reasons :meth:`KeyTable.resolve` gives; drivers count discards under these names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,21 +53,22 @@ class Placement:
 
 
 class KeyTable:
-    """Bindings of receive slots to registered memory, per generation."""
+    """Bindings of receive slots to registered memory, per generation.
+
+    Entry (generation, slot) names its region by its own index ``generation * slots +
+    slot`` in :attr:`table`'s regions. A slot's placement guard is shared by its
+    generations and opened again by every bind (the core binds a slot in one generation
+    at a time).
+    """
 
     def __init__(self, attr: QPAttr) -> None:
+        self.geometry = PlacementGeometry.from_attr(attr)
+        self.table = PlacementTable(self.geometry)
         self.generations = attr.generations
         self.slots = attr.max_messages
         self.slot_size = attr.max_message_size
         self.mtu = attr.mtu
-        layout = attr.layout
-        self._id_shift = layout.offset_bits + layout.user_bits
-        self._user_bits = layout.user_bits
-        self._offset_mask = layout.max_packets - 1
-        self._fragments = layout.fragments
-        self._entries: list[list[tuple[MemoryRegion, int, int, int, np.ndarray] | None]] = [
-            [None] * self.slots for _ in range(self.generations)
-        ]
+        self._regions: dict[int, MemoryRegion] = {}
 
     def bind(
         self,
@@ -79,32 +86,51 @@ class KeyTable:
         region.check_range(offset, length)
         if length > self.slot_size:
             raise ValueError(f"binding of {length} bytes exceeds slot size {self.slot_size}")
-        guard = np.zeros(-(-length // self.mtu), dtype=np.uint8)
-        self._entries[generation][slot] = (region, offset, length, msg_id, guard)
+        index = generation * self.slots + slot
+        self._regions[index] = region
+        self.table.regions[index] = region.view
+        self.table.bind(generation, slot, index, offset, length, msg_id)
 
     def unbind(self, generation: int, slot: int) -> None:
         """Point entry (generation, slot) at NULL."""
-        self._entries[generation][slot] = None
+        index = generation * self.slots + slot
+        self.table.unbind(generation, slot)
+        self._regions.pop(index, None)
+        self.table.regions.pop(index, None)
 
     def seal(self, generation: int, slot: int, start: int, stop: int) -> None:
         """Refuse packets [start, stop) of the message bound at (generation, slot) from now
         on (their chunk is verified: its bytes are final). No-op for a NULL entry."""
-        entry = self._entries[generation][slot]
-        if entry is not None:
-            entry[4][max(start, 0) : stop] = 1
+        if self.table.entry(generation, slot) is not None:
+            self.table.set_packets(slot, start, stop, 1)
 
     def reopen(self, generation: int, slot: int, start: int, stop: int) -> None:
         """Accept packets [start, stop) once more (their chunk failed its check and awaits
         repair). No-op for a NULL entry."""
-        entry = self._entries[generation][slot]
-        if entry is not None:
-            entry[4][max(start, 0) : stop] = 0
+        if self.table.entry(generation, slot) is not None:
+            self.table.set_packets(slot, start, stop, 0)
 
     def guard(self, generation: int, slot: int) -> np.ndarray | None:
         """The placement guard of entry (generation, slot): one byte per packet, 1 = no
-        more writes; None for a NULL entry. Drivers that place in batches use it."""
-        entry = self._entries[generation][slot]
-        return None if entry is None else entry[4]
+        more writes; None for a NULL entry."""
+        entry = self.table.entry(generation, slot)
+        if entry is None:
+            return None
+        return self.table.packets[slot, : -(-entry[2] // self.mtu)]
+
+    def place(
+        self,
+        generations: np.ndarray,
+        remote_offsets: np.ndarray,
+        imms: np.ndarray,
+        lengths: np.ndarray,
+        payloads: Any,
+        payload_offsets: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Validate and place a batch (:func:`sdr.placement.place_batch` on this table)."""
+        return place_batch(
+            self.table, generations, remote_offsets, imms, lengths, payloads, payload_offsets
+        )
 
     def resolve(
         self, generation: int, remote_offset: int, length: int, imm: int
@@ -114,35 +140,33 @@ class KeyTable:
         A data packet that resolves is *claimed*: its guard byte is set, so a second
         packet for the same offset resolves to DUPLICATE and is never written. The caller
         must write the payload (or drop it for good) once this returns a Placement.
+        The discard is counted in :meth:`discards` as well.
         """
-        if not 0 <= generation < self.generations:
-            return BAD_GENERATION
+        out_of_int64 = not -(1 << 63) <= remote_offset < 1 << 63
+        verdict = int(
+            place_batch(
+                self.table,
+                np.array([generation if 0 <= generation < 1 << 62 else -1], dtype=np.int64),
+                np.array([-1 if out_of_int64 else remote_offset], dtype=np.int64),
+                np.array([imm & 0xFFFFFFFF], dtype=np.uint32),
+                np.array([length], dtype=np.int64),
+                None,
+            )[0]
+        )
+        if verdict != PLACED:
+            return VERDICT_NAMES[verdict]
         slot, within = divmod(remote_offset, self.slot_size)
-        if remote_offset < 0 or length < 0 or slot >= self.slots:
-            return OUT_OF_RANGE
-        entry = self._entries[generation][slot]
-        if entry is None:
-            return LATE
-        region, offset, bound, msg_id, guard = entry
-        if imm >> self._id_shift != msg_id:
-            return LATE  # another message's packet: stale after an id wrap, or forged
-        packet = (imm >> self._user_bits) & self._offset_mask
-        if length == 0:  # immediate-only packet: carries a fragment, writes nothing
-            return Placement(region, offset) if packet < self._fragments else MALFORMED
-        if within != packet * self.mtu:
-            return MALFORMED
-        if within + length > bound:
-            return OUT_OF_RANGE
-        if length != min(self.mtu, bound - within):
-            return MALFORMED
-        if guard[packet]:
-            return DUPLICATE  # placed (or sealed) already: first copy wins
-        guard[packet] = 1
-        return Placement(region, offset + within)
+        index = generation * self.slots + slot
+        offset = int(self.table.entries[index, 2])
+        return Placement(self._regions[index], offset + (within if length else 0))
+
+    def discards(self) -> dict[str, int]:
+        """Packets discarded by reason since the table was made."""
+        return self.table.discard_counts()
 
     def bound_count(self) -> int:
         """Entries currently bound (for leak checks)."""
-        return sum(e is not None for gen in self._entries for e in gen)
+        return int((self.table.entries[:, 1] >= 0).sum())
 
 
 class KeyTableBindings:

@@ -1,9 +1,21 @@
 """The sans-I/O SDR queue pair: send and receive tables behind one event interface.
 
 Shape as in aioquic's connection: a driver feeds events with an explicit ``now``
-(control messages, completion batches) and pulls work (packets to send, actions to carry
-out). Nothing here touches a socket or a clock, so the same object runs over UDP, verbs,
-offload workers and inside the simulator.
+(control messages, completion batches, timers) and pulls work (packets to send, actions to
+carry out). Nothing here touches a socket or a clock, so the same object runs over UDP,
+verbs, offload workers and inside the simulator.
+
+The driver interface, shared with :class:`sdr.reliability.ReliableConnection` (which wraps
+one of these, so a driver feeds either the same way):
+
+- in: ``receive_completions(now, batch)``, ``receive_control(now, data)``,
+  ``handle_timer(now)``;
+- out: ``writes_to_send(now, budget)``, ``actions_to_do()`` (bind, unbind, seal, reopen,
+  send control), ``get_timer()``.
+
+The core owns its timers: a message still without a CTS after its ``cts_retry`` asks for
+it again (a CTS request, :mod:`sdr.control`); the receiver's core answers with the CTS of
+that receive if it is still posted.
 """
 
 from __future__ import annotations
@@ -14,7 +26,16 @@ import numpy as np
 
 from sdr.actions import Action, SendControl
 from sdr.config import QPAttr
-from sdr.control import CTS_TYPE, SDR_TYPES, decode_cts, message_type
+from sdr.control import (
+    CTS,
+    CTS_REQUEST_TYPE,
+    CTS_TYPE,
+    SDR_TYPES,
+    decode_cts,
+    decode_cts_request,
+    encode_cts_request,
+    message_type,
+)
 from sdr.counters import QPCounters
 from sdr.errors import ProtocolError
 from sdr.recv_table import RecvRecord, RecvTable
@@ -62,8 +83,11 @@ class QueuePairCore:
         """These chunks of ``rec`` failed a check: clear their bits, accept a repair."""
         self._actions.extend(self.recv.reopen(rec, np.asarray(chunks, dtype=np.int64)))
 
-    def receive_completions(self, now: float, batch: CompletionBatch) -> set[RecvRecord]:
-        """Apply packet completions from the driver; returns the receives they touched."""
+    def receive_completions(
+        self, now: float, batch: CompletionBatch
+    ) -> dict[RecvRecord, np.ndarray]:
+        """Apply packet completions from the driver; returns, per receive they reached,
+        the chunks they completed (the event :meth:`RecvTable.on_completions` reports)."""
         return self.recv.on_completions(batch)
 
     # --- send side --------------------------------------------------------------------
@@ -75,17 +99,24 @@ class QueuePairCore:
         length: int | None = None,
         imm: int | None = None,
         cts_timeout: float | None = None,
+        cts_retry: float | None = None,
     ) -> SendRecord:
         """Queue a one-shot message; with ``cts_timeout`` it fails (sdr.TimeoutError) if
         no clear-to-send arrived by ``now + cts_timeout`` (checked on the ``now`` fed to
-        :meth:`writes_to_send`)."""
-        return self.send.post_send(region, offset, length, imm, now=now, cts_timeout=cts_timeout)
+        :meth:`writes_to_send` or :meth:`handle_timer`); with ``cts_retry`` a missing CTS
+        is asked for again after that many seconds (then doubling, up to 16 times)."""
+        return self.send.post_send(region, offset, length, imm, now, cts_timeout, cts_retry)
 
     def stream_start(
-        self, now: float, imm: int | None = None, cts_timeout: float | None = None
+        self,
+        now: float,
+        imm: int | None = None,
+        cts_timeout: float | None = None,
+        cts_retry: float | None = None,
     ) -> SendRecord:
-        """Open a streaming send (no CTS deadline unless ``cts_timeout`` is given)."""
-        return self.send.stream_start(imm, now=now, cts_timeout=cts_timeout)
+        """Open a streaming send (no CTS deadline unless ``cts_timeout`` is given; CTS
+        requests every ``cts_retry`` while it has none)."""
+        return self.send.stream_start(imm, now, cts_timeout, cts_retry)
 
     def stream_send(
         self,
@@ -108,6 +139,17 @@ class QueuePairCore:
         """
         return self.send.writes(budget, now)
 
+    def get_timer(self) -> float | None:
+        """The earliest ``now`` at which :meth:`handle_timer` has work (None: no timer)."""
+        return self.send.next_timer()
+
+    def handle_timer(self, now: float) -> None:
+        """Fail sends past their CTS deadline; ask again for CTSs that are late."""
+        self.send.expire(now)
+        for seq in self.send.cts_requests_due(now):
+            self.counters.cts_requests_sent += 1
+            self._actions.append(SendControl(encode_cts_request(seq)))
+
     # --- control path -----------------------------------------------------------------
     def receive_control(self, now: float, data: bytes) -> None:
         """A control message arrived. SDR's own are handled; others go to upper_control."""
@@ -115,6 +157,8 @@ class QueuePairCore:
             kind = message_type(data)
             if kind == CTS_TYPE:
                 self.send.on_cts(decode_cts(data))
+            elif kind == CTS_REQUEST_TYPE:
+                self._resend_cts(decode_cts_request(data))
             elif kind in SDR_TYPES:
                 raise ProtocolError(f"unknown SDR control message type {kind}")
             elif len(self.upper_control) >= MAX_QUEUED_CONTROL:
@@ -123,6 +167,14 @@ class QueuePairCore:
                 self.upper_control.append(data)
         except ProtocolError:
             self.counters.control_malformed += 1
+
+    def _resend_cts(self, seq: int) -> None:
+        for rec in self.recv.records():
+            if rec.seq == seq:
+                cts = CTS(rec.seq, rec.msg_id, rec.slot, rec.generation, rec.length)
+                self._actions.append(SendControl(cts.encode()))
+                self.counters.cts_resent += 1
+                return  # not posted yet, or already over: nothing to answer
 
     def actions_to_do(self) -> list[Action]:
         """Drain the actions (bind, unbind, send control) the driver must carry out."""

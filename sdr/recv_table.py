@@ -7,8 +7,10 @@ repeats only every :func:`sdr.id_reuse.reuse_period` receives (130,048 with the 
 attributes): a straggler of an earlier message cannot land in a later one unless it
 outlived that many messages (docs/reliability.md, "Stragglers"). Posting binds the
 key-table entry and sends a CTS. Packet
-completions are validated (message id, generation, offset, length) before they touch the
-bitmap; anything that fails is counted, never marked. Completing a receive unbinds its
+completions are matched to their receive (message id, generation, slot) before they touch
+the bitmap, and checked against its binding unless a driver placed them through the
+software-NIC step (:mod:`sdr.placement`), which did that already; anything that fails is
+counted, never marked. Each batch reports the chunks it completed. Completing a receive unbinds its
 slot, so later packets of that message are discarded by the driver (late-packet guard).
 """
 
@@ -25,6 +27,7 @@ from sdr.control import CTS
 from sdr.counters import QPCounters
 from sdr.errors import ConfigError, ResourceBusy
 from sdr.id_reuse import receive_triple
+from sdr.placement import MALFORMED, OUT_OF_RANGE, PLACED, check_packets
 from sdr.transport import CompletionBatch, MemoryRegion
 
 __all__ = ["RecvRecord", "RecvState", "RecvTable"]
@@ -122,6 +125,12 @@ class RecvTable:
         self._slot_holder: list[RecvRecord | None] = [None] * attr.max_messages
         self._active: dict[int, RecvRecord] = {}
         self._next_seq = 0
+        # per message id: the active receive's generation (-1: none), slot and length,
+        # so a batch is matched to its receives with array lookups
+        ids = attr.layout.max_message_ids
+        self._id_gen = np.full(ids, -1, dtype=np.int64)
+        self._id_slot = np.zeros(ids, dtype=np.int64)
+        self._id_len = np.zeros(ids, dtype=np.int64)
 
     @property
     def active(self) -> int:
@@ -158,6 +167,7 @@ class RecvTable:
         )
         self._active[msg_id] = rec
         self._slot_holder[slot] = rec
+        self._id_gen[msg_id], self._id_slot[msg_id], self._id_len[msg_id] = generation, slot, length
         self._next_seq += 1
         self.counters.cts_sent += 1
         cts = CTS(rec.seq, msg_id, slot, generation, length)
@@ -172,6 +182,7 @@ class RecvTable:
             return []
         rec.state = RecvState.COMPLETED
         del self._active[rec.msg_id]
+        self._id_gen[rec.msg_id] = -1
         self._slot_holder[rec.slot] = None
         if rec.arrived:
             self.counters.messages_received += 1
@@ -193,106 +204,114 @@ class RecvTable:
         self.counters.chunks_reopened += len(ranges)
         return [Reopen(rec.generation, rec.slot, a, b) for a, b in ranges]
 
-    def on_completions(self, batch: CompletionBatch) -> set[RecvRecord]:
-        """Validate and apply a batch of packet completions; returns the receives touched.
+    def on_completions(self, batch: CompletionBatch) -> dict[RecvRecord, np.ndarray]:
+        """Apply a batch of packet completions; returns the chunks each batch completed.
 
-        Small batches take a per-row path (NumPy's per-call overhead dominates there),
-        large ones a vectorized path; both apply the same rules (tested for equality).
+        The result maps every receive that an accepted packet of this batch reached to
+        the indices (int64, ascending) of its chunks that became complete with this batch:
+        the event the layer above consumes instead of diffing bitmaps. A chunk reopened
+        (:meth:`reopen`) and repaired is reported again when it completes again.
+
+        Rows are matched to receives by message id and generation (``late`` and
+        ``stale_generation`` otherwise). A batch a driver placed through
+        :mod:`sdr.placement` (``batch.validated``) was checked against the key table this
+        core bound, so only its slot is matched (a row placed through an older binding
+        of the same id and generation is ``late``); any other batch (verbs, tests) is
+        checked here against each receive's binding by the same rules
+        (:func:`sdr.placement.check_packets`). Small batches are applied row by row
+        (NumPy's per-call overhead dominates there), large ones vectorized; both apply
+        the same rules (tested for equality).
         """
-        touched: set[RecvRecord] = set()
         if not len(batch):
-            return touched
-        if len(batch) <= SMALL_BATCH:
-            return self._apply_rows(batch)
-        layout = self.attr.layout
-        ids, packets, fragments = layout.decode_many(batch.imms)
-        for msg_id in np.unique(ids).tolist():
-            rows = np.flatnonzero(ids == msg_id)
-            rec = self._active.get(msg_id)
-            if rec is None:
-                self.counters.late += len(rows)
-                continue
-            good_gen = batch.generations[rows] == rec.generation
-            self.counters.stale_generation += int((~good_gen).sum())
-            rows = rows[good_gen]
-            if len(rows):
-                self._apply(rec, rows, batch, packets, fragments)
-                touched.add(rec)
-        return touched
+            return {}
+        attr, c = self.attr, self.counters
+        ids, packets, fragments = attr.layout.decode_many(batch.imms)
+        ids = ids.astype(np.int64)
+        packets = packets.astype(np.int64)
+        have = self._id_gen[ids]
+        late = have < 0
+        stale = ~late & (batch.generations.astype(np.int64) != have)
+        lengths = batch.byte_lens.astype(np.int64, copy=False)
+        remote = batch.remote_offsets.astype(np.int64, copy=False)
+        ok = ~(late | stale)
+        bad = np.zeros(len(batch), dtype=np.uint8)
+        slot_base = self._id_slot[ids] * attr.max_message_size
+        if batch.validated:
+            late |= ok & (remote // attr.max_message_size != self._id_slot[ids])
+        else:
+            within = np.where(remote >= 0, remote - slot_base, packets * attr.mtu)
+            bad = check_packets(attr.layout, attr.mtu, packets, within, lengths, self._id_len[ids])
+            bad[~ok] = PLACED
+        c.late += int(late.sum())
+        c.stale_generation += int((~late & stale).sum())
+        if bad.any():
+            c.malformed += int((bad == MALFORMED).sum())
+            c.out_of_range += int((bad == OUT_OF_RANGE).sum())
+        rows = np.flatnonzero(~late & ~stale & (bad == PLACED))
+        if not len(rows):
+            return {}
+        if len(rows) <= SMALL_BATCH:
+            return self._apply_rows(rows, ids, packets, fragments, lengths)
+        return self._apply(rows, ids, packets, fragments, lengths)
 
     def _apply(
         self,
-        rec: RecvRecord,
         rows: np.ndarray,
-        batch: CompletionBatch,
+        ids: np.ndarray,
         packets: np.ndarray,
         fragments: np.ndarray,
-    ) -> None:
-        layout, attr, c = self.attr.layout, self.attr, self.counters
-        pkt = packets[rows].astype(np.int64)
-        byte_len = batch.byte_lens[rows]
-        remote = batch.remote_offsets[rows]
-        imm_only = byte_len == 0
-        in_range = pkt < rec.bitmap.n_packets
-        expected = np.where(in_range, rec.bitmap.expected_lengths(np.where(in_range, pkt, 0)), -1)
-        offset_ok = (remote < 0) | (remote == rec.slot * attr.max_message_size + pkt * attr.mtu)
-        data_ok = ~imm_only & in_range & (byte_len == expected) & offset_ok
-        imm_ok = imm_only & (pkt < layout.fragments)
-        c.out_of_range += int((~imm_only & ~in_range).sum())
-        c.malformed += int((~imm_only & in_range & ~data_ok).sum() + (imm_only & ~imm_ok).sum())
-        c.imm_only_packets += int(imm_ok.sum())
-        if data_ok.any():
-            new, dup, _ = rec.bitmap.mark(pkt[data_ok])
-            c.packets_accepted += new
-            c.duplicates += dup
-        carrier = data_ok | imm_ok
-        if carrier.any():
-            rec._take_fragments(pkt[carrier] % layout.fragments, fragments[rows][carrier])
+        lengths: np.ndarray,
+    ) -> dict[RecvRecord, np.ndarray]:
+        """Accepted rows, vectorized per receive."""
+        c, n_frag = self.counters, self.attr.layout.fragments
+        events: dict[RecvRecord, np.ndarray] = {}
+        for msg_id in np.unique(ids[rows]).tolist():
+            mine = rows[ids[rows] == msg_id]
+            rec = self._active[msg_id]
+            pkt = packets[mine]
+            data = lengths[mine] > 0
+            c.imm_only_packets += int((~data).sum())
+            done = np.empty(0, dtype=np.int64)
+            if data.any():
+                new, dup, done = rec.bitmap.mark(pkt[data])
+                c.packets_accepted += new
+                c.duplicates += dup
+            rec._take_fragments(pkt % n_frag, fragments[mine])
+            events[rec] = done.astype(np.int64, copy=False)
+        return events
 
-    def _apply_rows(self, batch: CompletionBatch) -> set[RecvRecord]:
-        """The per-row twin of the vectorized path: same checks, same counters."""
-        attr, c, active = self.attr, self.counters, self._active
-        layout = attr.layout
-        id_shift, user_bits = layout.offset_bits + layout.user_bits, layout.user_bits
-        offset_mask, user_mask = layout.max_packets - 1, (1 << layout.user_bits) - 1
-        n_frag, mtu, slot_size = layout.fragments, attr.mtu, attr.max_message_size
-        touched: set[RecvRecord] = set()
-        for imm, gen, length, remote in zip(
-            batch.imms.tolist(),
-            batch.generations.tolist(),
-            batch.byte_lens.tolist(),
-            batch.remote_offsets.tolist(),
+    def _apply_rows(
+        self,
+        rows: np.ndarray,
+        ids: np.ndarray,
+        packets: np.ndarray,
+        fragments: np.ndarray,
+        lengths: np.ndarray,
+    ) -> dict[RecvRecord, np.ndarray]:
+        """The per-row twin of :meth:`_apply`: same effects, same counters, same events."""
+        c, active = self.counters, self._active
+        n_frag, ppc = self.attr.layout.fragments, self.attr.packets_per_chunk
+        done: dict[RecvRecord, list[int]] = {}
+        for msg_id, pkt, fragment, length in zip(
+            ids[rows].tolist(),
+            packets[rows].tolist(),
+            fragments[rows].tolist(),
+            lengths[rows].tolist(),
             strict=True,
         ):
-            rec = active.get(imm >> id_shift)
-            if rec is None:
-                c.late += 1
-                continue
-            if gen != rec.generation:
-                c.stale_generation += 1
-                continue
-            touched.add(rec)
-            pkt = (imm >> user_bits) & offset_mask
+            rec = active[msg_id]
+            chunks = done.setdefault(rec, [])
             if length == 0:
-                if pkt < n_frag:
-                    c.imm_only_packets += 1
-                    rec.take_fragment(pkt, imm & user_mask)
-                else:
-                    c.malformed += 1
+                c.imm_only_packets += 1
+                rec.take_fragment(pkt, fragment)
                 continue
             bitmap = rec.bitmap
-            if pkt >= bitmap.n_packets:
-                c.out_of_range += 1
-                continue
-            start = pkt * mtu
-            if length != min(mtu, rec.length - start) or (
-                remote >= 0 and remote != rec.slot * slot_size + start
-            ):
-                c.malformed += 1
-                continue
             if bitmap.mark_one(pkt):
                 c.packets_accepted += 1
+                chunk = pkt // ppc
+                if bitmap.chunks[chunk]:
+                    chunks.append(chunk)  # its last packet: the chunk completed just now
             else:
                 c.duplicates += 1
-            rec.take_fragment(pkt % n_frag, imm & user_mask)
-        return touched
+            rec.take_fragment(pkt % n_frag, fragment)
+        return {rec: np.array(sorted(v), dtype=np.int64) for rec, v in done.items()}

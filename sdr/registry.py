@@ -74,7 +74,14 @@ class Registry(Generic[T]):
         target = self._discovered().get(key)  # type: ignore[arg-type]
         if target is None:
             raise self._error(f"unknown {self.kind} {name!r}; expected one of {self.names()}")
-        (ep,) = [e for e in entry_points(group=self.group) if e.name.lower() == key]
+        found = [e for e in entry_points(group=self.group) if e.name.lower() == key]
+        if len({e.value for e in found}) > 1:
+            where = ", ".join(sorted({e.value for e in found}))
+            raise self._error(
+                f"{self.kind} {name!r} is declared by several installed distributions "
+                f"({where}); uninstall one"
+            )
+        ep = found[0]
         try:
             factory = ep.load()
         except Exception as exc:  # a broken plug-in: name it, do not crash the caller

@@ -11,21 +11,28 @@ A message may have a CTS deadline (``cts_timeout``; one-shot sends get
 :data:`DEFAULT_CTS_TIMEOUT` through :meth:`sdr.QP.post_send`): when the ``now`` fed to
 :meth:`SendTable.writes` reaches it and no CTS came, the message fails with
 ``sdr.TimeoutError`` instead of waiting forever for a receive the peer never posts.
+
+A message may also ask again for a lost CTS (``cts_retry`` seconds: one CTS request
+after that long without a CTS, then at doubling intervals, at most 16 times the first):
+:meth:`SendTable.cts_requests_due` says which, :meth:`SendTable.next_timer` when.
+
+Departures are events, not state to diff: every packet batch handed out is recorded as
+``(record, first_packet, stop_packet)`` in :attr:`SendTable.departures` (message packet
+numbers, i.e. remote offset // mtu), which the layer above drains.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 
 from sdr.config import QPAttr
 from sdr.control import CTS
 from sdr.counters import QPCounters
-from sdr.errors import ConfigError, ProtocolError, ResourceBusy, SDRError, TimeoutError
+from sdr.errors import ConfigError, ProtocolError, ResourceBusy, TimeoutError
+from sdr.send_record import SendRecord, SendState, _Range
 from sdr.transport import MemoryRegion, WriteBatch
 
 __all__ = ["DEFAULT_CTS_TIMEOUT", "SendRecord", "SendState", "SendTable", "check_cts_timeout"]
@@ -36,6 +43,7 @@ matching receive) before failing with ``sdr.TimeoutError``; ``cts_timeout=None``
 forever. Far above any RTT (long-haul links are 25-100 ms), so it only ends sends whose
 receive is never posted (or whose CTS was lost: plain SDR does not repeat it)."""
 _MAX_CTS_TIMEOUT = 365 * 86400.0
+_MAX_CTS_BACKOFF = 16
 
 
 def check_cts_timeout(value: object) -> float | None:
@@ -56,70 +64,6 @@ def check_cts_timeout(value: object) -> float | None:
 _NO_REGION = MemoryRegion(key=-1, view=memoryview(bytearray(0)))
 
 
-class SendState(enum.Enum):
-    QUEUED = "queued"
-    DONE = "done"
-    FAILED = "failed"
-
-
-@dataclass(slots=True)
-class _Range:
-    region: MemoryRegion
-    src_offset: int
-    dst_offset: int
-    length: int
-    next_packet: int  # first packet (in message packet units) not yet emitted
-
-
-class SendRecord:
-    """One message (one-shot or stream) on its way out."""
-
-    __slots__ = (
-        "seq",
-        "msg_id",
-        "imm",
-        "stream",
-        "state",
-        "error",
-        "remote",
-        "ended",
-        "length",
-        "packets_sent",
-        "bytes_sent",
-        "cts_timeout",
-        "cts_deadline",
-        "_ranges",
-        "_covered",
-    )
-
-    def __init__(self, seq: int, msg_id: int, imm: int, stream: bool, fragments: int) -> None:
-        self.seq = seq
-        self.msg_id = msg_id
-        self.imm = imm
-        self.stream = stream
-        self.state = SendState.QUEUED
-        self.error: SDRError | None = None
-        self.remote: CTS | None = None
-        self.ended = not stream
-        self.length = 0  # one-shot: message length; stream: highest byte written
-        self.packets_sent = 0
-        self.bytes_sent = 0
-        self.cts_timeout: float | None = None
-        self.cts_deadline: float | None = None
-        """``now`` at which the message fails if no CTS arrived (None: never)."""
-        self._ranges: deque[_Range] = deque()
-        self._covered = np.zeros(fragments, dtype=bool)
-
-    @property
-    def done(self) -> bool:
-        return self.state is SendState.DONE
-
-    def fail(self, error: SDRError) -> None:
-        self.state = SendState.FAILED
-        self.error = error
-        self._ranges.clear()
-
-
 class SendTable:
     """All outgoing messages of one QP, in posting order."""
 
@@ -131,15 +75,23 @@ class SendTable:
         self._next_seq = 0
         self._next_channel = 0
         self._next_deadline = math.inf  # earliest CTS deadline of a waiting message
+        self.departures: list[tuple[SendRecord, int, int]] = []
+        """(record, first packet, stop packet) of every batch handed out since drained."""
 
     @property
     def in_flight(self) -> int:
         return len(self._queue)
 
     def _new(
-        self, imm: int | None, stream: bool, now: float = 0.0, cts_timeout: float | None = None
+        self,
+        imm: int | None,
+        stream: bool,
+        now: float = 0.0,
+        cts_timeout: float | None = None,
+        cts_retry: float | None = None,
     ) -> SendRecord:
         timeout = check_cts_timeout(cts_timeout)
+        retry = check_cts_timeout(cts_retry)
         if imm is not None and not 0 <= imm < 1 << 32:
             raise ConfigError(f"imm must be a 32-bit unsigned integer or None, got {imm!r}")
         if len(self._queue) >= self.attr.max_messages:
@@ -161,6 +113,8 @@ class SendTable:
         if timeout is not None and rec.remote is None:
             rec.cts_timeout, rec.cts_deadline = timeout, now + timeout
             self._next_deadline = min(self._next_deadline, rec.cts_deadline)
+        if retry is not None and rec.remote is None:
+            rec.cts_retry, rec.next_cts_request = retry, now + retry
         return rec
 
     def post_send(
@@ -171,22 +125,27 @@ class SendTable:
         imm: int | None,
         now: float = 0.0,
         cts_timeout: float | None = None,
+        cts_retry: float | None = None,
     ) -> SendRecord:
         """Queue a one-shot message of region[offset:offset+length] (CTS deadline:
-        ``now + cts_timeout``, none when it is None)."""
+        ``now + cts_timeout``, none when it is None; CTS requests every ``cts_retry``)."""
         length = region.check_range(offset, length)
         self._check_size(length)
-        rec = self._new(imm, stream=False, now=now, cts_timeout=cts_timeout)
+        rec = self._new(imm, False, now, cts_timeout, cts_retry)
         rec.length = length
         if length:
             rec._ranges.append(_Range(region, offset, 0, length, 0))
         return rec
 
     def stream_start(
-        self, imm: int | None, now: float = 0.0, cts_timeout: float | None = None
+        self,
+        imm: int | None,
+        now: float = 0.0,
+        cts_timeout: float | None = None,
+        cts_retry: float | None = None,
     ) -> SendRecord:
         """Open a streaming send; ranges follow with :meth:`stream_send`."""
-        return self._new(imm, stream=True, now=now, cts_timeout=cts_timeout)
+        return self._new(imm, True, now, cts_timeout, cts_retry)
 
     def stream_send(
         self, rec: SendRecord, region: MemoryRegion, src_offset: int, dst_offset: int, length: int
@@ -237,6 +196,31 @@ class SendTable:
                     rec.remote = cts
                 return
         self._cts.setdefault(cts.seq, cts)
+
+    def cts_requests_due(self, now: float) -> list[int]:
+        """Sequence numbers to ask a CTS for again at ``now`` (each asked at most once per
+        interval: one retry, doubling up to 16 times it)."""
+        due = []
+        for rec in self._queue:
+            if rec.remote is not None or rec.state is not SendState.QUEUED:
+                continue
+            if rec.cts_retry is not None and now >= rec.next_cts_request:
+                rec.cts_requests += 1
+                backoff = min(2**rec.cts_requests, _MAX_CTS_BACKOFF)
+                rec.next_cts_request = now + rec.cts_retry * backoff
+                due.append(rec.seq)
+        return due
+
+    def next_timer(self) -> float | None:
+        """The earliest CTS deadline or CTS request time of a waiting message."""
+        times = [
+            t
+            for rec in self._queue
+            if rec.remote is None and rec.state is SendState.QUEUED
+            for t in (rec.cts_deadline, rec.next_cts_request)
+            if t is not None and t != math.inf
+        ]
+        return min(times) if times else None
 
     def expire(self, now: float) -> None:
         """Fail every message still waiting for its CTS whose deadline is ``now`` or past."""
@@ -327,6 +311,7 @@ class SendTable:
                 )
             )
             rec._covered[packets % attr.layout.fragments] = True
+            self.departures.append((rec, rng.next_packet, rng.next_packet + n))
             rec.packets_sent += n
             rec.bytes_sent += int(lengths.sum())
             self.counters.packets_sent += n

@@ -29,6 +29,7 @@ __all__ = [
     "TransportQP",
     "MAX_CONTROL_SIZE",
     "as_byte_view",
+    "concat_completions",
 ]
 
 MAX_CONTROL_SIZE = 4096
@@ -115,6 +116,10 @@ class CompletionBatch:
 
     remote_offset is -1 where the transport cannot tell (verbs completions do not carry
     it); when known, the core cross-checks it against the immediate.
+
+    validated: every row was placed through :func:`sdr.placement.place_batch` against the
+    key table this QP's core bound (software drivers), so the core only matches rows to
+    receives; False (the default) makes the core check each row itself.
     """
 
     channels: np.ndarray  # uint16
@@ -122,6 +127,7 @@ class CompletionBatch:
     imms: np.ndarray  # uint32
     byte_lens: np.ndarray  # int64
     remote_offsets: np.ndarray  # int64
+    validated: bool = False
 
     def __len__(self) -> int:
         return len(self.imms)
@@ -144,6 +150,17 @@ class CompletionBatch:
             np.array(cols[3], dtype=np.int64),
             np.array(cols[4], dtype=np.int64),
         )
+
+
+_COMPLETION_COLUMNS = ("channels", "generations", "imms", "byte_lens", "remote_offsets")
+
+
+def concat_completions(parts: list[CompletionBatch]) -> CompletionBatch:
+    """One batch of the rows of ``parts``, in order (validated only if every part is)."""
+    return CompletionBatch(
+        *(np.concatenate([getattr(p, f) for p in parts]) for f in _COMPLETION_COLUMNS),
+        validated=all(p.validated for p in parts),
+    )
 
 
 class TransportQP(ABC):

@@ -2,11 +2,12 @@
 
 Where the analytic model and Monte Carlo sample a formula, this runs the SDK itself: an
 ``sdr.Context`` per host on a simulated transport (:mod:`sdr.simulator.des_transport`), the
-real :class:`sdr.reliability.ReliableQP` and scheme state machines on top, driven by simpy
-processes on simulated time (:mod:`sdr.simulator.des_driver`). The link
-(:mod:`sdr.simulator.des_link`) serializes packets at the line rate through a drop-tail switch
-queue, delays them by the propagation time, drops them with any loss model (Bernoulli,
-Gilbert-Elliott bursts, traces; data and control path separately) and can reorder them.
+real :class:`sdr.ReliableQP` and scheme state machines on top, driven by simpy
+processes on simulated time (:mod:`sdr.simulator.des_driver`). The link is the SDK's one
+link model (:mod:`sdr.simulator.link_model`, scheduled by :mod:`sdr.simulator.des_link`): it
+serializes packets at the line rate through a drop-tail switch queue, delays them by the
+propagation time, drops them with any loss model (Bernoulli, Gilbert-Elliott bursts, traces;
+data and control path separately) and can reorder them.
 EC encoding can take simulated time (:mod:`sdr.simulator.des_encode`).
 
 A sample is one write: the receiver posts its receive, its CTS reaches the sender, the
@@ -26,12 +27,14 @@ import numpy as np
 
 import sdr
 from sdr.errors import ConfigError
-from sdr.reliability import ReliabilityConfig, ReliableQP
+from sdr.reliability import ReliabilityConfig
+from sdr.runtime import ReliableQP
 from sdr.simulator.des_driver import DesHost, DesSim
 from sdr.simulator.des_encode import with_encode_time
 from sdr.simulator.des_link import PathImpairments
 from sdr.simulator.des_losslog import LossLog
 from sdr.simulator.link import DropUnit, Link
+from sdr.simulator.link_model import LinkStats
 from sdr.simulator.loss import Bernoulli, LossModel
 from sdr.simulator.schemes import SchemeSpec
 
@@ -101,7 +104,9 @@ class DesRun:
     """Process CPU time of the run (less sensitive than wall time to a busy machine)."""
     sim_s: float
     link: dict[str, Any] = field(default_factory=dict)
-    """Per direction: packets, queue drops, losses, reorderings, peak backlog."""
+    """Per direction (``"a->b"``, ``"b->a"``): the link's counters
+    (:class:`~sdr.simulator.link_model.LinkStats`: packets, queue_drops, loss_drops,
+    control_lost, reordered, max_backlog_bytes ...; ``lost`` is loss_drops' older name)."""
     chunk_losses: list[tuple[np.ndarray, np.ndarray | None]] = field(default_factory=list)
     """Per write: lost transmissions of each data chunk and each parity chunk (EC)."""
 
@@ -241,10 +246,16 @@ def _writes(
             yield from sim.quiet()
 
 
+def _link_stats(stats: LinkStats) -> dict[str, Any]:
+    out: dict[str, Any] = stats.as_dict()
+    out["lost"] = out["loss_drops"]  # the name this counter had before loss_drops
+    return out
+
+
 def _run(
     sim: DesSim, flows: list[_Flow], spec: SchemeSpec, wall: float, cpu: float
 ) -> list[DesRun]:
-    stats = {site: vars(d.stats) for site, d in sim.fabric.directions.items()}
+    stats = {site: _link_stats(d.stats) for site, d in sim.fabric.directions.items()}
     link = {"a->b": stats["a"], "b->a": stats["b"]}
     out = []
     for f in flows:

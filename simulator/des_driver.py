@@ -1,6 +1,6 @@
 """Drives the real SDR stack on simulated time: one simpy process per host.
 
-The real-time driver (:func:`sdr.reliability.drive`) spins ``progress()`` and sleeps
+The real-time driver (:func:`sdr.runtime.drive`) spins ``progress()`` and sleeps
 until the next timer. Here each host is a simpy process that sleeps on an event and is
 woken when something it must react to happens: a packet or control message lands (the
 simulated transport knows the arrival times when the packets are sent), a timer of one of
@@ -19,7 +19,7 @@ import simpy
 
 import sdr
 from sdr.errors import SDRError
-from sdr.reliability import ReliableQP
+from sdr.runtime import ReliableQP
 from sdr.simulator.des_link import PathImpairments
 from sdr.simulator.des_transport import DesFabric, DesTransport
 from sdr.simulator.link import Link

@@ -14,7 +14,7 @@ import numpy as np
 from sdr.errors import ConfigError
 from sdr.simulator import analytic
 from sdr.simulator.des import DesOptions, simulate_writes
-from sdr.simulator.evaluate import Estimate
+from sdr.simulator.estimate import Estimate
 from sdr.simulator.link import Link
 from sdr.simulator.loss import Bernoulli, LossModel
 from sdr.simulator.schemes import SchemeSpec

@@ -1,38 +1,40 @@
-"""The link of the discrete-event simulation: NICs, a drop-tail switch queue, the long haul.
+"""The link of the discrete-event simulation: host NICs, and the one link on simpy time.
 
-One :class:`LinkDirection` carries packets from one site to the other: every host NIC at
-that site feeds one bottleneck switch queue (drop-tail, ``buffer_bytes``) that serializes
-at the link rate; a packet then crosses the link in ``one_way_delay_s``, may be lost (a
-loss model from :mod:`sdr.simulator.loss`, drawn once per packet; data and control packets
-have separate models, so the ACK path can be lossy on its own) and may be held back by up
-to ``reorder_delay_s`` (reordering).
+What a direction does to packets (drop-tail switch queue, serialization, propagation, loss,
+reordering, blackouts) is :class:`sdr.simulator.link_model.LinkDirection`, the same state
+machine the WAN emulator applies to real packets. This module only *schedules* it: a
+:class:`DirectionScheduler` collects the packets every host NIC at a site posts and offers
+them to the direction in time order, at the moment their fate can no longer change, then
+tells each sender when its packets land (or that they were lost); the receiving host is
+woken for the arrivals it needs. :class:`Nic` is a host's transmitter.
 
-The queue is computed, not stepped: a FIFO single server finishes packet ``i`` at
-``max(arrival_i, finish_{i-1}) + size_i / rate``, so a batch of packets is carried with a
-few NumPy operations (a per-packet loop only when the queue overflows) and every packet's
-arrival time is known at once; the receiving host is woken for the arrivals it needs.
 Several senders' packets are merged in time order before they enter the queue (see
-:class:`LinkDirection`), so a shared link is exact, not an approximation.
+:class:`DirectionScheduler`), so a shared link is exact, not an approximation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
 from sdr.errors import ConfigError
+from sdr.simulator import link_model
 from sdr.simulator.link import Link
-from sdr.simulator.loss import Bernoulli, LossModel
+from sdr.simulator.link_model import LinkSpec, LinkStats
+from sdr.simulator.loss import LossModel
 
-__all__ = ["PathImpairments", "Nic", "LinkDirection", "DirectionStats"]
+__all__ = ["PathImpairments", "Nic", "DirectionScheduler", "DirectionStats"]
+
+DirectionStats = LinkStats
+"""Deprecated name of :class:`sdr.simulator.link_model.LinkStats`."""
 
 
 @dataclass(frozen=True)
 class PathImpairments:
-    """What happens to packets in one direction of the link.
+    """What happens to packets in one direction of the simulated link.
 
     Attributes:
         loss: loss model of data packets (None: lossless), drawn once per packet.
@@ -54,6 +56,23 @@ class PathImpairments:
             raise ConfigError(f"reorder_delay_s must be >= 0 s, got {self.reorder_delay_s!r}")
         if self.reorder > 0 and self.reorder_delay_s == 0:
             raise ConfigError("reorder > 0 needs reorder_delay_s > 0 (how far packets are held)")
+
+    def spec(self, link: Link, buffer_bytes: float | None = None, seed: int = 0) -> LinkSpec:
+        """The :class:`LinkSpec` of one direction of ``link`` with these impairments."""
+        if buffer_bytes is not None and not buffer_bytes > 0:
+            raise ConfigError(f"switch buffer must be > 0 bytes, got {buffer_bytes!r}")
+        if buffer_bytes is None and not link.buffer_bytes > 0:
+            raise ConfigError(f"switch buffer must be > 0 bytes, got {link.buffer_bytes!r}")
+        return LinkSpec.from_link(
+            link,
+            queue=buffer_bytes,
+            loss=self.loss,
+            control_loss=self.control_loss,
+            reorder=self.reorder,
+            reorder_delay=0.0,
+            reorder_jitter=self.reorder_delay_s,
+            seed=seed,
+        )
 
 
 class Nic:
@@ -87,21 +106,6 @@ class Nic:
         return ends - ser
 
 
-@dataclass
-class DirectionStats:
-    """Packet counts of one direction (data and control together unless named)."""
-
-    packets: int = 0
-    bytes: int = 0
-    queue_drops: int = 0
-    lost: int = 0
-    control_packets: int = 0
-    control_lost: int = 0
-    reordered: int = 0
-    max_backlog_bytes: float = 0.0
-    counts: dict[str, int] = field(default_factory=dict)
-
-
 Deliver = Callable[[int, int, np.ndarray], None]
 """Called with (first, stop, arrival times) for packets [first, stop) of a submission."""
 
@@ -114,39 +118,51 @@ class _Submission:
         self.done = 0
 
 
-class LinkDirection:
-    """One direction of the long-haul link: switch queue, serialization, delay, loss.
+class DirectionScheduler:
+    """Schedules one :class:`~sdr.simulator.link_model.LinkDirection` on simpy time.
 
     Packets are *submitted* when a NIC posts them, with the time each reaches the switch,
-    and *carried* later, all NICs' packets merged in time order: at ``s + one_way_delay``
-    for the earliest pending start ``s`` every packet that starts by then is known (a NIC
-    cannot post into the past), and none of them can land before that moment. So the
-    FIFO is exact for any number of senders, and one pass carries a whole propagation
-    delay's worth of packets.
+    and *offered* to the direction later, all NICs' packets merged in time order: at
+    ``s + one_way_delay`` for the earliest pending start ``s`` every packet that starts by
+    then is known (a NIC cannot post into the past), and none of them can land before that
+    moment. So the FIFO is exact for any number of senders, and one pass carries a whole
+    propagation delay's worth of packets.
+
+    ``rng`` (optional) spawns the direction's random streams instead of ``spec.seed``.
+    The simulator does not model duplication or corruption (a spec with them is refused).
     """
 
     def __init__(
-        self,
-        env: simpy.Environment,
-        link: Link,
-        impairments: PathImpairments,
-        rng: np.random.Generator,
-        *,
-        buffer_bytes: float | None = None,
+        self, env: simpy.Environment, spec: LinkSpec, rng: np.random.Generator | None = None
     ) -> None:
+        if spec.duplicate or spec.corrupt:
+            raise ConfigError(
+                "the discrete-event simulation does not model duplication or corruption; "
+                f"got duplicate={spec.duplicate!r}, corrupt={spec.corrupt!r}"
+            )
         self.env = env
-        self.link = link
-        self.impairments = impairments
-        self.rng = rng
-        self.rate_bps = float(link.bandwidth_bps)
-        self.delay_s = link.one_way_delay_s
-        self.buffer_bytes = float(link.buffer_bytes if buffer_bytes is None else buffer_bytes)
-        if self.buffer_bytes <= 0:
-            raise ConfigError(f"switch buffer must be > 0 bytes, got {buffer_bytes!r}")
-        self.last_finish = 0.0
-        self.stats = DirectionStats()
+        self.spec = spec
+        self.direction = link_model.LinkDirection(spec, rng)
+        self.rate_bps = self.direction.rate_bps
+        self.delay_s = self.direction.delay_s
+        self.buffer_bytes = self.direction.queue_bytes
         self._pending: list[_Submission] = []
         self._tick: float | None = None
+
+    @property
+    def stats(self) -> LinkStats:
+        """The direction's counters."""
+        return self.direction.stats
+
+    @property
+    def impairments(self) -> LinkSpec:
+        """Deprecated: the direction's :class:`LinkSpec` (use ``spec``)."""
+        return self.spec
+
+    @property
+    def last_finish(self) -> float:
+        """When the switch's wire is free."""
+        return self.direction.last_finish
 
     # --- submission and merged processing ------------------------------------------------
     def submit(
@@ -205,75 +221,6 @@ class LinkDirection:
             at += b - a
         self._pending = [p for p in self._pending if p.done < len(p.starts)]
 
-    # --- the queue and the wire ---------------------------------------------------------
     def carry(self, starts: np.ndarray, sizes: np.ndarray, control: np.ndarray) -> np.ndarray:
-        """Carry packets that reach the switch at ``starts`` (seconds, ascending).
-
-        ``control`` flags control messages (their own loss model). Returns each packet's
-        arrival time at the far end, NaN where it was dropped (queue overflow or loss).
-        """
-        n = len(starts)
-        if n == 0:
-            return np.empty(0)
-        ser = sizes * (8.0 / self.rate_bps)
-        cum = np.cumsum(ser)
-        # FIFO: finish_i = max(last, max_j<=i (start_j - cum_{j-1})) + cum_i
-        base = np.maximum.accumulate(np.maximum(starts - (cum - ser), self.last_finish))
-        finish = base + cum
-        before = np.concatenate(([self.last_finish], finish[:-1]))
-        backlog = np.maximum(before - starts, 0.0) * (self.rate_bps / 8.0)
-        if (backlog + sizes > self.buffer_bytes).any():
-            finish, backlog = self._carry_overflowing(starts, sizes, ser)
-        else:
-            self.last_finish = float(finish[-1])
-        queued = ~np.isnan(finish)
-        st = self.stats
-        st.max_backlog_bytes = max(st.max_backlog_bytes, float(backlog.max()))
-        st.queue_drops += int(n - queued.sum())
-        lost = np.zeros(n, dtype=bool)
-        data = ~control
-        lost[data] = self._losses(sizes[data], self.impairments.loss)
-        lost[control] = self._losses(sizes[control], self.impairments.control_loss)
-        lost &= queued
-        st.control_packets += int(control.sum())
-        st.control_lost += int((lost & control).sum())
-        st.packets += int(data.sum())
-        st.bytes += int(sizes[data].sum())
-        st.lost += int((lost & data).sum())
-        arrive = finish + self.delay_s
-        imp = self.impairments
-        if imp.reorder > 0:
-            held = (self.rng.random(n) < imp.reorder) & queued & ~lost
-            if held.any():
-                st.reordered += int(held.sum())
-                arrive[held] += self.rng.random(int(held.sum())) * imp.reorder_delay_s
-        arrive[lost] = np.nan
-        return arrive
-
-    def _carry_overflowing(
-        self, starts: np.ndarray, sizes: np.ndarray, ser: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Packet by packet: drop-tail when the backlog plus the packet exceeds the buffer."""
-        finish = np.full(len(starts), np.nan)
-        backlog = np.zeros(len(starts))
-        last, cap, bytes_per_s = self.last_finish, self.buffer_bytes, self.rate_bps / 8.0
-        for i, (s, size, t) in enumerate(
-            zip(starts.tolist(), sizes.tolist(), ser.tolist(), strict=True)
-        ):
-            queued = max(last - s, 0.0) * bytes_per_s
-            backlog[i] = queued
-            if queued + size > cap:
-                continue
-            last = max(last, s) + t
-            finish[i] = last
-        self.last_finish = last
-        return finish, backlog
-
-    def _losses(self, sizes: np.ndarray, model: LossModel | None) -> np.ndarray:
-        n = len(sizes)
-        if model is None or n == 0:
-            return np.zeros(n, dtype=bool)
-        if isinstance(model, Bernoulli):
-            return self.rng.random(n) < model.p
-        rng = self.rng
-        return np.fromiter((model.drop(rng, int(s)) for s in sizes.tolist()), bool, count=n)
+        """Offer packets to the direction now; their arrival times, NaN where dropped."""
+        return self.direction.offer(starts, sizes, control).arrive

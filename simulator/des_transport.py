@@ -1,12 +1,14 @@
 """The simulated transport: the core's Transport interface on simulated time and links.
 
 :class:`DesTransport` is a backend in all but registration: ``sdr.Context(backend=t)``
-runs the real SDR core (and :class:`sdr.reliability.ReliableQP` on top) over it. Its clock
-is simpy's ``env.now``; posted packets go through the host :class:`Nic` and a
-:class:`LinkDirection`, which tell at once when each packet lands (or that it is lost);
-packets wait in the receiving QP's inbox until the simulated time passes their arrival.
-Placement goes through the core's own :class:`KeyTable` exactly as in a software NIC
-(late, stale and out-of-range packets are discarded and counted). Payload bytes are copied
+runs the real SDR core (and :class:`sdr.ReliableQP` on top) over it. Its clock is simpy's
+``env.now``; posted packets go through the host :class:`Nic` and a
+:class:`~sdr.simulator.des_link.DirectionScheduler` (the one link, scheduled), which
+tell at once when each packet lands (or that it is lost); packets wait in the receiving
+QP's inbox until the simulated time passes their arrival.
+Placement is the core's software-NIC step (:mod:`sdr.placement`) over the QP's
+:class:`KeyTable`, exactly as in the other software drivers (late, stale and
+out-of-range packets are discarded and counted). Payload bytes are copied
 at placement when ``copy_payload`` is set (the whole stack, checksums included, then
 runs on real data); otherwise only the bitmaps move, which is enough for timing when the
 buffers hold identical bytes (e.g. zeros).
@@ -29,8 +31,9 @@ import simpy
 
 from sdr.config import QPAttr
 from sdr.errors import ConfigError, ProtocolError, TransportError
-from sdr.key_table import DISCARD_REASONS, KeyTable, KeyTableBindings, Placement
-from sdr.simulator.des_link import LinkDirection, Nic, PathImpairments
+from sdr.key_table import KeyTable, KeyTableBindings
+from sdr.placement import PLACED
+from sdr.simulator.des_link import DirectionScheduler, Nic, PathImpairments
 from sdr.simulator.link import Link
 from sdr.transport import (
     MAX_CONTROL_SIZE,
@@ -40,6 +43,7 @@ from sdr.transport import (
     TransportQP,
     WriteBatch,
     as_byte_view,
+    concat_completions,
 )
 
 __all__ = ["DesFabric", "DesTransport", "DesQP"]
@@ -63,7 +67,6 @@ class DesQP(KeyTableBindings, TransportQP):
         self._order = itertools.count()
         self._granted = 1
         self._wire_mtu = attr.mtu + transport.header_bytes
-        self._counters = dict.fromkeys(DISCARD_REASONS, 0)
         transport.endpoints[self.eid] = self
         transport.fabric.endpoints[self.eid] = self
 
@@ -160,23 +163,40 @@ class DesQP(KeyTableBindings, TransportQP):
     # --- receiving ----------------------------------------------------------------------
     def poll_completions(self, max_packets: int) -> CompletionBatch:
         now = self.transport.now()
-        heap, rows = self._data, []
+        heap = self._data
         if not heap or heap[0][0] > now:
             return _EMPTY
-        resolve, counters, copy = self.keys.resolve, self._counters, self.transport.copy_payload
-        pop = heapq.heappop
-        while heap and heap[0][0] <= now and len(rows) < max_packets:
-            gen, ch, roff, imm, src_region, src, length = pop(heap)[2]
-            where = resolve(gen, roff, length, imm)
-            if not isinstance(where, Placement):
-                counters[where] += 1
-                continue
-            if copy and length:
-                where.region.view[where.offset : where.offset + length] = src_region.view[
-                    src : src + length
-                ]
-            rows.append((ch, gen, imm, length, roff))
-        return CompletionBatch.from_rows(rows)
+        parts: list[CompletionBatch] = []
+        placed, pop = 0, heapq.heappop
+        while heap and heap[0][0] <= now and placed < max_packets:
+            items = []  # what has landed, as many as may still complete
+            while heap and heap[0][0] <= now and len(items) < max_packets - placed:
+                items.append(pop(heap)[2])
+            batch = self._place(items)
+            placed += len(batch)
+            parts.append(batch)
+        return parts[0] if len(parts) == 1 else concat_completions(parts)
+
+    def _place(self, items: list[tuple[Any, ...]]) -> CompletionBatch:
+        """The software-NIC step over landed packets, in arrival order: payload is read
+        from the sender's region (or not at all without ``copy_payload``)."""
+        gens, chans, roffs, imms, regions, srcs, lengths = zip(*items, strict=True)
+        gen = np.array(gens, dtype=np.int64)
+        roff = np.array(roffs, dtype=np.int64)
+        imm = np.array(imms, dtype=np.uint32)
+        length = np.array(lengths, dtype=np.int64)
+        payloads = None
+        if self.transport.copy_payload:
+            payloads = [r.view[s : s + n] for r, s, n in zip(regions, srcs, lengths, strict=True)]
+        ok = self.keys.place(gen, roff, imm, length, payloads) == PLACED
+        return CompletionBatch(
+            np.array(chans, dtype=np.uint16)[ok],
+            gen[ok].astype(np.uint8),
+            imm[ok],
+            length[ok],
+            roff[ok],
+            validated=True,
+        )
 
     def poll_control(self) -> list[bytes]:
         now = self.transport.now()
@@ -196,7 +216,7 @@ class DesQP(KeyTableBindings, TransportQP):
         return max(times, default=float("-inf"))
 
     def counters(self) -> dict[str, int]:
-        return dict(self._counters)
+        return self.keys.discards()
 
     def close(self) -> None:
         self.transport.endpoints.pop(self.eid, None)
@@ -246,8 +266,8 @@ class DesFabric:
         rng_ab, rng_ba = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
         fwd, rev = forward or PathImpairments(), reverse or PathImpairments()
         self.directions = {
-            "a": LinkDirection(env, link, fwd, rng_ab, buffer_bytes=buffer_bytes),
-            "b": LinkDirection(env, link, rev, rng_ba, buffer_bytes=buffer_bytes),
+            "a": DirectionScheduler(env, fwd.spec(link, buffer_bytes), rng_ab),
+            "b": DirectionScheduler(env, rev.spec(link, buffer_bytes), rng_ba),
         }
         self.endpoints: dict[int, DesQP] = {}
         self.hosts: list[DesTransport] = []

@@ -2,9 +2,11 @@
 
 Every model can be used two ways:
 
-* per packet, by a driver such as the WAN emulator: ``model.drop(rng, size_bytes)`` draws one
-  loss event from a seeded :class:`numpy.random.Generator` (stateful models such as
-  Gilbert-Elliott and traces advance their state on each call);
+* per packet, by the link (:mod:`sdr.simulator.link_model`, which the simulator and the WAN
+  emulator share): ``model.drop(rng, size_bytes)`` draws one loss event from a seeded
+  :class:`numpy.random.Generator` (stateful models such as Gilbert-Elliott and traces advance
+  their state on each call); ``model.drops(rng, sizes)`` draws a batch, exactly as that many
+  ``drop`` calls would (:func:`draw_losses` falls back to them for models without it);
 * vectorized, by Monte Carlo: ``model.sample(rng, streams, length, size_bytes)`` returns a
   boolean array of shape ``(streams, length)``, one independent packet stream per row, each
   starting from the model's stationary state (a random offset for traces).
@@ -32,6 +34,7 @@ __all__ = [
     "SizeDependent",
     "TraceReplay",
     "Schedule",
+    "draw_losses",
 ]
 
 
@@ -87,6 +90,9 @@ class Bernoulli:
 
     def drop(self, rng: np.random.Generator, size_bytes: int = 4096) -> bool:
         return bool(rng.random() < self.p)
+
+    def drops(self, rng: np.random.Generator, sizes: np.ndarray) -> np.ndarray:
+        return rng.random(len(sizes)) < self.p
 
     def sample(
         self, rng: np.random.Generator, streams: int, length: int, size_bytes: int = 4096
@@ -212,6 +218,10 @@ class SizeDependent:
     def drop(self, rng: np.random.Generator, size_bytes: int = 4096) -> bool:
         return bool(rng.random() < self.probability(size_bytes))
 
+    def drops(self, rng: np.random.Generator, sizes: np.ndarray) -> np.ndarray:
+        exponent = np.asarray(sizes, np.float64) / self.ref_size * math.log1p(-self.p_ref)
+        return rng.random(len(sizes)) < -np.expm1(exponent)
+
     def sample(
         self, rng: np.random.Generator, streams: int, length: int, size_bytes: int = 4096
     ) -> np.ndarray:
@@ -276,6 +286,12 @@ class TraceReplay:
         lost = bool(trace[self.position % trace.size])
         self.position = (self.position + 1) % trace.size
         return lost
+
+    def drops(self, rng: np.random.Generator, sizes: np.ndarray) -> np.ndarray:
+        trace = np.asarray(self.trace)
+        idx = (self.position + np.arange(len(sizes))) % trace.size
+        self.position = int((self.position + len(sizes)) % trace.size)
+        return trace[idx]
 
     def sample(
         self, rng: np.random.Generator, streams: int, length: int, size_bytes: int = 4096
@@ -344,3 +360,12 @@ class Schedule:
 
     def chunk_drop_probability(self, packets_per_chunk: int, size_bytes: int = 4096) -> None:
         return None  # not stationary
+
+
+def draw_losses(model: LossModel, rng: np.random.Generator, sizes: np.ndarray) -> np.ndarray:
+    """Losses of consecutive packets of ``sizes`` bytes: ``model.drops`` when the model has
+    it (vectorized), else one ``drop`` per packet. Same draws, same result, either way."""
+    drops = getattr(model, "drops", None)
+    if drops is not None:
+        return np.asarray(drops(rng, sizes), dtype=bool)
+    return np.fromiter((model.drop(rng, int(s)) for s in np.asarray(sizes).tolist()), bool)

@@ -13,8 +13,8 @@ import sdr
 from sdr.adaptive import AdaptivePolicy, Candidate
 from sdr.backends.inproc import InprocNetwork, InprocTransport, ManualClock
 from sdr.errors import ProtocolError
-from sdr.reliability import ReliableQP, wait_all
 from sdr.reliability.messages import Digest
+from sdr.runtime import ReliableQP, wait_all
 
 SR, MDS, XOR = Candidate("sr-nack"), Candidate("ec-mds", 8, 2), Candidate("ec-xor", 8, 2)
 

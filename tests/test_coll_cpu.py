@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sdr.backends.collectives.dtypes import bf16_to_f32, f32_to_bf16, storage_dtype
 from sdr.backends.shm import LocalGroup
 from sdr.collectives import algorithms_for
-from sdr.collectives.dtypes import bf16_to_f32, f32_to_bf16, storage_dtype
 
 WORLDS = (2, 3, 5, 8)
 DTYPES = ("float32", "float16", "bfloat16")

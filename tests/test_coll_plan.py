@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from sdr.collectives import (
-    ALGORITHMS,
-    NCCL,
-    PLAN_VERSION,
-    Plan,
-    Program,
-    build_plan,
-    lower,
-    make_layout,
-    packet_bytes,
-    select_algorithm,
-)
-from sdr.collectives.dtypes import bf16_to_f32, f32_to_bf16
+from sdr.backends.collectives.dtypes import bf16_to_f32, f32_to_bf16
+from sdr.backends.collectives.layout import lower, make_layout, packet_bytes
+from sdr.backends.collectives.selection import NCCL, select_algorithm
+from sdr.collectives import ALGORITHMS, PLAN_VERSION, Plan, Program, build_plan
 from sdr.errors import ConfigError
 
 
@@ -223,7 +216,7 @@ def test_cli_prints_plans_and_selection():
 
 
 def test_selection_hands_large_calls_to_nccl_where_it_measured_faster_on_4_gpus():
-    from sdr.collectives import NCCL, select_algorithm
+    from sdr.backends.collectives.selection import NCCL, select_algorithm
 
     mib = 1 << 20
     assert select_algorithm("allreduce", 1 * mib, 4, nccl_available=True) != NCCL
@@ -232,3 +225,36 @@ def test_selection_hands_large_calls_to_nccl_where_it_measured_faster_on_4_gpus(
     assert select_algorithm("allgather", 8 * mib, 8, nccl_available=True) == NCCL
     assert select_algorithm("allreduce", 64 * mib, 2, nccl_available=True) != NCCL
     assert select_algorithm("allreduce", 4 * mib, 4) != NCCL  # without NCCL: our best plan
+
+
+def test_the_core_imports_no_driver_and_the_old_runtime_paths_still_resolve():
+    """The collectives' runtime and the GPU codec moved to the drivers; the core's old
+    paths import nothing of a driver until a moved name is used, then warn and forward."""
+    code = """
+import sys, warnings
+import sdr.codecs, sdr.codecs.gpu, sdr.collectives
+import sdr.collectives.dtypes, sdr.collectives.interfaces
+import sdr.collectives.layout, sdr.collectives.selection
+drivers = sorted(m for m in sys.modules if m.startswith("sdr.backends"))
+assert not drivers, drivers
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    from sdr.collectives import select_algorithm
+    from sdr.collectives.dtypes import f32_to_bf16
+    from sdr.collectives.interfaces import Bootstrap
+    from sdr.codecs.gpu import GpuRSCodec
+import sdr.backends.collectives as runtime, sdr.backends.gpu.codecs as gpu_codecs
+assert select_algorithm is runtime.select_algorithm and Bootstrap is runtime.Bootstrap
+assert GpuRSCodec is gpu_codecs.GpuRSCodec
+assert f32_to_bf16 is sdr.backends.collectives.dtypes.f32_to_bf16
+assert {"mds-gpu", "xor-gpu"} <= set(sdr.codecs.available_codecs())
+moved = {str(w.message).split(" is deprecated")[0] for w in caught}
+assert all(w.category is DeprecationWarning for w in caught)
+assert moved == {
+    "sdr.collectives.select_algorithm", "sdr.collectives.dtypes.f32_to_bf16",
+    "sdr.collectives.interfaces.Bootstrap", "sdr.codecs.gpu.GpuRSCodec",
+}, moved
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -8,7 +8,7 @@ from test_reliability_support import make_rpair
 
 from sdr.dlpack import device_stage, dlpack_byte_view, is_device_array
 from sdr.errors import ConfigError
-from sdr.reliability import wait_all
+from sdr.runtime import wait_all
 
 torch = pytest.importorskip("torch")
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from test_reliability_support import make_rpair
 
-from sdr.codecs.gpu import gpu_available
+from sdr.backends.gpu.codecs import gpu_available
 from sdr.dlpack import device_stage, is_device_array
-from sdr.reliability import wait_all
+from sdr.runtime import wait_all
 
 pytestmark = [
     pytest.mark.gpu,

@@ -18,8 +18,8 @@ import pytest
 import sdr
 from sdr.backends.udp import UdpTransport
 from sdr.backends.wan import LinkSpec, RelayLink
-from sdr.reliability import ReliableQP
-from sdr.reliability.handles import drive
+from sdr.runtime import ReliableQP
+from sdr.runtime.handles import drive
 
 ATTR = sdr.QPAttr(
     mtu=8192, chunk_size="64KiB", max_message_size="8MiB", channels=1, rate_limit="100Mbit/s"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sdr.backends.gpu.codecs import gpu_available
 from sdr.codecs import TooManyLosses, get_codec
-from sdr.codecs.gpu import gpu_available
 
 pytestmark = [
     pytest.mark.gpu,
@@ -33,7 +33,7 @@ def _cpu_parity(name: str, data: np.ndarray, m: int) -> np.ndarray:
 def test_rs_parity_is_bit_identical_to_isal(k, m, cs, subs):
     import cupy as cp
 
-    from sdr.codecs.gpu import GpuRSCodec
+    from sdr.backends.gpu.codecs import GpuRSCodec
 
     data = _data(subs, k, cs, seed=k)
     parity = GpuRSCodec(k, m, cs).encode(cp.asarray(data)).get()
@@ -44,7 +44,7 @@ def test_rs_parity_is_bit_identical_to_isal(k, m, cs, subs):
 def test_rs_decode_rebuilds_up_to_m_losses(seed):
     import cupy as cp
 
-    from sdr.codecs.gpu import GpuRSCodec
+    from sdr.backends.gpu.codecs import GpuRSCodec
 
     k, m, cs, subs = 32, 8, 4096, 3
     rng = np.random.default_rng(seed)
@@ -64,7 +64,7 @@ def test_rs_decode_rebuilds_up_to_m_losses(seed):
 def test_rs_more_than_m_losses_raise():
     import cupy as cp
 
-    from sdr.codecs.gpu import GpuRSCodec
+    from sdr.backends.gpu.codecs import GpuRSCodec
 
     codec = GpuRSCodec(4, 2, 64)
     with pytest.raises(TooManyLosses):
@@ -74,7 +74,7 @@ def test_rs_more_than_m_losses_raise():
 def test_xor_parity_and_decode_match_cpu():
     import cupy as cp
 
-    from sdr.codecs.gpu import GpuXORCodec
+    from sdr.backends.gpu.codecs import GpuXORCodec
 
     k, m, cs = 32, 8, 65536
     data = _data(2, k, cs, seed=5)
@@ -95,7 +95,7 @@ def test_xor_parity_and_decode_match_cpu():
 
 def test_torch_tensors_encode_in_place_on_the_gpu():
     torch = pytest.importorskip("torch")
-    from sdr.codecs.gpu import GpuRSCodec
+    from sdr.backends.gpu.codecs import GpuRSCodec
 
     k, m, cs = 8, 2, 4096
     torch.manual_seed(0)

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdr.codecs import get_codec
-from sdr.codecs.gpu_matrix import (
+from sdr.backends.gpu.codecs.matrix import (
     decode_plan,
     generator_matrix,
     gf_inv,
@@ -21,6 +20,7 @@ from sdr.codecs.gpu_matrix import (
     gf_matmul,
     gf_mul,
 )
+from sdr.codecs import get_codec
 from sdr.errors import ConfigError
 
 
@@ -82,7 +82,7 @@ def test_matrix_inverse_round_trip():
 
 
 def test_gpu_codec_defaults_to_the_cpu_codecs_backend():
-    from sdr.codecs.gpu import _EC_TYPE
+    from sdr.backends.gpu.codecs.device import _EC_TYPE
     from sdr.codecs.mds import DEFAULT_EC_TYPE
 
     assert _EC_TYPE == DEFAULT_EC_TYPE

@@ -12,10 +12,10 @@ import os
 import numpy as np
 import pytest
 
+from sdr.backends.collectives.dtypes import bf16_to_f32, f32_to_bf16
 from sdr.backends.hierarchical import SdrLinkOptions, connect, connect_from_env
 from sdr.backends.hierarchical.local_job import run_ranks
 from sdr.backends.shm import free_port
-from sdr.collectives.dtypes import bf16_to_f32, f32_to_bf16
 
 SIZES = (1, 1001, 40_000)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sdr.collectives.layout import lower, make_layout
+from sdr.backends.collectives.layout import lower, make_layout
 from sdr.collectives.plan import Plan
 from sdr.collectives.port_plans import PORT_ALGORITHMS, build_port_plan
 from sdr.errors import ConfigError

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import sdr
 from sdr.backends.inproc import InprocNetwork, InprocTransport, ManualClock
 from sdr.id_reuse import reuse_period
-from sdr.reliability import ReliableQP
+from sdr.runtime import ReliableQP
 
 RTT = 0.01
 SMALL = sdr.QPAttr(

@@ -29,8 +29,8 @@ import sdr
 from sdr.backends.udp import UdpTransport
 from sdr.backends.udp.roce import HEADER_SIZE, ICRC_SIZE, UC_RDMA_WRITE_ONLY_IMM
 from sdr.backends.wan.udp_relay import RelayEnd, icrc_for
-from sdr.reliability import ReliableQP
-from sdr.reliability.handles import drive
+from sdr.runtime import ReliableQP
+from sdr.runtime.handles import drive
 
 ATTR = sdr.QPAttr(
     mtu=512,

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from udp_pairs import UdpPair
 
 import sdr
 from sdr.backends.inproc import InprocNetwork, ManualClock
@@ -31,32 +32,16 @@ BURST = 50
 APP = bytes([200])  # a control type for the application (64..255)
 
 
-class UdpPair:
-    def __init__(self, attr: sdr.QPAttr = ATTR) -> None:
-        self.ta = UdpTransport(port=0, seed=1, socket_buffer=1 << 20)
-        self.tb = UdpTransport(port=0, seed=2, socket_buffer=1 << 20)
-        self.a, self.b = sdr.Context(backend=self.ta), sdr.Context(backend=self.tb)
-        self.qa, self.qb = self.a.create_qp(attr), self.b.create_qp(attr)
-        self.qa.connect(self.qb.info())
-        self.qb.connect(self.qa.info())
-
-    def spoof(self, payload: bytes) -> None:
-        """A control datagram to qb from qa's address with qb's control id."""
-        tqp = self.qa.transport_qp
-        self.ta.send_control(tqp.peer_control, tqp.peer_control_id, payload)
-
-    def close(self) -> None:
-        self.a.close()
-        self.b.close()
+def _spoof(pair: UdpPair, payload: bytes) -> None:
+    """A control datagram to qb from qa's address with qb's control id."""
+    tqp = pair.qa.transport_qp
+    pair.ta.send_control(tqp.peer_control, tqp.peer_control_id, payload)
 
 
 @pytest.fixture
 def udp() -> Iterator[UdpPair]:
-    pair = UdpPair()
-    try:
+    with UdpPair(ATTR, socket_buffer=1 << 20) as pair:
         yield pair
-    finally:
-        pair.close()
 
 
 def _transfer(pair: UdpPair, n: int = 20_000) -> None:
@@ -76,7 +61,7 @@ def _transfer(pair: UdpPair, n: int = 20_000) -> None:
 def test_plain_qp_that_never_polls_control_keeps_a_bounded_queue(udp: UdpPair) -> None:
     for start in range(0, FLOOD, BURST):
         for i in range(start, start + BURST):
-            udp.spoof(APP + i.to_bytes(4, "big") + bytes(500))
+            _spoof(udp, APP + i.to_bytes(4, "big") + bytes(500))
         for _ in range(3):
             udp.b.progress()  # the application progresses but never calls poll_control
     for _ in range(10):
@@ -107,7 +92,7 @@ def test_udp_transport_queue_of_a_qp_is_bounded(udp: UdpPair) -> None:
     tqp = udp.qb.transport_qp
     for start in range(0, 3000, BURST):
         for i in range(start, start + BURST):
-            udp.spoof(APP + i.to_bytes(4, "big"))
+            _spoof(udp, APP + i.to_bytes(4, "big"))
         udp.tb.pump_control()
     while udp.tb.pump_control():
         pass
@@ -123,7 +108,7 @@ def test_one_udp_control_pump_reads_a_bounded_number(
 ) -> None:
     monkeypatch.setattr(udp_transport, "CONTROL_READS_PER_PUMP", 10, raising=False)
     for i in range(50):
-        udp.spoof(APP + bytes([i]))  # loopback: in the socket buffer when sendto returns
+        _spoof(udp, APP + bytes([i]))  # loopback: in the socket buffer when sendto returns
     udp.tb.pump_control()
     assert len(udp.qb.transport_qp.control_in) == 10
 
@@ -241,13 +226,13 @@ def test_idle_progress_reads_the_sockets_once_not_once_per_qp(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     n = 200
-    ta = UdpTransport(port=0, seed=1, socket_buffer=1 << 20)
-    tb = UdpTransport(port=0, seed=2, socket_buffer=1 << 20)
-    with sdr.Context(backend=ta) as a, sdr.Context(backend=tb) as b:
-        pairs = [(a.create_qp(ATTR), b.create_qp(ATTR)) for _ in range(n)]
-        for qa, qb in pairs:
+    with UdpPair(ATTR, socket_buffer=1 << 20) as udp:
+        a, b, ta = udp.a, udp.b, udp.ta
+        more = [(a.create_qp(ATTR), b.create_qp(ATTR)) for _ in range(n - 1)]
+        for qa, qb in more:
             qa.connect(qb.info())
             qb.connect(qa.info())
+        pairs = [(udp.qa, udp.qb), *more]
         calls = {"pump": 0, "pump_control": 0}
         for name in calls:
             original = getattr(ta, name)

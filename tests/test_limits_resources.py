@@ -12,8 +12,9 @@ import pytest
 from sdr_pairs import make_pair, random_bytes
 
 import sdr
-from sdr.reliability import ReliableQP, reliable_qp
-from sdr.reliability.handles import drive, wait_all
+from sdr.reliability import connection as reliable_connection
+from sdr.runtime import ReliableQP
+from sdr.runtime.handles import drive, wait_all
 
 ATTR = sdr.QPAttr(mtu=1024, chunk_size="4KiB", max_message_size="64KiB", max_messages=8)
 
@@ -62,10 +63,10 @@ def test_reliable_writes_beyond_the_in_flight_cap_wait_in_order() -> None:
 
 def _connection_state(ra: ReliableQP, rb: ReliableQP) -> dict[str, int]:
     return {
-        "sending": len(ra._sending),
-        "waiting": len(ra._waiting),
-        "receiving": len(rb._receiving),
-        "to_post": len(rb._to_post),
+        "sending": len(ra.connection._sending),
+        "waiting": len(ra.connection._waiting),
+        "receiving": len(rb.connection._receiving),
+        "to_post": len(rb.connection._to_post),
         "send_queue": ra.qp.core.send.in_flight,
         "recv_active": rb.qp.core.recv.active,
         "bound": rb.qp.transport_qp.keys.bound_count()
@@ -86,7 +87,7 @@ def _run(ra: ReliableQP, rb: ReliableQP, pair, count: int, seed: int) -> None:  
 def test_memory_per_connection_stays_flat_over_many_messages(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # a QP remembers the outcome of its last 4096 finished messages (to answer late
     # PROBEs); a smaller memory shows the same bound with fewer messages
-    monkeypatch.setattr(reliable_qp, "_FINISHED_MEMORY", 256)
+    monkeypatch.setattr(reliable_connection, "_FINISHED_MEMORY", 256)
     pair = make_pair(ATTR, drop=0.01, delay=0.0005)
     ra = ReliableQP(pair.qa, "ec-xor", rtt="1ms", k=4, m=1)
     rb = ReliableQP(pair.qb, "ec-xor", rtt="1ms", k=4, m=1)
@@ -100,7 +101,7 @@ def test_memory_per_connection_stays_flat_over_many_messages(monkeypatch) -> Non
     finally:
         tracemalloc.stop()
     assert grown < 24 << 10, f"{grown} bytes more after 480 more messages"
-    assert len(ra._finished) <= 256 and len(rb._finished) <= 256
+    assert len(ra.connection._finished) <= 256 and len(rb.connection._finished) <= 256
     state = _connection_state(ra, rb)
     assert all(v == 0 for v in state.values()), state
     assert ra.counters["writes_completed"] == 960 and rb.counters["receives_completed"] == 960

@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from udp_pairs import UdpPair
 
 import sdr
 from sdr import peer_info as pi
 from sdr.backends.inproc import InprocNetwork, ManualClock
-from sdr.backends.udp import UdpTransport
 
 ATTR = sdr.QPAttr(mtu=1024, chunk_size="4KiB", max_message_size="64KiB", channels=2)
 Info = dict[str, Any]
@@ -205,26 +205,11 @@ def _altered(info: bytes, mutate: Callable[[Info], None]) -> bytes:
     return raw if raw is not None else json.dumps(body).encode()
 
 
-class UdpPair:
-    """Two UDP contexts on loopback, QPs created but not connected."""
-
-    def __init__(self) -> None:
-        self.a = sdr.Context(backend=UdpTransport(port=0, seed=1, socket_buffer=1 << 20))
-        self.b = sdr.Context(backend=UdpTransport(port=0, seed=2, socket_buffer=1 << 20))
-        self.qa, self.qb = self.a.create_qp(ATTR), self.b.create_qp(ATTR)
-
-    def close(self) -> None:
-        self.a.close()
-        self.b.close()
-
-
 @pytest.fixture
 def udp() -> Iterator[UdpPair]:
-    pair = UdpPair()
-    try:
+    """Two UDP contexts on loopback, QPs created but not connected."""
+    with UdpPair(ATTR, connect=False, socket_buffer=1 << 20) as pair:
         yield pair
-    finally:
-        pair.close()
 
 
 def _message_flows(a: sdr.Context, b: sdr.Context, qa: sdr.QP, qb: sdr.QP) -> None:

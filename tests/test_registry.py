@@ -73,3 +73,12 @@ def test_entry_points_load_lazily_and_broken_ones_are_named(monkeypatch) -> None
     assert reg.get("Good") is OrderedDict
     with pytest.raises(ConfigError, match=r"widget 'broken' \(sdr_no_such_module:thing\) failed"):
         reg.get("broken")
+
+
+def test_one_name_from_two_distributions_is_a_clear_error(monkeypatch) -> None:
+    group = "sdr.test-widgets"
+    eps = [EntryPoint("twin", "pkg_a:W", group), EntryPoint("twin", "pkg_b:W", group)]
+    monkeypatch.setattr(registry_module, "entry_points", lambda group: eps)
+    reg: Registry[object] = Registry("widget", group)
+    with pytest.raises(ConfigError, match=r"several installed distributions \(pkg_a:W, pkg_b:W\)"):
+        reg.get("twin")

@@ -130,7 +130,7 @@ def _qp_pair(**attr_kw):
 
 def test_reliable_qp_resolves_auto_through_the_selector():
     """ReliableQP(qp, "auto") was "not registered"; now both ends get the same scheme."""
-    from sdr.reliability import ReliableQP, wait_all
+    from sdr.runtime import ReliableQP, wait_all
 
     (a, qa), (b, qb) = _qp_pair()
     kw = {"rtt": "25ms", "link_rate": "10Gbit/s", "drop": 1e-3}
@@ -147,7 +147,7 @@ def test_reliable_qp_resolves_auto_through_the_selector():
 
 
 def test_auto_needs_a_drop_rate_and_a_link_rate():
-    from sdr.reliability import ReliableQP
+    from sdr.runtime import ReliableQP
 
     (_, qa), _ = _qp_pair()
     with pytest.raises(sdr.ConfigError, match="needs the expected drop rate: drop=1e-3"):

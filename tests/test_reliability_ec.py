@@ -18,7 +18,7 @@ from test_reliability_support import (
 
 import sdr
 from sdr.backends.inproc import InprocNetwork, ManualClock
-from sdr.reliability import ReliableQP, wait_all
+from sdr.runtime import ReliableQP, wait_all
 
 CS = 4096  # chunk size of ATTR
 K, M = 8, 2

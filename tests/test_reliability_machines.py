@@ -15,7 +15,7 @@ from sdr.reliability import (
     Finished,
     ReliabilityConfig,
     SendChunks,
-    SendControl,
+    SendMessage,
     create_scheme,
 )
 from sdr.reliability.messages import Ack, Digest, EcNack, Nack, Probe, Sack, decode_message
@@ -34,7 +34,7 @@ def payload(n: int, seed: int = 0) -> memoryview:
 
 def split(actions):
     chunks = [a for a in actions if isinstance(a, SendChunks)]
-    control = [decode_message(a.message.encode()) for a in actions if isinstance(a, SendControl)]
+    control = [decode_message(a.message.encode()) for a in actions if isinstance(a, SendMessage)]
     done = [a for a in actions if isinstance(a, Finished)]
     return chunks, control, done
 
@@ -60,7 +60,7 @@ class Wire:
         messages reach the receiver; returns the control messages."""
         control = []
         for a in actions:
-            if isinstance(a, SendControl):
+            if isinstance(a, SendMessage):
                 control.append(decode_message(a.message.encode()))
                 self.r.on_control(now, control[-1])
                 continue

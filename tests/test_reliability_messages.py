@@ -12,7 +12,6 @@ from sdr.reliability.messages import (
     DIGEST_PER_MESSAGE,
     Abort,
     Ack,
-    CtsRequest,
     Digest,
     EcNack,
     Nack,
@@ -38,7 +37,6 @@ def test_simple_messages_roundtrip():
     assert roundtrip(Ack(2**64 - 1, failed=True)) == Ack(2**64 - 1, failed=True)
     assert roundtrip(Probe(7)) == Probe(7)
     assert roundtrip(Abort(8, mismatch=True)) == Abort(8, mismatch=True)
-    assert roundtrip(CtsRequest(9, 12345)) == CtsRequest(9, 12345)
 
 
 def test_digest_roundtrip_and_capacity():
@@ -168,3 +166,13 @@ def test_ec_nack_clipped_keeps_only_the_messages_chunks():
     clipped = EcNack(1, 8, missing, digest_ok=False).clipped(20)  # submessage 2 holds 16..19
     assert sorted(clipped.missing) == [0, 2] and not clipped.digest_ok
     assert clipped.chunks().tolist() == [*range(8), 16, 17, 18, 19]
+
+
+def test_the_retired_cts_request_type_is_refused():
+    """Type 23 was the reliability layer's CTS_REQUEST; the SDR core asks for CTSs now."""
+    import struct
+    import zlib
+
+    head = struct.pack("!BBHQ", 23, 1, 0, 9) + struct.pack("!Q", 17)
+    with pytest.raises(sdr.ProtocolError, match="unknown reliability message type 23"):
+        decode_message(head + struct.pack("!I", zlib.crc32(head)))

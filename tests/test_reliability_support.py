@@ -15,7 +15,7 @@ import numpy as np
 
 import sdr
 from sdr.backends.inproc import InprocNetwork, InprocTransport, ManualClock
-from sdr.reliability import ReliableQP
+from sdr.runtime import ReliableQP
 
 RTT = 0.01
 ATTR = sdr.QPAttr(mtu=1024, chunk_size="4KiB", max_message_size="2MiB", max_messages=64)
@@ -134,7 +134,7 @@ def random_bytes(n: int, seed: int = 0) -> np.ndarray:
 
 def transfer(pair: RPair, sizes: list[int], timeout: float = 60.0) -> tuple[list, list, list]:
     """Post receives, write ``sizes`` messages, wait for all; returns (src, dst, handles)."""
-    from sdr.reliability import wait_all
+    from sdr.runtime import wait_all
 
     srcs = [random_bytes(n, seed=i) for i, n in enumerate(sizes)]
     dsts = [np.zeros(n, dtype=np.uint8) for n in sizes]

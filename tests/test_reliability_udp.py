@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import sdr
-from sdr.reliability import ReliableQP, wait_all
+from sdr.runtime import ReliableQP, wait_all
 
 udp = pytest.importorskip("sdr.backends.udp")
 

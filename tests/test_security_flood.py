@@ -19,9 +19,9 @@ import numpy as np
 import sdr
 from sdr.backends.udp import UdpTransport
 from sdr.control import CTS
-from sdr.reliability import ReliableQP
-from sdr.reliability.handles import wait_all
 from sdr.reliability.messages import Ack, Probe, Sack
+from sdr.runtime import ReliableQP
+from sdr.runtime.handles import wait_all
 
 ATTR = sdr.QPAttr(mtu=1024, chunk_size="4KiB", max_message_size="1MiB", max_messages=16)
 PER_KIND = 3000
@@ -102,7 +102,7 @@ def test_forged_sack_for_a_message_in_flight_is_clipped_to_the_message() -> None
         dst = np.zeros_like(src)
         w = ra.write(a.register(src))
         r = rb.post_recv(b.register(dst))
-        while not ra._sending[0].started:
+        while not ra.connection._sending[0].started:
             ra.progress()
             rb.progress()
         forged = Sack(0, 1 << 25, np.ones(4000, dtype=bool), True).encode()  # 256 MiB of indices

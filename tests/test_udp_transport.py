@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from udp_pairs import UdpPair
 
 import sdr
 from sdr.backends.udp import UdpTransport
@@ -15,45 +16,13 @@ from sdr.backends.udp.roce import encode_packet
 ATTR = sdr.QPAttr(mtu=1024, chunk_size="4KiB", max_message_size="64KiB", channels=2)
 
 
-class Pair:
-    """A sender and a receiver context joined over loopback."""
-
-    def __init__(self, attr: sdr.QPAttr = ATTR) -> None:
-        self.ta = UdpTransport(port=0, seed=1)
-        self.tb = UdpTransport(port=0, seed=2)
-        self.a, self.b = sdr.Context(backend=self.ta), sdr.Context(backend=self.tb)
-        self.qa, self.qb = self.a.create_qp(attr), self.b.create_qp(attr)
-        self.qa.connect(self.qb.info())
-        self.qb.connect(self.qa.info())
-
-    def until(self, cond, rounds: int = 200_000) -> None:  # type: ignore[no-untyped-def]
-        for _ in range(rounds):
-            if cond():
-                return
-            self.a.progress()
-            self.b.progress()
-        raise AssertionError("condition not reached")
-
-    def settle(self, rounds: int = 50) -> None:
-        for _ in range(rounds):
-            self.a.progress()
-            self.b.progress()
-
-    def close(self) -> None:
-        self.a.close()
-        self.b.close()
-
-
 @pytest.fixture
-def pair() -> Iterator[Pair]:
-    p = Pair()
-    try:
+def pair() -> Iterator[UdpPair]:
+    with UdpPair(ATTR) as p:
         yield p
-    finally:
-        p.close()
 
 
-def test_one_shot_write_lands_bit_exact_with_immediate(pair: Pair) -> None:
+def test_one_shot_write_lands_bit_exact_with_immediate(pair: UdpPair) -> None:
     rng = np.random.default_rng(7)
     src = rng.integers(0, 256, 50_001, dtype=np.uint8)
     dst = np.zeros_like(src)
@@ -68,7 +37,7 @@ def test_one_shot_write_lands_bit_exact_with_immediate(pair: Pair) -> None:
     assert c["bad_icrc"] == c["bad_rkey"] == c["late"] == c["out_of_range"] == 0
 
 
-def test_several_messages_in_order(pair: Pair) -> None:
+def test_several_messages_in_order(pair: UdpPair) -> None:
     bufs = [np.full(3000 + i, i + 1, dtype=np.uint8) for i in range(5)]
     outs = [np.zeros_like(b) for b in bufs]
     rhs = [pair.qb.post_recv(pair.b.register(o)) for o in outs]
@@ -78,7 +47,7 @@ def test_several_messages_in_order(pair: Pair) -> None:
         assert np.array_equal(b, o) and rhs[i].imm == i
 
 
-def _inject(pair: Pair, **changes: int) -> bytes:
+def _inject(pair: UdpPair, **changes: int) -> bytes:
     """Send one hand-made packet to the receiver: a valid one for slot 0 unless changed."""
     tqp = pair.qb.transport_qp
     gen = pair.qb.core.recv._active[0].generation if pair.qb.core.recv._active else 0
@@ -103,7 +72,7 @@ def _inject(pair: Pair, **changes: int) -> bytes:
     return bytes(pkt)
 
 
-def test_bad_packets_are_dropped_counted_and_never_written(pair: Pair) -> None:
+def test_bad_packets_are_dropped_counted_and_never_written(pair: UdpPair) -> None:
     dst = np.zeros(4096, dtype=np.uint8)
     rh = pair.qb.post_recv(pair.b.register(dst))
     pair.settle()
@@ -141,8 +110,7 @@ def test_rate_limit_paces_the_sender() -> None:
     attr = ATTR.replace(
         rate_limit="200Mbit/s", mtu=4096, chunk_size="64KiB", max_message_size="1MiB"
     )
-    p = Pair(attr)
-    try:
+    with UdpPair(attr) as p:
         src = np.ones(1 << 20, dtype=np.uint8)
         dst = np.zeros_like(src)
         rh = p.qb.post_recv(p.b.register(dst))
@@ -158,8 +126,6 @@ def test_rate_limit_paces_the_sender() -> None:
         burst_bits = p.qa.transport_qp.pacer.burst_bits
         assert sent_bits <= 200e6 * elapsed + burst_bits + 4200 * 8
         assert np.array_equal(src, dst)
-    finally:
-        p.close()
 
 
 def test_wildcard_host_is_refused() -> None:
@@ -180,14 +146,7 @@ def test_port_in_use_is_a_transport_error() -> None:
 
 
 def test_icrc_check_can_be_turned_off_but_other_checks_stay() -> None:
-    p = Pair.__new__(Pair)
-    p.ta = UdpTransport(port=0, seed=1)
-    p.tb = UdpTransport(port=0, seed=2, verify_icrc=False)
-    p.a, p.b = sdr.Context(backend=p.ta), sdr.Context(backend=p.tb)
-    p.qa, p.qb = p.a.create_qp(ATTR), p.b.create_qp(ATTR)
-    p.qa.connect(p.qb.info())
-    p.qb.connect(p.qa.info())
-    try:
+    with UdpPair(ATTR, verify_icrc=False) as p:
         dst = np.zeros(4096, dtype=np.uint8)
         rh = p.qb.post_recv(p.b.register(dst))
         p.settle()
@@ -197,8 +156,6 @@ def test_icrc_check_can_be_turned_off_but_other_checks_stay() -> None:
         c = p.qb.counters()
         assert c["bad_icrc"] == 0 and c["bad_rkey"] == 1
         assert p.qb.transport_qp.stats["packets_placed"] == 1
-    finally:
-        p.close()
 
 
 def test_pacer_budget_follows_the_rate_limit() -> None:

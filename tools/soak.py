@@ -142,7 +142,7 @@ class _Side:
         self.stop_at: float | None = None
 
     def connect(self, infos: list[bytes]) -> None:
-        from sdr.reliability import ReliableQP
+        from sdr.runtime import ReliableQP
 
         for qp, info in zip(self.qps, infos, strict=True):
             qp.connect(info)
@@ -236,7 +236,7 @@ class _Side:
 
 def _peer(role: str, cfg: SoakConfig, ns: str, host: str, parent: Connection) -> None:
     from sdr.backends.wan import enter_namespace
-    from sdr.reliability.handles import drive
+    from sdr.runtime.handles import drive
 
     try:
         enter_namespace(ns)

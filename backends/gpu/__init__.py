@@ -1,4 +1,5 @@
-"""GPU collective backend: CuPy, CUDA IPC between processes, a CUDA C plan executor.
+"""GPU collective backend: CuPy, CUDA IPC between processes, a CUDA C plan executor; and
+the GPU erasure codecs (:mod:`sdr.backends.gpu.codecs`).
 
 Importing this package needs no GPU and no CuPy; :func:`cuda_available` says whether the
 backend can run here. The communicator is imported on first use.

@@ -1,7 +1,7 @@
 """The GPU communicator: collectives between GPUs of one host, one process per GPU.
 
 Setup registers one device buffer per rank and maps every peer's over CUDA IPC. A call
-selects a plan (or NCCL, where :func:`sdr.collectives.select_algorithm` says NCCL is
+selects a plan (or NCCL, where :func:`sdr.backends.collectives.select_algorithm` says NCCL is
 faster and NCCL is available), lowers it for the call's size and launches the executor
 kernel on the current CuPy stream. Calls can be captured in a CUDA graph once a call of
 the same shape has run (that call may grow scratch, which synchronises the device).
@@ -13,12 +13,13 @@ import logging
 from functools import lru_cache
 from typing import Any
 
+from sdr.backends.collectives.dtypes import dtype_name
+from sdr.backends.collectives.layout import Layout, LoweredOp, lower, make_layout
+from sdr.backends.collectives.selection import NCCL, select_algorithm
 from sdr.backends.gpu.executor import GpuExecutor, plan_blocks
 from sdr.backends.gpu.memory import GpuMemoryChannel, GpuRegion
 from sdr.backends.gpu.nccl import NcclComm, nccl_module
-from sdr.collectives import NCCL, build_plan, lower, make_layout, select_algorithm
-from sdr.collectives.dtypes import dtype_name
-from sdr.collectives.layout import Layout, LoweredOp
+from sdr.collectives import build_plan
 from sdr.collectives.plan import Plan
 from sdr.errors import ConfigError
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from sdr.backends.collectives.layout import Layout, LoweredOp, Span, lower
 from sdr.backends.gpu.kernels import (
     DTYPE_CODES,
     MAX_BLOCKS,
@@ -27,7 +28,6 @@ from sdr.backends.gpu.kernels import (
     kernel_source,
 )
 from sdr.backends.gpu.memory import GpuRegion
-from sdr.collectives.layout import Layout, LoweredOp, Span, lower
 from sdr.collectives.plan import Plan
 from sdr.errors import ConfigError, TransportError
 

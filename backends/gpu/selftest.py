@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from sdr.backends.collectives.dtypes import bf16_to_f32, f32_to_bf16, storage_dtype
 from sdr.collectives import algorithms_for
-from sdr.collectives.dtypes import bf16_to_f32, f32_to_bf16, storage_dtype
 
 DTYPES = ("float32", "float16", "bfloat16")
 

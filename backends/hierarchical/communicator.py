@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sdr.backends.collectives.dtypes import dtype_name
+from sdr.backends.collectives.interfaces import Bootstrap
 from sdr.backends.hierarchical.links import SdrLinks
 from sdr.backends.hierarchical.port_executor import PortExecutor
-from sdr.collectives.dtypes import dtype_name
-from sdr.collectives.interfaces import Bootstrap
 from sdr.collectives.plan import Plan
 from sdr.collectives.port_plans import build_port_plan
 from sdr.errors import ConfigError

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import sdr
+from sdr.backends.collectives.interfaces import Bootstrap
 from sdr.backends.hierarchical.port_channel import SdrPortChannel
 from sdr.backends.udp import UdpTransport
-from sdr.collectives.interfaces import Bootstrap
 from sdr.errors import ConfigError
-from sdr.reliability import ReliabilityConfig, ReliableQP
-from sdr.reliability.handles import drive
+from sdr.reliability import ReliabilityConfig
+from sdr.runtime import ReliableQP, drive
 from sdr.units import parse_rate, parse_size, parse_time
 
 __all__ = ["SdrLinkOptions", "SdrLinks"]

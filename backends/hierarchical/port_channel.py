@@ -1,7 +1,7 @@
 """The SDR port channel: a collective PortChannel whose puts are SDR reliable writes.
 
-The collective layer's :class:`~sdr.collectives.interfaces.PortChannel` seam, implemented
-over one :class:`~sdr.reliability.ReliableQP` per peer. SDR matches writes to receives by
+The collective layer's :class:`~sdr.backends.collectives.interfaces.PortChannel` seam, implemented
+over one :class:`~sdr.ReliableQP` per peer. SDR matches writes to receives by
 order (the n-th write lands in the n-th posted receive), so the receiving side does not
 learn offsets from the wire: at the start of every call the executor reads the *peer's*
 op list from the plan (every rank holds the whole plan) and posts one receive into its
@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sdr.errors import ConfigError, SDRError
-from sdr.reliability import ReceiveHandle, ReliableQP, WriteHandle
+from sdr.runtime import ReceiveHandle, ReliableQP, WriteHandle
 from sdr.transport import MemoryRegion
 
 __all__ = ["SdrPortChannel"]

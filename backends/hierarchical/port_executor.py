@@ -15,9 +15,9 @@ from functools import lru_cache
 import numpy as np
 
 import sdr
+from sdr.backends.collectives.dtypes import dtype_name, from_f32, storage_dtype, to_f32
+from sdr.backends.collectives.layout import Layout, LoweredOp, Span, lower, make_layout
 from sdr.backends.hierarchical.port_channel import SdrPortChannel
-from sdr.collectives.dtypes import dtype_name, from_f32, storage_dtype, to_f32
-from sdr.collectives.layout import Layout, LoweredOp, Span, lower, make_layout
 from sdr.collectives.plan import Plan
 from sdr.errors import ConfigError
 from sdr.transport import MemoryRegion

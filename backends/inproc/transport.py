@@ -12,11 +12,14 @@ import itertools
 import time
 from typing import Any, ClassVar
 
+import numpy as np
+
 from sdr.backends.inproc.network import InprocNetwork, ManualClock
 from sdr.config import QPAttr
 from sdr.errors import ConfigError, ProtocolError, TransportError
-from sdr.key_table import DISCARD_REASONS, KeyTable, KeyTableBindings, Placement
+from sdr.key_table import KeyTable, KeyTableBindings
 from sdr.pacing import TokenBucket
+from sdr.placement import PLACED, int64_column
 from sdr.transport import (
     MAX_CONTROL_SIZE,
     CompletionBatch,
@@ -25,9 +28,12 @@ from sdr.transport import (
     TransportQP,
     WriteBatch,
     as_byte_view,
+    concat_completions,
 )
 
 __all__ = ["InprocTransport", "InprocQP"]
+
+_EMPTY = CompletionBatch.empty()
 
 _DEFAULT_NETWORK: InprocNetwork | None = None
 
@@ -52,7 +58,7 @@ class InprocQP(KeyTableBindings, TransportQP):
         self.keys = KeyTable(attr)
         burst = max(attr.chunk_size, 16 * attr.mtu) * 8
         self.pacer = TokenBucket(attr.rate_limit, burst)
-        self._counters = dict.fromkeys(DISCARD_REASONS, 0)
+        self._counters: dict[str, int] = {}
         self._control: list[bytes] = []
 
     def info(self) -> dict[str, Any]:
@@ -92,21 +98,43 @@ class InprocQP(KeyTableBindings, TransportQP):
 
     def poll_completions(self, max_packets: int) -> CompletionBatch:
         inbox = self.network.inbox(self.eid)
-        rows = []
-        resolve, counters = self.keys.resolve, self._counters
-        while inbox and len(rows) < max_packets:
-            item = inbox.popleft()
-            if isinstance(item, bytes):  # control message
-                self._control.append(item)
-                continue
-            gen, ch, roff, imm, payload = item
-            where = resolve(gen, roff, len(payload), imm)
-            if not isinstance(where, Placement):
-                counters[where] += 1
-                continue
-            where.region.view[where.offset : where.offset + len(payload)] = payload
-            rows.append((ch, gen, imm, len(payload), roff))
-        return CompletionBatch.from_rows(rows)
+        parts: list[CompletionBatch] = []
+        placed = 0
+        while inbox and placed < max_packets:
+            items = []  # the next packets, as many as may still complete
+            while inbox and len(items) < max_packets - placed:
+                item = inbox.popleft()
+                if isinstance(item, bytes):  # control message
+                    self._control.append(item)
+                else:
+                    items.append(item)
+            if not items:
+                break
+            batch = self._place(items)
+            placed += len(batch)
+            parts.append(batch)
+        if not parts:
+            return _EMPTY
+        return parts[0] if len(parts) == 1 else concat_completions(parts)
+
+    def _place(self, items: list[tuple[int, int, int, int, bytes]]) -> CompletionBatch:
+        """The software-NIC step over packets taken from the wire, in arrival order."""
+        gens, chans, roffs, imms, payloads = zip(*items, strict=True)
+        gen, roff, imm = int64_column(gens), int64_column(roffs), int64_column(imms)
+        lengths = np.array([len(p) for p in payloads], dtype=np.int64)
+        wild = (imm < 0) | (imm > 0xFFFFFFFF)  # no 32-bit immediate: refused as out of range
+        if wild.any():
+            roff[wild] = -1
+        imm = imm.astype(np.uint32)
+        ok = self.keys.place(gen, roff, imm, lengths, payloads) == PLACED
+        return CompletionBatch(
+            np.array(chans, dtype=np.uint16)[ok],
+            gen[ok].astype(np.uint8),
+            imm[ok],
+            lengths[ok],
+            roff[ok],
+            validated=True,
+        )
 
     def send_control(self, data: bytes) -> None:
         if len(data) > MAX_CONTROL_SIZE:
@@ -131,7 +159,7 @@ class InprocQP(KeyTableBindings, TransportQP):
         return out
 
     def counters(self) -> dict[str, int]:
-        return dict(self._counters)
+        return {**self.keys.discards(), **self._counters}
 
     def close(self) -> None:
         self.network.detach(self.eid)

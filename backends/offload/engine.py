@@ -1,35 +1,31 @@
-"""The per-packet receive work of one channel, independent of the wire.
+"""The receive work of one channel, independent of the wire.
 
-For each packet a :class:`ChannelEngine` does what a NIC (or a DPA thread) does for a
-write-with-immediate: look the packet up in the shared key table, discard and count it
-when it is late, stale, out of range or malformed, otherwise copy the payload into the
-registered shared-memory buffer, set the packet's byte, bump the channel's count for its
-chunk, and append a completion record to the channel's ring. A packet whose byte is
-already set (placed before, or sealed because its chunk was verified) is a duplicate and
-is never written: the first copy wins. The rules are those of
-:meth:`sdr.key_table.KeyTable.resolve` (the tests check both agree packet by packet).
+A :class:`ChannelEngine` does what a NIC (or a DPA thread) does for writes-with-immediate,
+a batch at a time: it runs the core's software-NIC step (:func:`sdr.placement.place_batch`)
+over the QP's shared key table, packet bytes and this channel's chunk counts and discard
+counters, so a packet that is late, stale, out of range or malformed is counted and never
+written, and a packet whose byte is already set (placed before, or sealed because its
+chunk was verified) is a duplicate and is never written: the first copy wins. For each
+placed packet it then appends a completion record to the channel's ring.
 
 It runs in a worker process (``progress="offload"``) or inline in the application
-(``progress="cpu"``): the same code either way. It is written for plain memoryviews,
-not NumPy, because per-packet NumPy scalar access costs more than the work itself.
+(``progress="cpu"``): the same code either way.
 """
 
 from __future__ import annotations
 
 import struct
+from typing import Any
 
-from sdr.backends.offload.shared_state import (
-    CTL_WORDS,
-    DISCARDS,
-    ENTRY_WORDS,
-    RECORD_WORDS,
-    QPShared,
-)
+import numpy as np
+
+from sdr.backends.offload.shared_state import CTL_WORDS, DISCARDS, RECORD_WORDS, QPShared
 from sdr.backends.offload.wire import HEADER, MAGIC, MALFORMED, VERSION, PacketSource
+from sdr.placement import PLACED, int64_column, place_batch
 
 __all__ = ["ChannelEngine", "drain", "malformed"]
 
-_LATE, _OUT_OF_RANGE, _STALE, _MALFORMED, _DUPLICATE = range(len(DISCARDS))
+_MALFORMED = DISCARDS.index("malformed")
 _HDR = HEADER.size
 _unpack = HEADER.unpack_from
 _RECORD = struct.Struct(f"={RECORD_WORDS}q")  # one completion record, native int64 words
@@ -43,25 +39,14 @@ class ChannelEngine:
         self.shared = shared
         self.channel = channel
         self.segments = segments
-        self._keys = shared.keys
         self._ctl = shared.ctl
-        self._rings = shared.rings
-        self._counts = shared.counts
-        self._packets = shared.packets
         self._discards = shared.discards
         self._disc_base = channel * len(DISCARDS)
         self._head_at = channel * CTL_WORDS
         self._tail_at = channel * CTL_WORDS + 8
         self._ring_bytes = shared.ring_bytes
         self._ring_base = channel * lay.ring_capacity * _RECORD.size
-        self._count_base = channel * lay.slots * lay.max_chunks
         self._cap = lay.ring_capacity
-        self._lay = lay
-        self._generations, self._slots, self._slot_size = lay.generations, lay.slots, lay.slot_size
-        self._id_shift, self._user_bits = lay.id_shift, lay.user_bits
-        self._offset_mask, self._fragments, self._mtu = lay.offset_mask, lay.fragments, lay.mtu
-        self._max_packets, self._max_chunks = lay.max_packets, lay.max_chunks
-        self._ppc = lay.packets_per_chunk
 
     def room(self) -> int:
         """Free records in this channel's completion ring."""
@@ -69,78 +54,52 @@ class ChannelEngine:
 
     def handle(self, packet: memoryview) -> bool:
         """Process one packet; True when it was accepted (and a record written)."""
-        # Hot path: locals only, one branch per rule (this loop is the benchmark).
-        n = len(packet)
-        if n < _HDR:
-            self._discards[self._disc_base + _MALFORMED] += 1
-            return False
-        magic, version, gen, _, _, imm, remote = _unpack(packet)
-        if magic != MAGIC or version != VERSION:
-            self._discards[self._disc_base + _MALFORMED] += 1
-            return False
-        return self.place(gen, imm, remote, packet[_HDR:])
+        return self.handle_many([packet]) == 1
 
     def place(self, gen: int, imm: int, remote: int, payload: memoryview) -> bool:
-        """The receive work for a parsed packet (any wire); True when accepted."""
-        length = len(payload)
-        if gen >= self._generations:
-            self._discards[self._disc_base + _STALE] += 1
-            return False
-        slot, within = divmod(remote, self._slot_size)
-        if slot >= self._slots:
-            self._discards[self._disc_base + _OUT_OF_RANGE] += 1
-            return False
-        keys = self._keys
-        base = (gen * self._slots + slot) * ENTRY_WORDS
-        while True:  # seqlock read: retry while the application is writing this entry
-            seq = keys[base]
-            if seq & 1:
+        """The receive work for one parsed packet (any wire); True when accepted."""
+        return self.place_many([(gen, imm, remote, payload)]) == 1
+
+    def handle_many(self, packets: list[memoryview]) -> int:
+        """Parse this backend's header off each packet, then :meth:`place_many`."""
+        items = []
+        for packet in packets:
+            if len(packet) < _HDR:
+                self._discards[self._disc_base + _MALFORMED] += 1
                 continue
-            segment = keys[base + 1]
-            offset = keys[base + 2]
-            bound = keys[base + 3]
-            msg_id = keys[base + 4]
-            if keys[base] == seq:
-                break
-        if segment < 0 or imm >> self._id_shift != msg_id:
-            self._discards[self._disc_base + _LATE] += 1
-            return False
-        pkt = (imm >> self._user_bits) & self._offset_mask
-        if length == 0:
-            if pkt >= self._fragments:
+            magic, version, gen, _, _, imm, remote = _unpack(packet)
+            if magic != MAGIC or version != VERSION:
                 self._discards[self._disc_base + _MALFORMED] += 1
-                return False
-        else:
-            mtu = self._mtu
-            if within != pkt * mtu or length != (mtu if bound - within > mtu else bound - within):
-                reason = _OUT_OF_RANGE if within == pkt * mtu and within + length > bound else None
-                self._discards[self._disc_base + (_MALFORMED if reason is None else reason)] += 1
-                return False
-            memory = self.segments.get(segment)
-            if memory is None:
-                self._discards[self._disc_base + _MALFORMED] += 1
-                return False
-            index = slot * self._max_packets + pkt
-            packets = self._packets
-            if packets[index]:
-                self._discards[self._disc_base + _DUPLICATE] += 1
-                return False
-            start = offset + within
-            memory[start : start + length] = payload
-            packets[index] = 1
-            self._counts[self._count_base + slot * self._max_chunks + pkt // self._ppc] += 1
-        ctl = self._ctl
-        head = ctl[self._head_at]
-        _RECORD.pack_into(
+                continue
+            items.append((gen, imm, remote, packet[_HDR:]))
+        return self.place_many(items)
+
+    def place_many(self, items: list[tuple[int, int, int, Any]]) -> int:
+        """Place parsed packets ``(generation, imm, remote_offset, payload)`` in order (at
+        most :meth:`room` of them); returns how many were accepted (records written)."""
+        if not items:
+            return 0
+        gens, imms, remotes, payloads = zip(*items, strict=True)
+        gen = int64_column(gens)
+        remote = int64_column(remotes)
+        imm = np.array(imms, dtype=np.uint32)
+        lengths = np.array([len(p) for p in payloads], dtype=np.int64)
+        table = self.shared.placement_table(self.channel, self.segments)
+        verdicts = place_batch(table, gen, remote, imm, lengths, payloads)
+        del table  # no view of the shared state outlives the call
+        rows = np.flatnonzero(verdicts == PLACED).tolist()
+        ctl, cap, size, base = self._ctl, self._cap, _RECORD.size, self._ring_base
+        head, ring, pack, chan = (
+            ctl[self._head_at],
             self._ring_bytes,
-            self._ring_base + (head % self._cap) * _RECORD.size,
-            self.channel << 8 | gen,
-            imm,
-            length,
-            remote,
+            _RECORD.pack_into,
+            self.channel,
         )
-        ctl[self._head_at] = head + 1  # publish after the payload and the record
-        return True
+        for i, row in enumerate(rows):
+            pack(ring, base + ((head + i) % cap) * size, chan << 8 | gens[row], imms[row],
+                 int(lengths[row]), remotes[row])  # fmt: skip
+        ctl[self._head_at] = head + len(rows)  # publish after the payload and the records
+        return len(rows)
 
 
 def malformed(engine: ChannelEngine) -> None:
@@ -151,29 +110,33 @@ def malformed(engine: ChannelEngine) -> None:
 def drain(engine: ChannelEngine, source: PacketSource, budget: int) -> int:
     """Feed up to ``budget`` packets from ``source`` to ``engine`` (never past ring room).
 
-    Returns the packets taken. A full ring stops the channel: packets then wait in the
-    source (and a socket drops them when its buffer fills), as a NIC drops on overflow.
+    Returns the packets taken. Packets are placed in batches of at most the source's
+    ``staging_slots`` (its views stay valid that long). A full ring stops the channel:
+    packets then wait in the source (and a socket drops them when its buffer fills), as
+    a NIC drops on overflow.
     """
     limit = min(budget, engine.room())
+    step = max(1, getattr(source, "staging_slots", limit))
     recv = source.recv
+    decoded = getattr(source, "decoded", False)  # items are (gen, imm, remote, payload)
     taken = 0
-    if getattr(source, "decoded", False):  # the source parsed its wire: (gen, imm, remote, payload)
-        place = engine.place
-        while taken < limit:
+    while taken < limit:
+        batch: list[Any] = []
+        want, got, item = min(step, limit - taken), 0, None
+        while got < want:
             item = recv()
             if item is None:
                 break
+            got += 1
             if item is MALFORMED:
                 malformed(engine)
             else:
-                place(*item)
-            taken += 1
-        return taken
-    handle = engine.handle
-    while taken < limit:
-        packet = recv()
-        if packet is None:
+                batch.append(item)
+        if decoded:
+            engine.place_many(batch)
+        else:
+            engine.handle_many(batch)
+        taken += got
+        if item is None:
             break
-        handle(packet)
-        taken += 1
     return taken

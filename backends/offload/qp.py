@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from sdr.backends.offload.contracts import QPHost
 from sdr.backends.offload.engine import ChannelEngine, drain
 from sdr.backends.offload.shared_state import QPShared, Segment, layout_for
 from sdr.backends.offload.wire import HEADER, MAX_DATAGRAM, PacketSource, encode_header, make_source
@@ -36,9 +37,6 @@ from sdr.transport import (
     WriteBatch,
 )
 
-if TYPE_CHECKING:
-    from sdr.backends.offload.transport import OffloadTransport
-
 __all__ = ["OffloadQP", "CONTROL_READS_PER_POLL"]
 
 CONTROL_READS_PER_POLL = MAX_QUEUED_CONTROL
@@ -51,7 +49,7 @@ _QPNS = (2, (1 << 24) - 1)  # RoCE QPNs: 24 bits, 0 and 1 reserved
 class OffloadQP(TransportQP):
     """Transport side of one QP: channel sources in workers, rings and keys in shared memory."""
 
-    def __init__(self, transport: OffloadTransport, attr: QPAttr) -> None:
+    def __init__(self, transport: QPHost, attr: QPAttr) -> None:
         if attr.mtu + HEADER.size > MAX_DATAGRAM:
             raise ConfigError(
                 f"mtu {attr.mtu} too large for the offload UDP wire: at most "

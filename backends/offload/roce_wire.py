@@ -15,7 +15,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from sdr.backends.offload.wire import MALFORMED, MAX_DATAGRAM, register_source
+from sdr.backends.offload.wire import MALFORMED, STAGING_SLOTS, StagingRing, register_source
 from sdr.backends.udp.roce import decode_packet, encode_packet
 from sdr.errors import TransportError
 
@@ -47,20 +47,21 @@ class RoceSource:
         self.local = self.sock.getsockname()
         self.qpns = {int(q): int(g) for q, g in qpns.items()}
         self.check_icrc = check_icrc
-        self._buf = bytearray(MAX_DATAGRAM)
-        self._view = memoryview(self._buf)
+        self._staging = StagingRing()
+        self.staging_slots = STAGING_SLOTS
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
     def recv(self) -> Any:
+        buffer = self._staging.next_buffer()
         try:
-            n, src = self.sock.recvfrom_into(self._buf)
+            n, src = self.sock.recvfrom_into(buffer)
         except (BlockingIOError, InterruptedError):
             return None
         try:
             dst = self.local if self.check_icrc else None
-            fields, payload, good = decode_packet(self._view[:n], src, dst)
+            fields, payload, good = decode_packet(buffer[:n], src, dst)
         except ValueError:
             return MALFORMED
         generation = self.qpns.get(fields.dest_qpn)

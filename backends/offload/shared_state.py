@@ -31,6 +31,14 @@ import numpy as np
 
 from sdr.config import QPAttr
 from sdr.errors import TransportError
+from sdr.immediate import ImmediateLayout
+from sdr.placement import (
+    DISCARD_REASONS,
+    ENTRY_WORDS,
+    PlacementGeometry,
+    PlacementTable,
+)
+from sdr.placement import chunk_bitmap as placed_chunks
 
 __all__ = [
     "DISCARDS",
@@ -44,10 +52,9 @@ __all__ = [
     "segment_prefix",
 ]
 
-ENTRY_WORDS = 6
 RECORD_WORDS = 4  # (channel << 8 | generation), imm, byte_len, remote_offset
 CTL_WORDS = 16  # head at word 0, tail at word 8: two cache lines, two writers
-DISCARDS = ("late", "out_of_range", "stale_generation", "malformed", "duplicates")
+DISCARDS = DISCARD_REASONS
 _names = itertools.count()
 
 
@@ -148,12 +155,24 @@ class QPLayout:
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
+    @property
+    def geometry(self) -> PlacementGeometry:
+        """What the software-NIC step must know of this QP."""
+        id_bits = 32 - self.id_shift
+        offset_bits = self.id_shift - self.user_bits
+        layout = ImmediateLayout(id_bits, offset_bits, self.user_bits)
+        return PlacementGeometry(
+            layout, self.generations, self.slots, self.slot_size, self.mtu,
+            self.packets_per_chunk,
+        )  # fmt: skip
+
 
 class QPShared:
     """Typed views of one QP's shared state over any buffer (app or worker mapping)."""
 
     def __init__(self, buf: memoryview | mmap.mmap, layout: QPLayout) -> None:
         self.layout = layout
+        self._geometry = layout.geometry
         mv = memoryview(buf)
         views: dict[str, memoryview] = {}
         start = 0
@@ -207,6 +226,33 @@ class QPShared:
                 slot * lay.max_packets + start : slot * lay.max_packets + stop
             ] = value
 
+    def entries_snapshot(self) -> np.ndarray:
+        """A consistent copy of the key table, ``(generations * slots, ENTRY_WORDS)``:
+        retried while the application is writing an entry (seqlock)."""
+        live = np.frombuffer(self._raw["keys"], dtype=np.int64).reshape(-1, ENTRY_WORDS)
+        while True:
+            before = live[:, 0].copy()
+            snapshot = live.copy()
+            if not (before & 1).any() and np.array_equal(before, live[:, 0]):
+                return snapshot
+
+    def placement_table(self, channel: int, segments: dict[int, memoryview]) -> PlacementTable:
+        """The software-NIC state of one channel's writer: a snapshot of the key table,
+        the shared packet bytes, and this channel's chunk counts and discard counters
+        (views: build one per batch and drop it, so :meth:`release` can unmap)."""
+        lay = self.layout
+        packets = np.frombuffer(self._raw["packets"], dtype=np.uint8)
+        counts = np.frombuffer(self._raw["counts"], dtype=np.uint32)
+        discards = np.frombuffer(self._raw["discards"], dtype=np.int64)
+        return PlacementTable(
+            self._geometry,
+            self.entries_snapshot(),
+            packets.reshape(lay.slots, lay.max_packets),
+            counts.reshape(lay.channels, lay.slots, lay.max_chunks)[channel],
+            discards.reshape(lay.channels, len(DISCARDS))[channel],
+            segments,
+        )
+
     def pending(self, channel: int) -> int:
         """Completion records waiting in a channel's ring."""
         return self.ctl[channel * CTL_WORDS] - self.ctl[channel * CTL_WORDS + 8]
@@ -236,24 +282,15 @@ class QPShared:
         """Chunks of the message bound to ``slot`` whose packets have all been placed.
 
         Counts (one writer per channel) are summed first; a chunk that reaches its
-        expected count is confirmed on the packet bytes, which duplicates cannot inflate.
+        expected count is confirmed on the packet bytes, which duplicates cannot inflate
+        (:func:`sdr.placement.chunk_bitmap`).
         """
         lay = self.layout
-        n_packets = -(-length // lay.mtu)
-        n_chunks = -(-n_packets // lay.packets_per_chunk)
-        counts = np.frombuffer(self._raw["counts"], dtype=np.uint32).reshape(lay.channels, -1)
-        total = counts[:, slot * lay.max_chunks : slot * lay.max_chunks + n_chunks].sum(axis=0)
-        expected = np.full(n_chunks, lay.packets_per_chunk, dtype=np.int64)
-        if n_chunks:
-            expected[-1] = n_packets - (n_chunks - 1) * lay.packets_per_chunk
-        bits = total >= expected
-        packets = np.frombuffer(self._raw["packets"], dtype=np.uint8)[
-            slot * lay.max_packets : slot * lay.max_packets + n_packets
-        ]
-        for chunk in np.flatnonzero(bits).tolist():
-            start = chunk * lay.packets_per_chunk
-            bits[chunk] = bool(packets[start : start + expected[chunk]].all())
-        return bits
+        counts = np.frombuffer(self._raw["counts"], dtype=np.uint32)
+        counts = counts.reshape(lay.channels, lay.slots, lay.max_chunks)[:, slot]
+        packets = np.frombuffer(self._raw["packets"], dtype=np.uint8)
+        packets = packets[slot * lay.max_packets : (slot + 1) * lay.max_packets]
+        return placed_chunks(lay.geometry, packets, counts, length)
 
     def release(self) -> None:
         """Drop the typed views (so the mapping can be closed)."""

@@ -19,6 +19,7 @@ Packet format (network byte order, 20 bytes, then the payload):
 from __future__ import annotations
 
 import importlib
+import mmap
 import socket
 import struct
 from collections.abc import Callable
@@ -32,6 +33,8 @@ __all__ = [
     "MALFORMED",
     "MAX_DATAGRAM",
     "PacketSource",
+    "STAGING_SLOTS",
+    "StagingRing",
     "SyntheticSource",
     "UdpSource",
     "encode_header",
@@ -47,6 +50,26 @@ MALFORMED = ("malformed",)
 """What a decoding source returns for a packet its wire rejects (counted as malformed)."""
 MAX_DATAGRAM = 65507
 """Largest UDP payload over IPv4; the MTU plus the header must fit."""
+STAGING_SLOTS = 256
+"""Packets a socket source stages before it reuses a buffer: a packet's view stays valid
+for the next ``STAGING_SLOTS - 1`` receives, so the engine can place them as one batch."""
+_SLOT_BYTES = 1 << 16
+
+
+class StagingRing:
+    """``STAGING_SLOTS`` receive buffers in one anonymous mapping (pages are touched only
+    as far as packets reach, so 16 MiB of address space costs about the packets' size)."""
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, STAGING_SLOTS * _SLOT_BYTES)
+        self._view = memoryview(self._map)
+        self._next = 0
+
+    def next_buffer(self) -> memoryview:
+        """The buffer the next packet goes into (valid for STAGING_SLOTS - 1 more calls)."""
+        at = self._next * _SLOT_BYTES
+        self._next = (self._next + 1) % STAGING_SLOTS
+        return self._view[at : at + MAX_DATAGRAM]
 
 
 def encode_header(generation: int, channel: int, imm: int, remote_offset: int) -> bytes:
@@ -97,18 +120,19 @@ class UdpSource:
             self.sock.close()
             raise TransportError(f"cannot bind a UDP socket on {host!r}: {exc}") from exc
         self.sock.setblocking(False)
-        self._buf = bytearray(MAX_DATAGRAM)
-        self._view = memoryview(self._buf)
+        self._staging = StagingRing()
+        self.staging_slots = STAGING_SLOTS
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
     def recv(self) -> memoryview | None:
+        buffer = self._staging.next_buffer()
         try:
-            n = self.sock.recv_into(self._buf)
+            n = self.sock.recv_into(buffer)
         except (BlockingIOError, InterruptedError):
             return None
-        return self._view[:n]
+        return buffer[:n]
 
     def address(self) -> Any:
         return list(self.sock.getsockname())

@@ -2,7 +2,7 @@
 
 Every rank registers one shared-memory segment (:class:`~sdr.backends.shm.memory.Region`),
 exchanges its name through the bootstrap and maps every peer's. A collective call picks a
-plan (:func:`sdr.collectives.select_algorithm`, or the caller's choice), lowers it to
+plan (:func:`sdr.backends.collectives.select_algorithm`, or the caller's choice), lowers it to
 bytes for the call's size and runs it. When a call needs more scratch than registered,
 every rank grows its segment in step (sizes are the same on every rank, so all ranks
 decide alike) and the names are exchanged again.
@@ -16,12 +16,13 @@ from functools import lru_cache
 
 import numpy as np
 
+from sdr.backends.collectives.dtypes import dtype_name, storage_dtype
+from sdr.backends.collectives.layout import Layout, LoweredOp, lower, make_layout
+from sdr.backends.collectives.selection import select_algorithm
 from sdr.backends.shm.bootstrap import TcpBootstrap
 from sdr.backends.shm.executor import ShmExecutor
 from sdr.backends.shm.memory import Region, ShmMemoryChannel
-from sdr.collectives import build_plan, lower, make_layout, select_algorithm
-from sdr.collectives.dtypes import dtype_name, storage_dtype
-from sdr.collectives.layout import Layout, LoweredOp
+from sdr.collectives import build_plan
 from sdr.collectives.plan import Plan
 from sdr.errors import ConfigError
 

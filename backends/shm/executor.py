@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from sdr.backends.collectives.dtypes import from_f32, to_f32
+from sdr.backends.collectives.layout import LoweredOp, Span
 from sdr.backends.shm.memory import Region, ShmMemoryChannel, read_packets
-from sdr.collectives.dtypes import from_f32, to_f32
-from sdr.collectives.layout import LoweredOp, Span
 from sdr.errors import ConfigError
 
 

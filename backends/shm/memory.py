@@ -20,7 +20,7 @@ from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
 
-from sdr.collectives.layout import PACKET_DATA, packet_bytes
+from sdr.backends.collectives.layout import PACKET_DATA, packet_bytes
 from sdr.errors import TimeoutError
 
 log = logging.getLogger(__name__)

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import struct
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from sdr.backends.udp.contracts import CONTROL_HEADER, QPN_MAX, QPN_MIN, QPHost
 from sdr.backends.udp.mmsg import SendRing, address_of
 from sdr.backends.udp.roce import (
     DEFAULT_PKEY,
@@ -40,18 +41,20 @@ from sdr.peer_info import (
     field_port,
     require_object,
 )
+from sdr.placement import DISCARD_REASONS
 from sdr.queue_pair import MAX_QUEUED_CONTROL
-from sdr.transport import MAX_CONTROL_SIZE, CompletionBatch, TransportQP, WriteBatch
-
-if TYPE_CHECKING:
-    from sdr.backends.udp.transport import UdpTransport
+from sdr.transport import (
+    MAX_CONTROL_SIZE,
+    CompletionBatch,
+    TransportQP,
+    WriteBatch,
+    concat_completions,
+)
 
 __all__ = ["UdpQP", "CONTROL_HEADER", "INFO_FIELDS", "QPN_MAX", "QPN_MIN"]
 
 log = logging.getLogger(__name__)
 
-CONTROL_HEADER = struct.Struct("!I")
-"""Control datagrams start with the destination QP's 32-bit control id."""
 _ICRC = struct.Struct("<I")
 _PSN_MASK = 0xFFFFFF
 _RESV8_ONES = 0xFF000000
@@ -64,34 +67,27 @@ _BATCH_S = 0.001
 
 _COMPLETION_FIELDS = ("channels", "generations", "imms", "byte_lens", "remote_offsets")
 _EMPTY = CompletionBatch.empty()
-QPN_MIN, QPN_MAX = 2, (1 << 24) - 1
-"""QPNs are 24 bits; 0 and 1 are reserved in InfiniBand."""
 _U32 = (1 << 32) - 1
 INFO_FIELDS = ("host", "port", "control_port", "control_id", "qpns", "rkeys")
 """The fields of a UDP QP's transport info (:meth:`UdpQP.info`)."""
 
 
 def _rows(batch: CompletionBatch, start: int, stop: int) -> CompletionBatch:
-    return CompletionBatch(*(getattr(batch, f)[start:stop] for f in _COMPLETION_FIELDS))
+    return CompletionBatch(
+        *(getattr(batch, f)[start:stop] for f in _COMPLETION_FIELDS), validated=batch.validated
+    )
 
 
-COUNTER_NAMES = (
-    "bad_icrc",
-    "bad_rkey",
-    "bad_length",
-    "late",
-    "out_of_range",
-    "stale_generation",
-    "malformed",
-    "duplicates",
-    "control_dropped",
-)
+WIRE_DISCARDS = ("bad_icrc", "bad_rkey", "bad_length", "control_dropped")
+"""Drops this backend counts itself (:attr:`UdpQP.discards`); the key table counts the
+rest (:data:`sdr.placement.DISCARD_REASONS`)."""
+COUNTER_NAMES = WIRE_DISCARDS + DISCARD_REASONS
 
 
 class UdpQP(KeyTableBindings, TransportQP):
     """One QP's endpoints on a :class:`UdpTransport` (created by ``create_qp``)."""
 
-    def __init__(self, transport: UdpTransport, attr: QPAttr) -> None:
+    def __init__(self, transport: QPHost, attr: QPAttr) -> None:
         self.transport = transport
         self.attr = attr
         self.keys = KeyTable(attr)
@@ -132,8 +128,9 @@ class UdpQP(KeyTableBindings, TransportQP):
         """Control messages read for this QP, not yet polled (at most MAX_QUEUED_CONTROL)."""
         self._seen_pump = -1  # the transport's pump round this QP last took completions in
         self._seen_control = -1
-        self.discards = dict.fromkeys(COUNTER_NAMES, 0)
-        """Packets dropped by this QP's endpoints, by reason (what counters() reports)."""
+        self.discards = dict.fromkeys(WIRE_DISCARDS, 0)
+        """Packets this QP's endpoints dropped before placement, by reason (counters()
+        adds the key table's discards)."""
         self.stats = dict(packets_placed=0, bytes_placed=0, wire_packets_sent=0, wire_bytes_sent=0)
         """Datapath totals: packets and payload bytes placed, packets and IP bytes sent."""
         self._ring = SendRing(_SEND_BATCH, HEADER_SIZE, 8)
@@ -286,9 +283,7 @@ class UdpQP(KeyTableBindings, TransportQP):
             return _EMPTY
         if len(parts) == 1:
             return parts[0]
-        return CompletionBatch(
-            *(np.concatenate([getattr(p, f) for p in parts]) for f in _COMPLETION_FIELDS)
-        )
+        return concat_completions(parts)
 
     # --- control path -----------------------------------------------------------------------
     def send_control(self, data: bytes) -> None:
@@ -317,7 +312,7 @@ class UdpQP(KeyTableBindings, TransportQP):
 
     def counters(self) -> dict[str, int]:
         """Discards by reason (bad_icrc, bad_rkey, late, ...); udp_* are transport-wide."""
-        out = dict(self.discards)
+        out = {**self.discards, **self.keys.discards()}
         out.update({f"udp_{k}": v for k, v in self.transport.transport_counters().items()})
         return out
 

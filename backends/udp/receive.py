@@ -3,8 +3,10 @@
 ``recvmmsg`` fills up to a ring's worth of pre-faulted staging slots in one call. Header
 checks run vectorized over the batch (length, opcode, QPN lookup, length consistency,
 rkey); then, per surviving packet, the ICRC (one CRC call over header and payload,
-continuing from a cached IP/UDP prefix state), the KeyTable placement and one copy into
-the registered region. Anything that fails is counted and never written. A packet must
+continuing from a cached IP/UDP prefix state); then, per QP, the core's software-NIC step
+(:func:`sdr.placement.place_batch` on its KeyTable) validates the survivors and copies
+each once from the staging ring into the registered region. Anything that fails is
+counted and never written. A packet must
 also come from the address its QP is connected to (``bad_source`` otherwise): with the
 ICRC computed for the forger's own address, a right QPN and rkey would not be enough.
 """
@@ -12,10 +14,10 @@ ICRC computed for the forger's own address, a right QPN and rkey would not be en
 from __future__ import annotations
 
 import socket
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sdr.backends.udp.contracts import ReceivingQP as UdpQP
 from sdr.backends.udp.mmsg import RecvRing
 from sdr.backends.udp.roce import (
     HEADER_DTYPE,
@@ -25,11 +27,8 @@ from sdr.backends.udp.roce import (
     IcrcPrefix,
     crc32,
 )
-from sdr.key_table import Placement
+from sdr.placement import PLACED
 from sdr.transport import CompletionBatch
-
-if TYPE_CHECKING:
-    from sdr.backends.udp.qp import UdpQP
 
 __all__ = ["Receiver"]
 
@@ -233,72 +232,67 @@ class Receiver:
         ring.slots[rows, 4] = 0xFF  # the ICRC sees F|B|resv6 as all ones
         sources = ring.sources(n)[rows]
         source_ok = sources == self._sources_of_peers()[self._owner[ep]]
-        placed = np.asarray(
-            self._place(rows, ep, dlen, end, consistent, rkey_ok, icrc, sources, hdr, source_ok),
-            dtype=bool,
+        passed = np.asarray(
+            self._check(rows, ep, end, consistent, rkey_ok, icrc, sources, source_ok), dtype=bool
         )
-        if not placed.any():
+        if not passed.any():
             return
-        ep, rows = ep[placed], rows[placed]
+        ep, rows, dlen = ep[passed], rows[passed], dlen[passed]
         owners = self._owner[ep]
+        staging, slot = self.ring.view, self.ring.slot_size
         for index in np.unique(owners).tolist():
             mine = owners == index if len(self._qps) > 1 else slice(None)
-            qp, sel, eps = self._qps[index], rows[mine], ep[mine]
+            qp, sel, eps, lengths = self._qps[index], rows[mine], ep[mine], dlen[mine]
+            gens, imms = self._gens[eps], hdr["imm"][sel].astype(np.uint32)
+            remote = hdr["va"][sel].astype(np.int64)  # > 2^63 wraps negative: out of range
+            verdicts = qp.keys.place(gens, remote, imms, lengths, staging, sel * slot + HEADER_SIZE)
+            ok = verdicts == PLACED
+            if not ok.any():
+                continue
             batch = CompletionBatch(
-                self._chans[eps],
-                self._gens[eps],
-                hdr["imm"][sel].astype(np.uint32),
-                hdr["dlen"][sel].astype(np.int64),
-                hdr["va"][sel].astype(np.int64),
+                self._chans[eps][ok], gens[ok], imms[ok], lengths[ok], remote[ok], validated=True
             )
             qp.completions.append(batch)
             qp.pending += len(batch)
             qp.stats["packets_placed"] += len(batch)
             qp.stats["bytes_placed"] += int(batch.byte_lens.sum())
 
-    def _place(
+    def _check(
         self,
         rows: np.ndarray,
         ep: np.ndarray,
-        dlen: np.ndarray,
         end: np.ndarray,
         consistent: np.ndarray,
         rkey_ok: np.ndarray,
         icrc: np.ndarray,
         sources: np.ndarray,
-        hdr: np.ndarray,
         source_ok: np.ndarray,
     ) -> list[bool]:
-        """Check ICRC, rkey and placement per packet, copy the good ones; True = placed."""
+        """Check source, length, ICRC and rkey per packet; True = on to placement."""
         view, slot, endpoints = self.ring.view, self.ring.slot_size, self._endpoints
         prefixes, prefix_of, verify = self._prefixes, self._prefix, self.verify_icrc
-        va, imm = hdr["va"][rows].tolist(), hdr["imm"][rows].tolist()
-        placed = [False] * len(va)
-        for i, row, e, n, stop, ok_len, ok_key, want, src, addr, im, ok_src in zip(
-            range(len(va)),
+        passed = [False] * len(rows)
+        for i, row, e, stop, ok_len, ok_key, want, src, ok_src in zip(
+            range(len(rows)),
             rows.tolist(),
             ep.tolist(),
-            dlen.tolist(),
             end.tolist(),
             consistent.tolist(),
             rkey_ok.tolist(),
             icrc.tolist(),
             sources.tolist(),
-            va,
-            imm,
             source_ok.tolist(),
             strict=True,
         ):
-            qp, gen, _ = endpoints[e]
-            qstats = qp.discards
+            qstats = endpoints[e][0].discards
             if not ok_src:
                 qstats["bad_source"] += 1
                 continue
             if not ok_len:
                 qstats["bad_length"] += 1
                 continue
-            off = row * slot
             if verify:
+                off = row * slot
                 prefix = prefixes.get(src) or prefix_of(src)
                 if crc32(view[off : off + stop], prefix.state(stop + ICRC_SIZE)) != want:
                     qstats["bad_icrc"] += 1
@@ -306,13 +300,5 @@ class Receiver:
             if not ok_key:
                 qstats["bad_rkey"] += 1
                 continue
-            where = qp.keys.resolve(gen, addr, n, im)
-            if type(where) is not Placement:
-                qstats[where] += 1  # type: ignore[index]
-                continue
-            if n:
-                dst = where.offset
-                off += HEADER_SIZE
-                where.region.view[dst : dst + n] = view[off : off + n]
-            placed[i] = True
-        return placed
+            passed[i] = True
+        return passed

@@ -21,7 +21,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sdr.backends.udp.qp import CONTROL_HEADER, QPN_MAX, QPN_MIN, UdpQP
+from sdr.backends.udp.contracts import CONTROL_HEADER, QPN_MAX, QPN_MIN
+from sdr.backends.udp.qp import UdpQP
 from sdr.backends.udp.receive import Receiver
 from sdr.backends.udp.roce import ROCE_PORT, crc32
 from sdr.backends.udp.sockets import DEFAULT_SOCKET_BUFFER, open_udp_socket, prefault

@@ -292,6 +292,7 @@ def run_server(
             if start is None and qp.counters()["packets_accepted"] > base:
                 start = now
                 ticker.begin(start)
+            ticker.poll(now, len(stamps))  # before stamping at ``now``: those are the next row's
             head = pending[0]
             if head.record.arrived:
                 stamps.append(now)
@@ -311,7 +312,6 @@ def run_server(
                 break  # the rest is lost
             else:
                 ctx.transport.wait(0.0005)
-            ticker.poll(now, len(stamps))
         _summarise(res, stamps, start if start is not None else ctx.now())
         ticker.finish(stamps[-1] if stamps else ctx.now(), len(stamps))
         res.intervals = ticker.rows
@@ -362,12 +362,13 @@ def run_client(
                 posted += 1
             if ctx.progress() == 0:
                 ctx.transport.wait(0.0005)
+            now = ctx.now()
+            ticker.poll(now, len(stamps))  # before stamping at ``now``: those are the next row's
             while outstanding and outstanding[0].record.done:
                 outstanding.pop(0)
-                stamps.append(ctx.now())
+                stamps.append(now)
             if outstanding and outstanding[0].record.error is not None:
                 raise outstanding[0].record.error
-            ticker.poll(ctx.now(), len(stamps))
             if ctx.now() - (stamps[-1] if stamps else start) > params.timeout:
                 break
         _summarise(res, stamps, start)

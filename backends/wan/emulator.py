@@ -19,10 +19,10 @@ import multiprocessing as mp
 from typing import Any
 
 from sdr.backends.wan.forwarder import Forwarder, Port
-from sdr.backends.wan.impairment import LinkSpec
 from sdr.backends.wan.namespaces import NamespacePair
 from sdr.backends.wan.udp_relay import Address, RelayEnd, relay_pairs
 from sdr.errors import TransportError
+from sdr.simulator.link_model import LinkSpec
 
 __all__ = ["TunLink", "RelayLink", "reverse_of"]
 

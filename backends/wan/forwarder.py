@@ -1,5 +1,10 @@
 """The emulator's event loop: read packets from two ports, impair, deliver on time.
 
+What the link does to the packets is decided by the one link model
+(:class:`sdr.simulator.link_model.LinkDirection`, the same state machine the simulator
+schedules), one burst of packets at a time; this loop only applies the decisions: it drops,
+flips the decided bit, and writes each copy when its delivery time has come.
+
 A port is anything with ``fileno()``, ``read_many(limit) -> list[bytes]`` (non-blocking)
 and ``write(bytes)``: a TUN device or a UDP relay socket. One loop serves both
 directions, on one core. ``select`` with sub-millisecond timeouts keeps delivery times
@@ -15,7 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from sdr.backends.wan.impairment import LinkDirection, LinkSpec
+import numpy as np
+
+from sdr.simulator.link_model import LinkDirection, LinkSpec, flip_bit
 
 __all__ = ["Port", "Forwarder"]
 
@@ -56,22 +63,46 @@ class Forwarder:
         self.stats = {"forwarded": 0, "max_lateness_s": 0.0}
 
     def _ingest(self, index: int, now: float) -> int:
-        port, direction, out = self.ports[index], self.directions[index % 2], index ^ 1
-        packets = port.read_many(_READ_BURST)
-        for packet in packets:
-            verdict = direction.admit(now, len(packet))
-            if verdict.corrupt:
-                mutable = bytearray(packet)
-                direction.corrupt_bytes(mutable, self.corrupt_skip)
-                packet = bytes(mutable)
-            for when in verdict.deliver_at:
-                heapq.heappush(self._heap, (when, next(self._order), out, packet))
+        packets = self.ports[index].read_many(_READ_BURST)
+        self.offer(index, now, packets)
         return len(packets)
 
-    def _deliver(self, now: float) -> None:
-        heap, ports, stats = self._heap, self.ports, self.stats
+    def offer(self, index: int, now: float, packets: list[bytes]) -> None:
+        """Packets read on port ``index`` at ``now`` enter their direction of the link.
+
+        The link decides their fate at once; the copies that survive wait for their
+        delivery time (see :meth:`take_due`). No I/O.
+        """
+        if not packets:
+            return
+        direction, out = self.directions[index % 2], index ^ 1
+        n = len(packets)
+        sizes = np.fromiter(map(len, packets), np.float64, count=n)
+        decided = direction.offer(np.full(n, now), sizes)
+        dup, bad = decided.duplicate_at, decided.corrupt
+        push, order, heap = heapq.heappush, self._order, self._heap
+        for i in np.flatnonzero(decided.cause == 0).tolist():
+            packet = packets[i]
+            if bad is not None and bad[i]:
+                mutable = bytearray(packet)
+                assert decided.where is not None and decided.bit is not None
+                flip_bit(mutable, self.corrupt_skip, float(decided.where[i]), int(decided.bit[i]))
+                packet = bytes(mutable)
+            push(heap, (float(decided.arrive[i]), next(order), out, packet))
+            if dup is not None and dup[i] == dup[i]:
+                push(heap, (float(dup[i]), next(order), out, packet))
+
+    def take_due(self, now: float) -> list[tuple[float, int, bytes]]:
+        """Every packet due by ``now``, as (delivery time, port index, packet), in order."""
+        heap, due = self._heap, []
         while heap and heap[0][0] <= now:
             when, _, out, packet = heapq.heappop(heap)
+            due.append((when, out, packet))
+        return due
+
+    def _deliver(self, now: float) -> None:
+        ports, stats = self.ports, self.stats
+        for when, out, packet in self.take_due(now):
             ports[out].write(packet)
             stats["forwarded"] += 1
             late = now - when
@@ -99,7 +130,7 @@ class Forwarder:
     def summary(self) -> dict[str, object]:
         """Counters of both directions and of the loop."""
         return {
-            "a_to_b": dict(self.directions[0].stats),
-            "b_to_a": dict(self.directions[1].stats),
+            "a_to_b": self.directions[0].stats.as_dict(),
+            "b_to_a": self.directions[1].stats.as_dict(),
             **self.stats,
         }

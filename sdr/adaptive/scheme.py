@@ -26,7 +26,7 @@ import numpy as np
 from sdr.adaptive.policy import AdaptivePolicy, Candidate
 from sdr.adaptive.report import GapCounter, LossReport
 from sdr.errors import MessageFailed, ProtocolError, SDRError, TimeoutError
-from sdr.reliability.base import Finished, Scheme, SchemeAction, SendControl, Status, earliest
+from sdr.reliability.base import Finished, Scheme, SchemeAction, SendMessage, Status, earliest
 from sdr.reliability.config import ReliabilityConfig
 from sdr.reliability.messages import Abort, Ack, ControlMessage, Digest, Probe, Sack
 from sdr.reliability.registry import create_scheme
@@ -63,6 +63,14 @@ class AdaptiveScheme(Scheme):
 
     def lanes(self, length: int) -> tuple[int, ...]:
         return (length, self.parity_bytes(length))
+
+    def before_write(self, now: float, length: int) -> None:
+        """The policy picks this write's member scheme (its current candidate)."""
+        self.policy.before_write(now, length)
+
+    def on_raw_control(self, now: float, data: bytes) -> bool:
+        """LOSS_REPORTs feed the policy's estimator; everything else goes on."""
+        return self.policy.on_control(now, data)
 
     def parity_bytes(self, length: int) -> int:
         """Lane 1's length: the largest member parity lane, at least one chunk."""
@@ -233,7 +241,7 @@ class AdaptiveReceiver:
             out += self.inner.actions()
         if not self._reported and any(isinstance(a, Finished) for a in out):
             self._reported = True
-            out.insert(0, SendControl(self._report()))
+            out.insert(0, SendMessage(self._report()))
         return out
 
     # --- helpers ------------------------------------------------------------------------
@@ -262,12 +270,12 @@ class AdaptiveReceiver:
 
     def _ask_for_digest(self, now: float) -> None:
         have = np.zeros(len(self.gaps[0].landed), dtype=bool)
-        self._actions.append(SendControl(Sack.build(self.seq, have, digest_ok=False)))
+        self._actions.append(SendMessage(Sack.build(self.seq, have, digest_ok=False)))
         self.own_stats["digest_requests"] = self.own_stats.get("digest_requests", 0) + 1
         self._ask_at = now + self.config.rtt  # type: ignore[operator]
 
     def _fail(self, error: SDRError) -> None:
-        self._actions.append(SendControl(Ack(self.seq, failed=True)))
+        self._actions.append(SendMessage(Ack(self.seq, failed=True)))
         self._own_status = Status.FAILED
         self._actions.append(Finished(error))
 

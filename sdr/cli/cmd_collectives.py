@@ -14,7 +14,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sdr.collectives import ALGORITHMS, build_plan, select_algorithm
+from sdr.backends.collectives.selection import select_algorithm
+from sdr.collectives import ALGORITHMS, build_plan
 from sdr.errors import ConfigError
 from sdr.units import format_size, parse_size
 

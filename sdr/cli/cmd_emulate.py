@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 
 from sdr.backends.wan import LinkSpec, RelayLink, TunLink, can_use_namespaces
-from sdr.backends.wan.loss_options import loss_model
 from sdr.errors import ConfigError, TransportError
+from sdr.simulator.loss_options import loss_model
 from sdr.units import parse_time
 
 console = Console()

@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -51,18 +54,58 @@ def _bar() -> Progress:
     )
 
 
-def _json_progress(interval: float = 0.1):  # noqa: ANN202
-    """A progress callback printing {"done", "total"} lines at most every ``interval`` s."""
-    last = [0.0]
+class _Output:
+    """Where a transfer reports: JSON lines on stdout (``--json``) or a bar on stderr.
 
-    def report(done: int, total: int) -> None:
+    One path for both: :meth:`progress` (verified bytes), :meth:`notice` (an event such as
+    the listening port: a JSON object, or a line of text) and :meth:`report` (the final
+    report: ``{"report": ...}``, or a one-line summary).
+    """
+
+    def __init__(self, as_json: bool, bar: Progress | None, task: Any, interval: float = 0.1):
+        self.as_json = as_json
+        self._bar, self._task = bar, task
+        self._interval = interval
+        self._last = 0.0
+
+    def progress(self, done: int, total: int) -> None:
+        """Verified bytes so far (JSON: at most one line every ``interval`` s, and the last)."""
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, total=total)
+            return
         now = time.monotonic()
-        if now - last[0] >= interval or done >= total:
-            last[0] = now
-            sys.stdout.write(json.dumps({"done": done, "total": total}) + "\n")
-            sys.stdout.flush()
+        if now - self._last >= self._interval or done >= total:
+            self._last = now
+            self._json({"done": done, "total": total})
 
-    return report
+    def notice(self, event: dict[str, Any], text: str) -> None:
+        """``event`` as a JSON line, or ``text`` on the console."""
+        if self.as_json:
+            self._json(event)
+        else:
+            console.print(text, markup=False)
+
+    def report(self, report: dict[str, Any], summary: str) -> None:
+        """The final report as a JSON line, or ``summary`` on the console."""
+        if self.as_json:
+            self._json({"report": report})
+        else:
+            console.print(summary, markup=False, highlight=False)
+
+    @staticmethod
+    def _json(obj: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+
+@contextmanager
+def _output(as_json: bool, description: str) -> Iterator[_Output]:
+    """An :class:`_Output`; the bar (without ``--json``) is shown while the block runs."""
+    if as_json:
+        yield _Output(True, None, None)
+        return
+    with _bar() as bar:
+        yield _Output(False, bar, bar.add_task(description, total=None))
 
 
 def _peer(to: str) -> tuple[str, int]:
@@ -134,27 +177,14 @@ def send(
             highlight=False,
         )
 
-    if as_json:
-        report = send_file(file, host, port, opts, _json_progress(), waiting)
-        print(json.dumps({"report": report}), flush=True)
-        return
-    with _bar() as bar:
-        task = bar.add_task(f"send {file}", total=None)
-        report = send_file(
-            file,
-            host,
-            port,
-            opts,
-            lambda done, total: bar.update(task, completed=done, total=total),
-            waiting,
-        )
-    console.print(
+    with _output(as_json, f"send {file}") as output:
+        report = send_file(file, host, port, opts, output.progress, waiting)
+    output.report(
+        report,
         f"sent {format_size(report['bytes'])} in {report['seconds']:.3f} s "
         f"({_rate(report['bytes'], report['seconds'])}) with {report['scheme']}; "
         f"verified SHA-256 {report['sha256'][:16]}...; "
         f"{format_size(report['wire_bytes'])} on the wire",
-        markup=False,
-        highlight=False,
     )
 
 
@@ -178,36 +208,21 @@ def recv(
     """
     if not 0 <= port < 65536:
         raise ConfigError(f"--port must be in [0, 65535], got {port}")
-    if as_json:
+    with _output(as_json, f"recv {out}") as output:
         report = serve_file(
             out,
             bind,
             port,
             secret=secret,
             timeout=timeout,
-            ready=lambda p: print(json.dumps({"listening": p}), flush=True),
-            progress=_json_progress(),
+            ready=lambda p: output.notice({"listening": p}, f"listening on {bind}:{p}"),
+            progress=output.progress,
             keep_partial=keep_partial,
         )
-        print(json.dumps({"report": report}), flush=True)
-        return
-    with _bar() as bar:
-        task = bar.add_task(f"recv {out}", total=None)
-        report = serve_file(
-            out,
-            bind,
-            port,
-            secret=secret,
-            timeout=timeout,
-            ready=lambda p: console.print(f"listening on {bind}:{p}", markup=False),
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
-            keep_partial=keep_partial,
-        )
-    console.print(
+    output.report(
+        report,
         f"received {format_size(report['bytes'])} into {out} with {report['scheme']}; "
         f"SHA-256 verified {report['sha256'][:16]}...",
-        markup=False,
-        highlight=False,
     )
 
 

@@ -13,7 +13,6 @@ True
 """
 
 from sdr.codecs.base import Buffer, Codec, TooManyLosses
-from sdr.codecs.gpu import GpuMDSHostCodec, GpuXORHostCodec
 from sdr.codecs.registry import available_codecs, get_codec, register_codec
 from sdr.codecs.xor import XORCodec
 
@@ -33,10 +32,10 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'sdr.codecs' has no attribute {name!r}")
 
 
+# the built-ins register in code; third parties may also use the "sdr.codecs" entry points
 register_codec("mds", _mds)
 register_codec("xor", XORCodec)
-register_codec("mds-gpu", GpuMDSHostCodec)  # needs CuPy and a GPU when built
-register_codec("xor-gpu", GpuXORHostCodec)
+# mds-gpu and xor-gpu: the GPU driver's (sdr.backends.gpu.codecs, an entry point)
 
 __all__ = [
     "Buffer",

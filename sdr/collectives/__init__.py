@@ -1,31 +1,52 @@
-"""The collective layer's core: DSL, plan schema, algorithm library and selection.
+"""The collective layer's core: DSL, plan schema and algorithm library.
 
-Pure Python: no I/O, no CUDA. Executors live in ``backends/shm`` (shared memory + NumPy)
-and ``backends/gpu`` (CuPy, CUDA IPC); both run the same JSON plans.
+Pure Python: no I/O, no CUDA. The runtime (lowering a plan to bytes, element types, the
+channel interfaces, per-call algorithm selection) lives in ``sdr.backends.collectives``;
+executors in ``backends/shm`` (shared memory + NumPy) and ``backends/gpu`` (CuPy, CUDA
+IPC); both run the same JSON plans. Algorithms of both channel kinds (memory, port)
+register through :func:`register_algorithm` or the ``sdr.collective_algorithms``
+entry-point group (:mod:`sdr.collectives.algorithm_registry`).
 """
 
+from sdr.collectives.algorithm_registry import (
+    CollectiveAlgorithm,
+    available_algorithms,
+    get_algorithm,
+    register_algorithm,
+)
 from sdr.collectives.algorithms import ALGORITHMS, algorithms_for, build_plan
 from sdr.collectives.dsl import Program, RankProgram
-from sdr.collectives.layout import Layout, LoweredOp, lower, make_layout, packet_bytes
 from sdr.collectives.plan import PLAN_SCHEMA, PLAN_VERSION, ChunkRef, Op, Plan
-from sdr.collectives.selection import NCCL, select_algorithm
+from sdr.collectives.port_plans import PORT_ALGORITHMS, build_port_plan
+from sdr.deprecation import moved_names
 
 __all__ = [
     "ALGORITHMS",
-    "NCCL",
     "PLAN_SCHEMA",
     "PLAN_VERSION",
+    "PORT_ALGORITHMS",
     "ChunkRef",
-    "Layout",
-    "LoweredOp",
+    "CollectiveAlgorithm",
     "Op",
     "Plan",
     "Program",
     "RankProgram",
     "algorithms_for",
+    "available_algorithms",
     "build_plan",
-    "lower",
-    "make_layout",
-    "packet_bytes",
-    "select_algorithm",
+    "build_port_plan",
+    "get_algorithm",
+    "register_algorithm",
 ]
+
+# Deprecated: the collectives' runtime moved to sdr.backends.collectives (imported on use).
+__getattr__ = moved_names(
+    __name__,
+    {
+        **dict.fromkeys(
+            ("Layout", "LoweredOp", "lower", "make_layout", "packet_bytes"),
+            "sdr.backends.collectives.layout",
+        ),
+        **dict.fromkeys(("NCCL", "select_algorithm"), "sdr.backends.collectives.selection"),
+    },
+)

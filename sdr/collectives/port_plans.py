@@ -3,7 +3,10 @@
 Between datacenters the data moves over SDR reliable writes driven by a host proxy, not
 over mapped memory, so these plans name channel kind ``"port"``. They are ordinary plans of
 the DSL (:class:`sdr.collectives.Program`) and pass the same compiler checks; only an
-executor that owns port channels (``sdr.backends.hierarchical``) runs them.
+executor that owns port channels (``sdr.backends.hierarchical``) runs them. They register
+as ``channel="port"`` algorithms (:mod:`sdr.collectives.algorithm_registry`), so users add
+their own with ``register_algorithm(name, build, collective=..., channel="port")`` or a
+``"port:<name>"`` entry point of the ``sdr.collective_algorithms`` group.
 
 Pipelining: the data is cut into ``slices`` per ring chunk, and each slice is forwarded to
 the next datacenter as soon as it arrived and was reduced, so stage ``r + 1`` of slice
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sdr.collectives.algorithm_registry import AlgorithmView, get_algorithm, register_algorithm
 from sdr.collectives.dsl import Program
 from sdr.collectives.plan import Channel, Plan
 from sdr.errors import ConfigError
@@ -198,20 +202,21 @@ def reduce_scatter_ring(n: int, slices: int = 1) -> Plan:
     return as_port_plan(prog.compile())
 
 
-PORT_ALGORITHMS: dict[str, Callable[[int, int], Plan]] = {
-    "allreduce_ring": allreduce_ring,
-    "allreduce_mesh": allreduce_mesh,
-    "allgather_ring": allgather_ring,
-    "reduce_scatter_ring": reduce_scatter_ring,
-}
+for _name, _collective, _build in (
+    ("allreduce_ring", "allreduce", allreduce_ring),
+    ("allreduce_mesh", "allreduce", allreduce_mesh),
+    ("allgather_ring", "allgather", allgather_ring),
+    ("reduce_scatter_ring", "reduce_scatter", reduce_scatter_ring),
+):
+    register_algorithm(_name, _build, collective=_collective, channel="port")
+
+PORT_ALGORITHMS: AlgorithmView[Callable[[int, int], Plan]] = AlgorithmView(
+    "port", lambda a: a.build
+)
+"""Read-only view, name -> generator(datacenters, slices), of every port algorithm
+(registered in code with ``register_algorithm(..., channel="port")`` or by entry point)."""
 
 
 def build_port_plan(name: str, datacenters: int, slices: int = 1) -> Plan:
     """The port plan ``name`` (a key of :data:`PORT_ALGORITHMS`) for ``datacenters``."""
-    try:
-        factory = PORT_ALGORITHMS[name]
-    except KeyError:
-        raise ConfigError(
-            f"port algorithm {name!r}; expected one of {sorted(PORT_ALGORITHMS)}"
-        ) from None
-    return factory(datacenters, slices)
+    return get_algorithm(name, "port").build(datacenters, slices)

@@ -1,9 +1,12 @@
 """Reliability schemes on the chunk bitmap: Selective Repeat and Erasure Coding.
 
-Schemes are sans-I/O state machines (see :mod:`sdr.reliability.base`); the
-:class:`ReliableQP` drives them over an SDR QP. See docs/reliability-schemes.md.
+Schemes are sans-I/O state machines (see :mod:`sdr.reliability.base`); a
+:class:`ReliableConnection` runs them over an SDR QP core, sans-I/O too, and the blocking
+shell :class:`sdr.ReliableQP` (:mod:`sdr.runtime`) drives that. See
+docs/reliability-schemes.md.
 """
 
+from sdr.deprecation import moved_names
 from sdr.reliability.base import (
     Finished,
     Lane,
@@ -15,17 +18,29 @@ from sdr.reliability.base import (
     SealChunks,
     SendChunks,
     SendControl,
+    SendMessage,
     Status,
 )
 from sdr.reliability.config import ReliabilityConfig, load, load_config, loads
+from sdr.reliability.connection import ReliableConnection
 from sdr.reliability.erasure_coding import ErasureCoding, ErasureCodingMDS, ErasureCodingXOR
-from sdr.reliability.handles import ReceiveHandle, WriteHandle, drive, wait_all
-from sdr.reliability.registry import available_schemes, create_scheme, register_scheme
-from sdr.reliability.reliable_qp import ReliableQP
+from sdr.reliability.events import (
+    Event,
+    MessageFailedEvent,
+    ReceiveCompleted,
+    WriteCompleted,
+)
+from sdr.reliability.registry import (
+    available_schemes,
+    check_scheme_name,
+    create_scheme,
+    register_scheme,
+)
 from sdr.reliability.selective_repeat import SelectiveRepeat, SelectiveRepeatNack
 from sdr.reliability.sr_receiver import SelectiveRepeatReceiver
 from sdr.reliability.sr_sender import SelectiveRepeatSender
 
+# the built-ins register in code; third parties may also use the "sdr.schemes" entry points
 register_scheme("sr-rto", SelectiveRepeat)
 register_scheme("sr-nack", SelectiveRepeatNack)
 register_scheme("ec-mds", ErasureCodingMDS)
@@ -37,9 +52,12 @@ __all__ = [
     "ErasureCodingXOR",
     "Finished",
     "Lane",
-    "ReceiveHandle",
+    "Event",
+    "MessageFailedEvent",
+    "ReceiveCompleted",
+    "WriteCompleted",
+    "ReliableConnection",
     "ReliabilityConfig",
-    "ReliableQP",
     "Scheme",
     "SchemeAction",
     "SchemeReceiver",
@@ -52,14 +70,22 @@ __all__ = [
     "SealChunks",
     "ReopenChunks",
     "SendControl",
+    "SendMessage",
     "Status",
-    "WriteHandle",
     "available_schemes",
+    "check_scheme_name",
     "create_scheme",
-    "drive",
     "load",
     "load_config",
     "loads",
     "register_scheme",
-    "wait_all",
 ]
+
+# the blocking shells live in the runtime, a layer above: the old names still resolve
+__getattr__ = moved_names(
+    "sdr.reliability",
+    {
+        name: "sdr.runtime"
+        for name in ("ReliableQP", "WriteHandle", "ReceiveHandle", "drive", "wait_all")
+    },
+)

@@ -1,9 +1,9 @@
 """The interface every reliability scheme implements: sans-I/O sender and receiver machines.
 
 A scheme is a pair of state machines per message, built by a :class:`Scheme`. They never
-touch a socket, a clock or a QP: a driver (sdr.reliability.ReliableQP over an SDR QP, or a
-simulator) feeds them events with an explicit ``now`` and carries out the actions they
-return, exactly like the SDR core one level down::
+touch a socket, a clock or a QP: :class:`sdr.reliability.ReliableConnection` (itself
+sans-I/O, over an SDR QP core) feeds them events with an explicit ``now`` and carries out
+the actions they return, exactly like the SDR core one level down::
 
     machine.start(now)                      # sender only
     machine.on_sent(now, lane, chunks)      # sender: these chunks left (after pacing)
@@ -11,7 +11,7 @@ return, exactly like the SDR core one level down::
     machine.on_control(now, message)        # a control message for this message
     machine.do_work(now)                    # one step of CPU work (checksums, coding)
     machine.handle_timer(now)               # when now >= machine.next_timer()
-    for action in machine.actions(): ...    # SendChunks, SendControl, SealChunks,
+    for action in machine.actions(): ...    # SendChunks, SendMessage, SealChunks,
                                             # ReopenChunks, Finished
 
 Lanes: each reliable message travels as one SDR stream per lane, matched by order. Lane 0
@@ -39,6 +39,7 @@ from sdr.reliability.messages import ControlMessage
 __all__ = [
     "Lane",
     "SendChunks",
+    "SendMessage",
     "SendControl",
     "SealChunks",
     "ReopenChunks",
@@ -70,10 +71,15 @@ class SendChunks:
 
 
 @dataclass(frozen=True)
-class SendControl:
-    """Send this control message to the peer."""
+class SendMessage:
+    """Send this reliability control message to the peer (the core's own
+    :class:`sdr.actions.SendControl` carries encoded bytes to the driver)."""
 
     message: ControlMessage
+
+
+SendControl = SendMessage
+"""Deprecated name of :class:`SendMessage` (it was easy to confuse with the core's)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,7 +105,7 @@ class Finished:
     error: SDRError | None = None
 
 
-SchemeAction = SendChunks | SendControl | SealChunks | ReopenChunks | Finished
+SchemeAction = SendChunks | SendMessage | SealChunks | ReopenChunks | Finished
 
 
 class Status(enum.Enum):
@@ -166,7 +172,7 @@ class Machine(ABC):
 
     def send(self, message: ControlMessage) -> None:
         self.count(f"sent_{type(message).__name__.lower()}")
-        self._actions.append(SendControl(message))
+        self._actions.append(SendMessage(message))
 
     def finish(self, error: SDRError | None = None) -> None:
         """End the machine (once): completed when ``error`` is None, else failed."""
@@ -207,6 +213,10 @@ class Scheme(ABC):
 
     sender_class: ClassVar[type[SchemeSender]]
     receiver_class: ClassVar[type[SchemeReceiver]]
+    nack_holes: ClassVar[bool] = False
+    """Whether the receiver NACKs a hole as soon as a later chunk shows it, rather than
+    leaving its repair to the sender's RTO (``sr-nack`` sets it; the Selective Repeat
+    receiver and the receivers built on it read it)."""
 
     def __init__(self, config: ReliabilityConfig) -> None:
         if config.chunk_size is None:
@@ -234,3 +244,12 @@ class Scheme(ABC):
     def receiver(self, seq: int, data: memoryview) -> SchemeReceiver:
         """The receiver machine of message ``seq`` landing in ``data``."""
         return self.receiver_class(self, seq, data)
+
+    def before_write(self, now: float, length: int) -> None:  # noqa: B027 - optional hook
+        """A write of ``length`` bytes is about to start (a scheme that picks its mode per
+        message, like the adaptive one, decides here)."""
+
+    def on_raw_control(self, now: float, data: bytes) -> bool:
+        """A control message before decoding; True if the scheme consumed it (its own
+        wire messages outside the reliability types, e.g. loss reports)."""
+        return False

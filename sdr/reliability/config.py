@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sdr.errors import ConfigError
+from sdr.reliability.registry import check_scheme_name
 from sdr.units import parse_rate, parse_size, parse_time
 
 __all__ = ["ReliabilityConfig", "load", "loads", "load_config"]
@@ -221,8 +222,6 @@ class ReliabilityConfig:
                 "(put parameters of your own scheme under [reliability.params])"
             )
         if "scheme" in table:
-            from sdr.reliability.registry import check_scheme_name  # noqa: PLC0415 - cycle
-
             check_scheme_name(table["scheme"])
         return cls(**dict(table))
 

@@ -22,10 +22,9 @@ class SelectiveRepeat(Scheme):
 
     sender_class = SelectiveRepeatSender
     receiver_class = SelectiveRepeatReceiver
-    nack_holes: ClassVar[bool] = False
 
 
 class SelectiveRepeatNack(SelectiveRepeat):
     """``sr-nack``: like ``sr-rto``, plus NACKs of holes for immediate retransmission."""
 
-    nack_holes: ClassVar[bool] = True
+    nack_holes: ClassVar[bool] = True  # declared by sdr.reliability.base.Scheme

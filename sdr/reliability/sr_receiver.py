@@ -35,7 +35,7 @@ class SelectiveRepeatReceiver(SchemeReceiver):
     def __init__(self, scheme: Scheme, seq: int, data: memoryview) -> None:
         super().__init__(scheme, seq, data)
         n = self.n_chunks = self.geometry.n_chunks
-        self.nack_holes = bool(getattr(scheme, "nack_holes", False))
+        self.nack_holes = scheme.nack_holes
         self.digests = DigestStore(self.geometry, scheme.fingerprint, scheme.describe())
         self.arrived = np.zeros(n, dtype=bool)
         self.verified = np.zeros(n, dtype=bool)

@@ -17,7 +17,7 @@ __all__ = ["seeds", "write_seeds"]
 
 
 def _messages() -> list[bytes]:
-    from sdr.reliability.messages import Abort, Ack, CtsRequest, Digest, EcNack, Nack, Probe, Sack
+    from sdr.reliability.messages import Abort, Ack, Digest, EcNack, Nack, Probe, Sack
 
     msgs = [
         Digest(3, 100_000, 0xDEADBEEF, 4096, 0, np.arange(25, dtype=np.uint32)),
@@ -28,7 +28,6 @@ def _messages() -> list[bytes]:
         EcNack(6, 4, {0: np.array([True, False, False, True]), 3: np.ones(4, bool)}),
         Probe(7),
         Abort(8, mismatch=True),
-        CtsRequest(9, 17),
     ]
     # odd first byte: the target seals the rest with a CRC, so strip the real trailer
     return [m.encode() for m in msgs] + [b"\x01" + m.encode()[:-4] for m in msgs]

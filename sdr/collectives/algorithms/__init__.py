@@ -1,10 +1,23 @@
-"""The algorithm library: plan generators by name, and a cached way to build a plan."""
+"""The algorithm library: plan generators by name, and a cached way to build a plan.
+
+The library's memory-channel plans register here, in code, with
+:func:`~sdr.collectives.algorithm_registry.register_algorithm`; users add theirs the same
+way or through the ``sdr.collective_algorithms`` entry-point group (see
+:mod:`sdr.collectives.algorithm_registry`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
 
+from sdr.collectives.algorithm_registry import (
+    AlgorithmView,
+    CollectiveAlgorithm,
+    available_algorithms,
+    get_algorithm,
+    register_algorithm,
+)
 from sdr.collectives.algorithms.allreduce import (
     allreduce_oneshot,
     allreduce_oneshot_get,
@@ -25,8 +38,7 @@ from sdr.collectives.algorithms.gather import (
 from sdr.collectives.plan import Plan
 from sdr.errors import ConfigError
 
-#: name -> (collective, generator(world_size) or generator(world_size, root))
-ALGORITHMS: dict[str, tuple[str, Callable[..., Plan]]] = {
+_LIBRARY: dict[str, tuple[str, Callable[..., Plan]]] = {
     "allreduce_oneshot_ll": ("allreduce", allreduce_oneshot_ll),
     "allreduce_oneshot": ("allreduce", allreduce_oneshot),
     "allreduce_oneshot_get": ("allreduce", allreduce_oneshot_get),
@@ -41,24 +53,48 @@ ALGORITHMS: dict[str, tuple[str, Callable[..., Plan]]] = {
     "broadcast_mesh": ("broadcast", broadcast_mesh),
     "broadcast_pipelined": ("broadcast", broadcast_pipelined),
 }
+for _name, (_collective, _build) in _LIBRARY.items():
+    register_algorithm(_name, _build, collective=_collective)
+
+ALGORITHMS: AlgorithmView[tuple[str, Callable[..., Plan]]] = AlgorithmView(
+    "memory", lambda a: (a.collective, a.build)
+)
+"""Read-only view, name -> (collective, generator(world_size) or generator(world_size,
+root)), of every memory-channel algorithm (registered in code or by entry point)."""
 
 
 @lru_cache(maxsize=256)
+def _plan(algorithm: CollectiveAlgorithm, world_size: int, root: int) -> Plan:
+    if algorithm.collective == "broadcast":
+        return algorithm.build(world_size, root)
+    return algorithm.build(world_size)
+
+
 def build_plan(name: str, world_size: int, root: int = 0) -> Plan:
-    """The plan of algorithm ``name`` for ``world_size`` ranks (``root`` for broadcast)."""
-    if name not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm {name!r}; expected one of {sorted(ALGORITHMS)}")
-    collective, gen = ALGORITHMS[name]
-    if collective == "broadcast":
+    """The plan of algorithm ``name`` for ``world_size`` ranks (``root`` for broadcast).
+
+    Plans are cached per (registered algorithm, world size, root): treat them as read-only.
+    """
+    algorithm = get_algorithm(name)
+    if algorithm.collective == "broadcast":
         if not 0 <= root < world_size:
             raise ConfigError(f"broadcast root {root} outside ranks 0..{world_size - 1}")
-        return gen(world_size, root)
-    return gen(world_size)
+    else:
+        root = 0
+    return _plan(algorithm, world_size, root)
 
 
 def algorithms_for(collective: str) -> list[str]:
-    """Names of the algorithms that implement ``collective``."""
-    return [name for name, (coll, _) in ALGORITHMS.items() if coll == collective]
+    """Names of the memory-channel algorithms that implement ``collective``, sorted."""
+    return available_algorithms("memory", collective)
 
 
-__all__ = ["ALGORITHMS", "algorithms_for", "build_plan"]
+__all__ = [
+    "ALGORITHMS",
+    "CollectiveAlgorithm",
+    "algorithms_for",
+    "available_algorithms",
+    "build_plan",
+    "get_algorithm",
+    "register_algorithm",
+]

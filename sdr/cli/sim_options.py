@@ -1,0 +1,84 @@
+"""Options shared by the simulator commands: names, units and the link they describe.
+
+Sizes, rates, times and distances accept the units syntax of :mod:`sdr.units`
+("64KiB", "400Gbit/s", "25ms", "3750km").
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import typer
+
+from sdr.errors import ConfigError
+from sdr.simulator.link import PAPER_PROPAGATION_SPEED, Link
+from sdr.units import parse_distance, parse_rate, parse_size, parse_time
+
+FIG9_SIZES = ",".join(f"{2**e}" for e in range(17, 34))  # 128 KiB .. 8 GiB
+FIG9_DROPS = "1e-7,1e-6,1e-5,1e-4,1e-3,1e-2,1e-1"
+
+
+class SchemeName(StrEnum):
+    sr_rto = "sr-rto"
+    sr_nack = "sr-nack"
+    ec_mds = "ec-mds"
+    ec_xor = "ec-xor"
+
+
+class DropUnitName(StrEnum):
+    chunk = "chunk"
+    packet = "packet"
+
+
+class MethodName(StrEnum):
+    analytic = "analytic"
+    montecarlo = "montecarlo"
+    des = "des"
+
+
+class ObjectiveName(StrEnum):
+    mean = "mean"
+    p999 = "p999"
+
+
+class ExecutorName(StrEnum):
+    local = "local"
+    serial = "serial"
+    dask = "dask"
+
+
+def link_from_options(
+    bandwidth: str,
+    rtt: str | None,
+    distance: str | None,
+    speed: float,
+    mtu: str,
+    chunk: str,
+    alpha: float,
+) -> Link:
+    if rtt is not None and distance is not None:
+        raise ConfigError("give either --rtt or --distance, not both")
+    common = dict(mtu=parse_size(mtu), chunk_size=parse_size(chunk), alpha=alpha)
+    if rtt is not None:
+        return Link(parse_rate(bandwidth), parse_time(rtt), **common)  # type: ignore[arg-type]
+    return Link.from_distance(
+        parse_distance(distance or "3750km"),
+        parse_rate(bandwidth),
+        propagation_speed_mps=speed,
+        **common,  # type: ignore[arg-type]
+    )
+
+
+def split_list(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+# Shared option declarations.
+BANDWIDTH = typer.Option("400Gbit/s", "--bandwidth", help="Line rate, e.g. 400Gbit/s.")
+RTT = typer.Option(None, "--rtt", help="Round-trip time, e.g. 25ms (or give --distance).")
+DISTANCE = typer.Option(None, "--distance", help="Path length, e.g. 3750km (default).")
+SPEED = typer.Option(PAPER_PROPAGATION_SPEED, "--speed", help="Propagation speed in m/s.")
+MTU = typer.Option("4096", "--mtu", help="Packet payload size.")
+CHUNK = typer.Option("64KiB", "--chunk", help="Chunk size (a multiple of the MTU).")
+ALPHA = typer.Option(2.0, "--alpha", help="Switch buffering in RTTs (RTO = (1 + alpha) RTT).")
+DROP_UNIT = typer.Option(DropUnitName.chunk, "--drop-unit", help="What --drop is per.")

@@ -1,0 +1,154 @@
+"""``sdr sweep``: sizes x drops x schemes (x distances, bandwidths) to a CSV, resumable."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from sdr.cli.sim_options import (
+    ALPHA,
+    CHUNK,
+    DROP_UNIT,
+    FIG9_DROPS,
+    FIG9_SIZES,
+    MTU,
+    SPEED,
+    DropUnitName,
+    ExecutorName,
+    MethodName,
+    split_list,
+)
+from sdr.cli.sim_output import err_console, fail
+from sdr.errors import ConfigError, SDRError
+from sdr.units import parse_distance, parse_rate, parse_size, parse_time
+
+
+def sweep(
+    sizes: str = typer.Option(FIG9_SIZES, "--sizes", help="Comma list of write sizes."),
+    drops: str = typer.Option(FIG9_DROPS, "--drops", help="Comma list of drop probabilities."),
+    schemes: str = typer.Option("sr-rto,sr-nack,ec-mds,ec-xor", "--schemes"),
+    bandwidths: str = typer.Option("400Gbit/s", "--bandwidths", help="Comma list of rates."),
+    distances: str | None = typer.Option(None, "--distances", help="Comma list (default 3750km)."),
+    rtts: str | None = typer.Option(
+        None, "--rtts", help="Comma list of RTTs (not with distances)."
+    ),
+    speed: float = SPEED,
+    drop_unit: DropUnitName = DROP_UNIT,
+    chunk: str = CHUNK,
+    mtu: str = MTU,
+    alpha: float = ALPHA,
+    ec: str = typer.Option("32,8", "--ec", help="EC data,parity chunks per submessage."),
+    method: MethodName = typer.Option(MethodName.montecarlo, "--method"),
+    samples: int | None = typer.Option(
+        None, "--samples", help="Samples per point (default 1000, 100 with --method des)."
+    ),
+    seed: int = typer.Option(0, "--seed"),
+    executor: ExecutorName = typer.Option(ExecutorName.local, "--executor"),
+    scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler address."),
+    workers: int | None = typer.Option(None, "--workers", help="Local worker processes."),
+    out: str = typer.Option(
+        "sweep.csv", "--out", help="CSV file to write, rows as points finish ('-': stdout)."
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="Keep the rows already in --out; evaluate only the rest."
+    ),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --out."),
+    plot: str | None = typer.Option(None, "--plot", help="PNG of Fig-9 style speedup heatmaps."),
+) -> None:
+    """Sweep sizes x drops x schemes (x distances, bandwidths) and write a CSV.
+
+    Rows are appended to --out as the points finish, so Ctrl-C (exit 130) or a kill keeps
+    every finished row; run the same command with --resume to evaluate only the rest.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from sdr.simulator.plots import plot_speedup_heatmaps
+    from sdr.simulator.schemes import parse_ec
+    from sdr.simulator.sweep import SweepInterrupted, make_grid, sweep_to_csv
+
+    try:
+        to_stdout = out == "-"
+        _check_sweep_out(out, resume=resume, force=force)
+        if samples is None:
+            samples = 100 if method == MethodName.des else 1000
+        if executor == ExecutorName.dask and not scheduler:
+            raise ConfigError("--executor dask needs --scheduler tcp://HOST:8786")
+        k, m = parse_ec(ec)
+        points = make_grid(
+            [parse_size(x) for x in split_list(sizes)],
+            [float(x) for x in split_list(drops)],
+            split_list(schemes),
+            bandwidths=[parse_rate(x) for x in split_list(bandwidths)],
+            rtts=[parse_time(x) for x in split_list(rtts)] if rtts else None,
+            distances=[parse_distance(x) for x in split_list(distances)] if distances else None,
+            propagation_speed_mps=speed,
+            seed=seed,
+            drop_unit=drop_unit.value,
+            chunk_size=parse_size(chunk),
+            mtu=parse_size(mtu),
+            alpha=alpha,
+            k=k,
+            m=m,
+            method=method.value,
+            samples=samples,
+        )
+        columns = [BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+        with Progress(
+            "[progress.description]{task.description}", *columns, console=err_console
+        ) as bar:
+            task = bar.add_task("sweep", total=len(points))
+            try:
+                rows = sweep_to_csv(
+                    points,
+                    sys.stdout if to_stdout else out,
+                    resume=resume,
+                    executor=executor.value,
+                    workers=workers,
+                    scheduler=scheduler,
+                    progress=lambda n: bar.advance(task, n),
+                )
+            except SweepInterrupted as stop:
+                bar.stop()
+                err_console.print(_interrupted_line(stop, to_stdout), markup=False, soft_wrap=True)
+                raise typer.Exit(130) from None
+        err_console.print(f"wrote {len(rows)} rows to {'stdout' if to_stdout else out}")
+        if plot:
+            first = rows[0]
+            same_path = [
+                r
+                for r in rows
+                if r["bandwidth_bps"] == first["bandwidth_bps"] and r["rtt_s"] == first["rtt_s"]
+            ]
+            plot_speedup_heatmaps(same_path, plot, title="speedup of EC over SR (>1: EC faster)")
+            err_console.print(f"wrote {plot}")
+    except SDRError as exc:
+        raise fail(exc) from None
+
+
+def _check_sweep_out(out: str, *, resume: bool, force: bool) -> None:
+    """ConfigError unless writing ``out`` is what was asked: no silent overwrite."""
+    if resume and force:
+        raise ConfigError("--resume and --force exclude each other")
+    if out == "-":
+        if resume:
+            raise ConfigError("--resume needs an --out file, not stdout ('-')")
+        return
+    path = Path(out)
+    if path.is_dir():
+        raise ConfigError(f"--out {out} is a directory")
+    if path.exists() and not (resume or force):
+        raise ConfigError(
+            f"{out} already exists: pass --resume to finish it (skip its points) "
+            "or --force to overwrite it"
+        )
+
+
+def _interrupted_line(stop: Any, to_stdout: bool) -> str:
+    """The one line printed on Ctrl-C: how far the sweep got and how to go on."""
+    done = f"interrupted: {stop.finished} of {stop.total} points finished"
+    if to_stdout:
+        return f"{done} (written to stdout); rerun with --out FILE to be able to --resume"
+    return f"{done} and saved in {stop.path}; run the same command with --resume to finish"

@@ -1,0 +1,148 @@
+"""What a file transfer uses: its options, the merged reliability config and the QP shape.
+
+A reliability field comes from the command line, else the ``--config`` file's
+``[reliability]`` table, else :data:`DEFAULTS`; ``auto`` is resolved by the simulator's
+selector. Everything here is checked before the network is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import sdr
+from sdr.auth import check_secret
+from sdr.errors import ConfigError
+from sdr.reliability import ReliabilityConfig, load_config
+from sdr.reliability.registry import available_schemes, create_scheme
+from sdr.units import parse_size
+
+__all__ = [
+    "DEFAULTS",
+    "Progress",
+    "TransferOptions",
+    "merged_config",
+    "plan",
+    "qp_attr",
+    "validate_send",
+]
+
+Progress = Callable[[int, int], None]
+"""Called with (bytes done, bytes total) as the transfer advances."""
+
+
+# What a transfer uses for a reliability field that neither the command line nor the
+# ``--config`` file sets (a flag overrides the file, the file overrides these).
+DEFAULTS: dict[str, Any] = {
+    "scheme": "auto",
+    "rtt": "25ms",
+    "link_rate": "1Gbit/s",
+    "alpha": 2.0,
+    "chunk_size": "64KiB",
+}
+
+
+@dataclass
+class TransferOptions:
+    """How to move a file. Sizes, rates and times accept units.
+
+    The reliability fields (scheme, rate, rtt, alpha, chunk_size, k, m) left at None take
+    the value of the ``[reliability]`` table in ``config`` when it sets one, else
+    :data:`DEFAULTS`; a value given here overrides the file.
+    """
+
+    scheme: str | None = None
+    rate: str | float | None = None
+    rtt: str | float | None = None
+    loss: float = 1e-3
+    message_size: str | int = "8MiB"
+    mtu: str | int = 8192
+    chunk_size: str | int | None = None
+    channels: int = 2
+    alpha: float | None = None
+    k: int | None = None
+    m: int | None = None
+    config: str | None = None
+    secret: str | None = None
+    timeout: float = 300.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _file_table(path: str) -> dict[str, Any]:
+    """The keys that the ``[reliability]`` table of ``path`` sets (validated)."""
+    load_config(path)  # ConfigError for a missing file, bad TOML, unknown keys, bad values
+    with open(path, "rb") as fh:
+        doc = tomllib.load(fh)
+    return dict(doc.get("reliability", doc))
+
+
+def merged_config(opts: TransferOptions) -> ReliabilityConfig:
+    """The reliability config: :data:`DEFAULTS`, then the file, then the options given."""
+    table = dict(DEFAULTS)
+    if opts.config:
+        table.update(_file_table(opts.config))
+    given = {
+        "scheme": opts.scheme,
+        "rtt": opts.rtt,
+        "link_rate": opts.rate,
+        "alpha": opts.alpha,
+        "chunk_size": opts.chunk_size,
+        "k": opts.k,
+        "m": opts.m,
+    }
+    table.update({k: v for k, v in given.items() if v is not None})
+    table.update(opts.extra)
+    config = ReliabilityConfig.from_mapping(table)
+    if config.scheme != "auto" and config.scheme.lower() not in available_schemes():
+        raise ConfigError(
+            f"unknown scheme {config.scheme!r}; expected auto or one of {available_schemes()}"
+        )
+    return config
+
+
+def plan(opts: TransferOptions, size: int) -> tuple[ReliabilityConfig, Any]:
+    """The concrete reliability config for this transfer (``auto`` goes through the
+    simulator's selector) and the selection that chose it (or None)."""
+    config = merged_config(opts)
+    if config.scheme != "auto":
+        return config, None
+    from sdr.simulator.auto import resolve_auto  # the selector loads SciPy: only when needed
+
+    piece = min(parse_size(opts.message_size), max(size, 1))
+    return resolve_auto(
+        config,
+        size_bytes=piece,
+        drop=opts.loss,
+        mtu=parse_size(opts.mtu),
+        chunk_sizes=(int(config.chunk_size),),  # type: ignore[arg-type]
+    )
+
+
+def qp_attr(opts: TransferOptions, config: ReliabilityConfig) -> sdr.QPAttr:
+    message = parse_size(opts.message_size)
+    return sdr.QPAttr(
+        mtu=opts.mtu,
+        chunk_size=config.chunk_size,
+        max_message_size=message,
+        max_messages=63,  # odd: see sdr.id_reuse
+        channels=opts.channels,
+        rate_limit=config.link_rate,
+    )
+
+
+def validate_send(path: str, opts: TransferOptions) -> tuple[bytes | None, int]:
+    """Check what :func:`~sdr.cli.transfer_send.send_file` would use without touching the
+    network (ConfigError, OSError for an unreadable file); returns the secret and the
+    file's size."""
+    secret = check_secret(opts.secret)
+    size = os.path.getsize(path)
+    with open(path, "rb"):
+        pass
+    config = merged_config(opts)
+    attr = qp_attr(opts, config)
+    if config.scheme != "auto":
+        create_scheme(config.resolved(attr.chunk_size, attr.rate_limit))
+    return secret, size

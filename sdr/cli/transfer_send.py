@@ -1,0 +1,148 @@
+"""The sending side of a file transfer: :func:`send_file`."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+import sdr
+from sdr.backends import oob
+from sdr.backends.udp import UdpTransport
+from sdr.cli.transfer_options import Progress, TransferOptions, plan, qp_attr, validate_send
+from sdr.cli.transfer_peer import agree_secret, peer_error, tell_peer, watch
+from sdr.cli.transfer_pieces import map_file, pieces, sha256, stats, verified, with_arrived
+from sdr.errors import MessageFailed, ProtocolError, SDRError
+from sdr.reliability import ReliabilityConfig
+from sdr.reliability.registry import create_scheme
+from sdr.runtime import ReliableQP
+
+__all__ = ["send_file"]
+
+
+def _source_address(peer: str) -> str:
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect((peer, 9))
+        return str(probe.getsockname()[0])
+    finally:
+        probe.close()
+
+
+def send_file(
+    path: str,
+    host: str,
+    port: int = oob.DEFAULT_PORT,
+    opts: TransferOptions | None = None,
+    progress: Progress | None = None,
+    waiting: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Send ``path`` to a receiver running :func:`~sdr.cli.transfer_receive.serve_file` at
+    ``host:port``.
+
+    Everything is validated before the network is touched (ConfigError, OSError). The
+    receiver is awaited up to ``opts.timeout`` s (``waiting`` is called once if it is not
+    listening yet), and the transfer then gets up to ``opts.timeout`` s. ``progress``
+    counts verified (acknowledged) bytes only. A receiver that exits or is killed is
+    reported within about a second, with how much of the file it had verified.
+    """
+    opts = opts or TransferOptions()
+    secret, size = validate_send(path, opts)
+    config, selection = plan(opts, size)
+    attr = qp_attr(opts, config)
+    create_scheme(config.resolved(attr.chunk_size, attr.rate_limit))  # a bad scheme fails here
+    fh, buf = map_file(path, size, write=False)
+    ctx: sdr.Context | None = None
+    sock: socket.socket | None = None
+    try:
+        sock = oob.connect(host, port, opts.timeout, waiting)
+        ctx = sdr.Context(UdpTransport(host=_source_address(host), port=0), secret=secret)
+        return _send(sock, ctx, path, size, buf, opts, attr, config, selection, progress)
+    except (SDRError, OSError) as exc:
+        if sock is not None:
+            tell_peer(sock, exc)
+        raise
+    finally:
+        if ctx is not None:
+            ctx.close()
+        if sock is not None:
+            sock.close()
+        fh.close()
+
+
+def _send(
+    sock: socket.socket,
+    ctx: sdr.Context,
+    path: str,
+    size: int,
+    buf: Any,
+    opts: TransferOptions,
+    attr: sdr.QPAttr,
+    config: ReliabilityConfig,
+    selection: Any,
+    progress: Progress | None,
+) -> dict[str, Any]:
+    qp = ctx.create_qp(attr)
+    oob.send_obj(
+        sock,
+        {
+            "name": os.path.basename(path),
+            "size": size,
+            "message_size": attr.max_message_size,
+            "attr": attr.as_dict(),
+            "reliability": _config_dict(config),
+            "qp": qp.info().decode(),
+        },
+    )
+    reply = oob.recv_obj(sock)
+    if "error" in reply:
+        if "secret" in reply:
+            raise ProtocolError(str(reply["error"]))
+        raise ProtocolError(f"receiver refused the transfer: {reply['error']}")
+    agree_secret(sock, reply["qp"], ctx.secret, "sender", "receiver")
+    qp.connect(reply["qp"].encode())
+    rqp = ReliableQP(qp, config)
+    mr = ctx.register(buf) if size else None
+    start = time.monotonic()
+    handles = [rqp.write(mr, off, n) for off, n in pieces(size, attr.max_message_size)]  # type: ignore[arg-type]
+
+    def finished() -> bool:
+        if progress:
+            progress(verified(handles), size)
+        return all(h.finished for h in handles)
+
+    try:
+        message = watch(rqp, finished, opts.timeout, f"sending {path}", sock, "receiver")
+        if message is not None:
+            raise peer_error(message, "receiver")
+        for h in handles:
+            h._check()
+    except SDRError as exc:
+        raise with_arrived(exc, handles, size) from exc
+    seconds = time.monotonic() - start
+    digest = sha256(buf)
+    oob.send_obj(sock, {"done": True, "sha256": digest})
+    verdict = oob.recv_obj(sock)
+    if not verdict.get("ok"):
+        raise MessageFailed(f"receiver reports a bad file: {verdict}")
+    counters = qp.counters()
+    return {
+        "bytes": size,
+        "seconds": seconds,
+        "start": start,
+        "recv_end": verdict["end"],
+        "scheme": config.scheme,
+        "config": _config_dict(config),
+        "predicted_mean_s": selection.mean_s if selection else None,
+        "wire_bytes": counters["bytes_sent"],
+        "packets_sent": counters["packets_sent"],
+        "stats": stats(handles),
+        "sha256": digest,
+    }
+
+
+def _config_dict(config: ReliabilityConfig) -> dict[str, Any]:
+    return {k: v for k, v in asdict(config).items() if v is not None}

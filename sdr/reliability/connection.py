@@ -1,0 +1,398 @@
+"""The sans-I/O reliable connection: one object a driver feeds, as aioquic's QuicConnection.
+
+A :class:`ReliableConnection` wraps the SDR core of one QP (:class:`~sdr.queue_pair.
+QueuePairCore`) and a reliability scheme, and runs the scheme's per-message state machines
+over the core's lanes. It never touches a socket or a clock: every call takes ``now``.
+
+In (the application):  ``post_write(now, region, offset, length)``,
+                       ``post_recv(now, region, offset, length)`` (both return a sequence
+                       number: the n-th write lands in the peer's n-th receive);
+in (the driver):       ``receive_completions(now, batch)``, ``receive_control(now, data)``,
+                       ``handle_timer(now)``;
+out (the driver):      ``writes_to_send(now, budget)``, ``actions_to_do()`` (bind, unbind,
+                       seal, reopen, send control), ``get_timer()``;
+out (the application): ``next_event()``: :class:`~sdr.reliability.events.WriteCompleted`,
+                       :class:`~sdr.reliability.events.ReceiveCompleted`,
+                       :class:`~sdr.reliability.events.MessageFailed`.
+
+The core reports departures (the send table's packet ranges) and newly complete chunks
+(the receive table's events); nothing here polls or diffs their state. A lost CTS is the
+core's business (CTS requests, :mod:`sdr.control`). The blocking shell over it, with
+handles and waits, is :class:`sdr.runtime.ReliableQP`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, OrderedDict, deque
+
+from sdr.errors import ConfigError, MessageFailed, ProtocolError, ResourceBusy, SDRError
+from sdr.errors import TimeoutError as SDRTimeoutError
+from sdr.queue_pair import QueuePairCore
+from sdr.recv_table import RecvRecord
+from sdr.reliability.base import (
+    Finished,
+    Machine,
+    ReopenChunks,
+    Scheme,
+    SealChunks,
+    SendChunks,
+    SendMessage,
+    earliest,
+)
+from sdr.reliability.config import ReliabilityConfig
+from sdr.reliability.events import Event, MessageFailedEvent, ReceiveCompleted, WriteCompleted
+from sdr.reliability.messages import (
+    Abort,
+    Ack,
+    ControlMessage,
+    Probe,
+    RangeMessage,
+    decode_message,
+    is_reliability_message,
+)
+from sdr.reliability.registry import create_scheme
+from sdr.reliability.transfers import Incoming, Outgoing, Register, open_outgoing
+from sdr.send_table import SendRecord, SendState
+from sdr.transport import CompletionBatch, MemoryRegion, WriteBatch
+
+__all__ = ["ReliableConnection"]
+
+log = logging.getLogger(__name__)
+
+_FINISHED_MEMORY = 4096
+_UNHANDLED_MAX = 1024
+
+
+class ReliableConnection:
+    """Reliable writes and receives of one SDR QP core with one scheme (sans-I/O).
+
+    ``register`` turns a scheme's lane buffer (EC parity, say) into a memory region of the
+    driver; ``scheme`` defaults to the one ``config`` names. Both ends must use the same
+    scheme, k, m and chunk size: reliable message n is SDR message n*lanes + lane on both.
+    """
+
+    def __init__(
+        self,
+        core: QueuePairCore,
+        config: ReliabilityConfig,
+        register: Register,
+        scheme: Scheme | None = None,
+    ) -> None:
+        self.core = core
+        self.attr = core.attr
+        self.config = config
+        self.scheme = scheme if scheme is not None else create_scheme(config)
+        self._register = register
+        self.n_lanes = len(self.scheme.lanes(0))
+        self.max_in_flight = min(config.max_in_flight, self.attr.max_messages // self.n_lanes)
+        if self.max_in_flight < 1:
+            raise ConfigError(
+                f"scheme {self.scheme.name!r} needs {self.n_lanes} SDR messages per reliable "
+                f"message; raise QPAttr.max_messages (now {self.attr.max_messages})"
+            )
+        self.counters: Counter[str] = Counter()
+        """Messages finished, control messages by type, scheme counters summed."""
+        self.unhandled_control: deque[bytes] = deque(maxlen=_UNHANDLED_MAX)
+        """Control messages outside the reliability range, for the application (the newest
+        1024; older ones are dropped, counted as ``control_dropped``)."""
+        self._send_seq = 0
+        self._recv_seq = 0
+        self._waiting: deque[tuple[int, MemoryRegion, int, int]] = deque()
+        self._sending: dict[int, Outgoing] = {}
+        self._lane_of: dict[SendRecord, tuple[Outgoing, int]] = {}
+        self._to_post: deque[Incoming] = deque()
+        self._receiving: dict[int, Incoming] = {}
+        self._lane_in: dict[RecvRecord, tuple[Incoming, int]] = {}
+        self._finished: OrderedDict[int, bool] = OrderedDict()
+        self._events: deque[Event] = deque()
+
+    # --- the application's side ---------------------------------------------------------
+    def post_write(
+        self, now: float, region: MemoryRegion, offset: int = 0, length: int | None = None
+    ) -> int:
+        """Queue a reliable write of region[offset:offset+length]; its sequence number.
+
+        ResourceBusy if ``max_queued`` writes already wait for an in-flight slot."""
+        length = region.check_range(offset, length)
+        if length > self.attr.max_message_size:
+            raise ConfigError(
+                f"write of {length} bytes exceeds max_message_size {self.attr.max_message_size}"
+            )
+        cap = self.config.max_queued
+        full = bool(self._waiting) or self.in_flight >= self.max_in_flight
+        if cap is not None and full and len(self._waiting) >= cap:
+            raise ResourceBusy(
+                f"{self.in_flight} writes in flight and {len(self._waiting)} waiting "
+                f"(max_queued={cap}); retry after one finishes"
+            )
+        seq = self._send_seq
+        self._send_seq += 1
+        self._waiting.append((seq, region, offset, length))
+        self._admit(now)
+        return seq
+
+    def post_recv(
+        self, now: float, region: MemoryRegion, offset: int = 0, length: int | None = None
+    ) -> int:
+        """Post a reliable receive into region[offset:offset+length]; its sequence number."""
+        length = region.check_range(offset, length)
+        seq = self._recv_seq
+        self._recv_seq += 1
+        inc = Incoming(seq, region, offset, length, self.scheme.lanes(length))
+        self._to_post.append(inc)
+        self._receiving[seq] = inc
+        self._post(now)
+        return seq
+
+    def next_event(self) -> Event | None:
+        """The next thing that happened (a write or receive completed, a message failed)."""
+        return self._events.popleft() if self._events else None
+
+    def is_admitted(self, seq: int) -> bool:
+        """Write ``seq`` left the queue: its lanes are open (it is in flight)."""
+        return seq in self._sending
+
+    @property
+    def in_flight(self) -> int:
+        """Reliable writes admitted and not finished."""
+        return len(self._sending)
+
+    @property
+    def backlogged(self) -> bool:
+        """Some admitted write has packets waiting for the pacer."""
+        return any(lane.backlogged for o in self._sending.values() for lane in o.lanes)
+
+    # --- the driver's side --------------------------------------------------------------
+    def receive_completions(self, now: float, batch: CompletionBatch) -> None:
+        """Packets landed: the core places them, the machines hear of new chunks."""
+        for rec, chunks in self.core.receive_completions(now, batch).items():
+            owner = self._lane_in.get(rec)
+            if owner is not None and len(chunks):
+                inc, lane = owner
+                if inc.machine is not None and inc.machine.active:
+                    inc.machine.on_chunks(now, lane, chunks)
+        self._step(now)
+
+    def receive_control(self, now: float, data: bytes) -> None:
+        """A control message arrived: SDR's own go to the core, ours to the machines."""
+        self.core.receive_control(now, data)
+        while self.core.upper_control:
+            self._route(now, self.core.upper_control.popleft())
+        self._step(now)
+
+    def writes_to_send(self, now: float, budget: int) -> list[WriteBatch]:
+        """Packets to transmit now (at most ``budget``); their departures reach the machines."""
+        self._step(now)
+        batches = self.core.writes_to_send(now, budget)
+        departures, self.core.send.departures = self.core.send.departures, []
+        for rec, first, stop in departures:
+            owner = self._lane_of.get(rec)
+            if owner is not None:
+                out, lane = owner
+                chunks = out.lanes[lane].departed(first, stop)
+                if len(chunks) and out.machine.active:
+                    out.machine.on_sent(now, lane, chunks)
+        return batches
+
+    def actions_to_do(self) -> list:
+        """The core's actions (bind, unbind, seal, reopen, send control) for the driver."""
+        return self.core.actions_to_do()
+
+    def get_timer(self) -> float | None:
+        """The earliest deadline of the core, of any machine, or of a write's start."""
+        times = [self.core.get_timer()]
+        times += [o.machine.next_timer() for o in self._sending.values()]
+        times += [i.machine.next_timer() for i in self._receiving.values() if i.machine]
+        times += [self._start_deadline(o) for o in self._sending.values() if not o.started]
+        return earliest(*times)
+
+    def handle_timer(self, now: float) -> None:
+        """Timers due at ``now``: the core's (CTS requests, deadlines) and the machines'."""
+        self.core.handle_timer(now)
+        self._step(now)
+
+    # --- one round of internal work -----------------------------------------------------
+    def _step(self, now: float) -> None:
+        self._post(now)
+        self._admit(now)
+        for out in list(self._sending.values()):
+            self._poll_outgoing(now, out)
+        for out in list(self._sending.values()):
+            self._run(now, out.machine)
+            self._carry_out_sender(now, out)
+        for inc in list(self._receiving.values()):
+            if inc.machine is not None:
+                self._run(now, inc.machine)
+                self._carry_out_receiver(now, inc)
+
+    @staticmethod
+    def _run(now: float, machine: Machine) -> None:
+        deadline = machine.next_timer()
+        if deadline is not None and now >= deadline:
+            machine.handle_timer(now)
+        if machine.has_work():
+            machine.do_work(now)
+
+    # --- sending ------------------------------------------------------------------------
+    def _admit(self, now: float) -> None:
+        send_table = self.core.send
+        while self._waiting and len(self._sending) < self.max_in_flight:
+            if send_table.in_flight + self.n_lanes > self.attr.max_messages:
+                break
+            seq, region, offset, length = self._waiting.popleft()
+            self.scheme.before_write(now, length)
+            out = open_outgoing(
+                seq, region, offset, length, self.scheme, self.core, self._register, now,
+                self.config.rto,
+            )  # fmt: skip
+            self._sending[seq] = out
+            for index, lane in enumerate(out.lanes):
+                self._lane_of[lane.record] = (out, index)
+
+    def _poll_outgoing(self, now: float, out: Outgoing) -> None:
+        for lane in out.lanes:
+            rec = lane.record
+            if rec.state is SendState.FAILED and out.machine.active:
+                self._end_outgoing(now, out, rec.error or ProtocolError("SDR stream failed"))
+                return
+            mismatch = lane.check_cts(out.seq)
+            if mismatch is not None:
+                self._send(Abort(out.seq, mismatch=True))
+                self._end_outgoing(now, out, mismatch)
+                return
+        if not out.started and out.lanes[0].has_cts:
+            out.started = True
+            out.machine.start(now)
+        elif not out.started and now >= self._start_deadline(out):
+            error = SDRTimeoutError(
+                f"write seq {out.seq}: no clear-to-send from the receiver within the "
+                f"global timeout of {self._start_deadline(out) - out.created:.3g} s; "
+                "did the peer post a receive?"
+            )
+            self._end_outgoing(now, out, error)
+
+    def _start_deadline(self, out: Outgoing) -> float:
+        return out.created + self.config.timeout_for(out.length)
+
+    def _carry_out_sender(self, now: float, out: Outgoing) -> None:
+        for action in out.machine.actions():
+            if isinstance(action, SendChunks):
+                out.lanes[action.lane].queue(self.core, now, action.chunks)
+            elif isinstance(action, SendMessage):
+                self._send(action.message)
+            elif isinstance(action, Finished):
+                self._end_outgoing(now, out, action.error)
+
+    def _end_outgoing(self, now: float, out: Outgoing, error: SDRError | None) -> None:
+        if self._sending.pop(out.seq, None) is None:
+            return
+        if error is not None and out.machine.active:
+            out.machine.finish(error)
+            out.machine.actions()
+        reason = MessageFailed(f"write seq {out.seq} is over; unsent ranges dropped")
+        for lane in out.lanes:
+            lane.close(self.core, now, reason)
+            self._lane_of.pop(lane.record, None)
+        self._finish("write", out.seq, out.length, error, out.machine.stats)
+        self._admit(now)
+
+    # --- receiving ----------------------------------------------------------------------
+    def _post(self, now: float) -> None:
+        recv_table = self.core.recv
+        while self._to_post:
+            inc = self._to_post[0]
+            if inc.machine is None and not inc.over:
+                if recv_table.active + len(inc.lengths) > self.attr.max_messages:
+                    return
+                inc.prepare(self.scheme, self._register)
+            while not inc.fully_posted:
+                region, base = inc.lane_regions[len(inc.posted)]
+                try:
+                    rec = self.core.post_recv(now, region, base, inc.lengths[len(inc.posted)])
+                except ResourceBusy:
+                    return
+                self._lane_in[rec] = (inc, len(inc.posted))
+                inc.posted.append(rec)
+                if inc.over:
+                    self._release(now, rec)
+            self._to_post.popleft()
+
+    def _release(self, now: float, rec: RecvRecord) -> None:
+        self._lane_in.pop(rec, None)
+        self.core.complete_recv(now, rec)  # unbind: late packets are discarded from now on
+
+    def _carry_out_receiver(self, now: float, inc: Incoming) -> None:
+        assert inc.machine is not None
+        for action in inc.machine.actions():
+            if isinstance(action, SendMessage):
+                self._send(action.message)
+            elif isinstance(action, SealChunks | ReopenChunks):
+                inc.guard(self.core, now, action)
+            elif isinstance(action, Finished):
+                self._end_incoming(now, inc, action.error)
+
+    def _end_incoming(self, now: float, inc: Incoming, error: SDRError | None) -> None:
+        if self._receiving.pop(inc.seq, None) is None:
+            return
+        inc.over = True
+        for rec in inc.posted:
+            self._release(now, rec)
+        self._finished[inc.seq] = error is None
+        while len(self._finished) > _FINISHED_MEMORY:
+            self._finished.popitem(last=False)
+        assert inc.machine is not None
+        self._finish("receive", inc.seq, inc.length, error, inc.machine.stats)
+
+    # --- control path -------------------------------------------------------------------
+    def _route(self, now: float, data: bytes) -> None:
+        if self.scheme.on_raw_control(now, data):
+            return
+        if not is_reliability_message(data):
+            if len(self.unhandled_control) == self.unhandled_control.maxlen:
+                self.counters["control_dropped"] += 1  # a flood the application does not read
+            self.unhandled_control.append(data)
+            return
+        try:
+            msg = decode_message(data)
+        except ProtocolError as exc:
+            self.counters["control_malformed"] += 1
+            log.debug("dropped a malformed control message: %s", exc)
+            return
+        self.counters[f"received_{type(msg).__name__.lower()}"] += 1
+        if msg.TO_SENDER:
+            out = self._sending.get(msg.seq)
+            if out is not None and out.started:
+                if isinstance(msg, RangeMessage):  # union, never past the message
+                    msg = msg.clipped(out.lanes[0].geometry.n_chunks)
+                out.machine.on_control(now, msg)
+            else:
+                self.counters["control_stale"] += 1
+            return
+        inc = self._receiving.get(msg.seq)
+        if inc is not None and inc.machine is not None:
+            inc.machine.on_control(now, msg)
+        elif isinstance(msg, Probe) and msg.seq in self._finished:
+            self._send(Ack(msg.seq, failed=not self._finished[msg.seq]))
+        else:
+            self.counters["control_stale"] += 1
+
+    def _send(self, msg: ControlMessage) -> None:
+        self.counters[f"sent_{type(msg).__name__.lower()}"] += 1
+        self.core.queue_control(msg.encode())
+
+    # --- shared -------------------------------------------------------------------------
+    def _finish(
+        self, kind: str, seq: int, length: int, error: SDRError | None, stats: dict[str, int]
+    ) -> None:
+        outcome = "completed" if error is None else "failed"
+        self.counters[f"{kind}s_{outcome}"] += 1
+        for key, value in stats.items():
+            self.counters[f"{kind}_{key}"] += value
+        if error is not None:
+            log.info("%s seq %d failed: %s", kind, seq, error)
+            self._events.append(MessageFailedEvent(kind, seq, length, error, dict(stats)))
+        elif kind == "write":
+            self._events.append(WriteCompleted(seq, length, dict(stats)))
+        else:
+            self._events.append(ReceiveCompleted(seq, length, dict(stats)))

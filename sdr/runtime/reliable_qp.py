@@ -1,0 +1,181 @@
+"""The reliable QP: the blocking shell over a :class:`~sdr.reliability.ReliableConnection`.
+
+It owns the SDR QP it is given (all its sends, receives and control messages): the QP's
+progress loop feeds the connection instead of the bare core, so both ends keep the
+order-based matching in step (reliable message n is SDR message n*lanes + lane on both).
+This shell adds what the sans-I/O connection must not do: read the clock, register lane
+buffers with the driver, stage GPU regions, hand out handles that block.
+
+    rqp = ReliableQP(qp, "ec-mds", rtt="25ms", k=32, m=8)
+    h = rqp.write(mr, 0, len(buf))          # on the sender
+    r = rqp.post_recv(mr)                   # on the receiver
+    h.wait(timeout=10); r.wait(timeout=10)
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from sdr.dlpack import to_device, to_host
+from sdr.errors import ConfigError
+from sdr.id_reuse import warn_if_short
+from sdr.reliability.config import ReliabilityConfig
+from sdr.reliability.connection import ReliableConnection
+from sdr.reliability.events import MessageFailedEvent, ReceiveCompleted, WriteCompleted
+from sdr.reliability.registry import create_scheme
+from sdr.runtime.auto_scheme import resolve_for_qp
+from sdr.runtime.handles import HandleState, ReceiveHandle, WriteHandle
+from sdr.runtime.qp import QP
+from sdr.transport import MemoryRegion
+
+if TYPE_CHECKING:
+    from sdr.adaptive.policy import AdaptivePolicy
+    from sdr.reliability.base import Scheme
+
+__all__ = ["ReliableQP"]
+
+
+class ReliableQP:
+    """Reliable writes and receives over one SDR QP with a named reliability scheme.
+
+    ``config``: a :class:`ReliabilityConfig`, a scheme name, or a mapping (a parsed
+    ``[reliability]`` table); keyword arguments override its fields. Both ends must use the
+    same scheme, k, m and chunk size.
+
+    ``adaptive``: an :class:`sdr.adaptive.AdaptivePolicy` picks the scheme per message
+    (both ends need one, same candidates; docs/adaptive.md). Staged GPU regions
+    (:mod:`sdr.dlpack`) are copied to the host on ``write``, back on receive completion.
+    """
+
+    def __init__(
+        self,
+        qp: QP,
+        config: ReliabilityConfig | str | Mapping[str, Any] | None = None,
+        *,
+        adaptive: AdaptivePolicy | None = None,
+        **overrides: Any,
+    ) -> None:
+        self.qp = qp
+        self.ctx = qp.ctx
+        attr = qp.attr
+        # the QP's chunk size and rate fill the config; "auto" goes through the selector
+        # (keywords drop=, drop_unit=, size_hint=: see sdr.runtime.auto_scheme)
+        self.config = resolve_for_qp(config, attr, overrides)
+        warn_if_short(attr, self.config.rtt, self.config.link_rate)  # type: ignore[arg-type]
+        self.adaptive = adaptive
+        scheme: Scheme
+        if adaptive is None:
+            scheme = create_scheme(self.config)
+        else:
+            from sdr.adaptive.scheme import AdaptiveScheme  # noqa: PLC0415 - optional part
+
+            scheme = AdaptiveScheme(self.config, adaptive)
+        self.connection = ReliableConnection(qp.core, self.config, self.ctx.register, scheme)
+        """The sans-I/O protocol object this shell drives (the QP's loop feeds it)."""
+        qp.protocol = self.connection
+        self._writes: dict[int, WriteHandle] = {}
+        self._receives: dict[int, ReceiveHandle] = {}
+        self._regions: dict[int, tuple[MemoryRegion, int]] = {}
+
+    @property
+    def scheme(self) -> Scheme:
+        return self.connection.scheme
+
+    @property
+    def n_lanes(self) -> int:
+        return self.connection.n_lanes
+
+    @property
+    def max_in_flight(self) -> int:
+        return self.connection.max_in_flight
+
+    @property
+    def counters(self) -> Counter[str]:
+        """Messages finished, control messages by type, scheme counters summed."""
+        return self.connection.counters
+
+    @property
+    def unhandled_control(self) -> deque[bytes]:
+        """Control messages outside the reliability range, for the application (the newest
+        1024; older ones are dropped, counted as ``control_dropped``)."""
+        return self.connection.unhandled_control
+
+    @property
+    def in_flight(self) -> int:
+        """Reliable writes admitted and not finished."""
+        return self.connection.in_flight
+
+    # --- public API ---------------------------------------------------------------------
+    def write(self, mr: MemoryRegion, offset: int = 0, length: int | None = None) -> WriteHandle:
+        """Reliably write mr[offset:offset+length] into the peer's next posted receive.
+
+        The receive must be exactly ``length`` bytes. Keep the bytes unchanged until the
+        handle completes (retransmissions read them again).
+        """
+        self._check_connected()
+        length = mr.check_range(offset, length)
+        to_host(mr, offset, length)  # a staged GPU region: refresh its host copy
+        seq = self.connection.post_write(self.ctx.now(), mr, offset, length)
+        handle = WriteHandle(self, seq, length)
+        self._writes[seq] = handle
+        self._collect()
+        return handle
+
+    def post_recv(
+        self, mr: MemoryRegion, offset: int = 0, length: int | None = None
+    ) -> ReceiveHandle:
+        """Post a reliable receive into mr[offset:offset+length]; the n-th gets the n-th write."""
+        self._check_connected()
+        length = mr.check_range(offset, length)
+        seq = self.connection.post_recv(self.ctx.now(), mr, offset, length)
+        handle = ReceiveHandle(self, seq, length)
+        handle.state = HandleState.ACTIVE
+        self._receives[seq] = handle
+        self._regions[seq] = (mr, offset)
+        self._collect()
+        return handle
+
+    def _check_connected(self) -> None:
+        if not self.qp.connected:
+            raise ConfigError("connect the QP (qp.connect(peer_info)) before reliable I/O")
+
+    def progress(self) -> int:
+        """One round of the QP's loop (which feeds the connection); handles follow events."""
+        work = self.ctx.progress()
+        return work + self._collect()
+
+    def next_timer(self) -> float | None:
+        """The earliest deadline of the connection (its core, machines, write starts)."""
+        return self.connection.get_timer()
+
+    def idle_step(self) -> float:
+        """Longest idle wait that keeps a paced sender busy: one chunk at the rate limit
+        while queued data waits for the pacer, else unbounded (timers bound the wait)."""
+        rate = self.qp.attr.rate_limit
+        if not rate or not self.connection.backlogged:
+            return float("inf")
+        return self.qp.attr.chunk_size * 8 / rate  # type: ignore[operator]
+
+    def _collect(self) -> int:
+        """Finish the handles of the connection's events."""
+        n = 0
+        for seq, handle in self._writes.items():
+            if handle.state is HandleState.PENDING and self.connection.is_admitted(seq):
+                handle.state = HandleState.ACTIVE
+        while (event := self.connection.next_event()) is not None:
+            n += 1
+            if isinstance(event, WriteCompleted):
+                self._writes.pop(event.seq)._finish(None, event.stats)
+            elif isinstance(event, ReceiveCompleted):
+                mr, offset = self._regions.pop(event.seq)
+                to_device(mr, offset, event.length)  # a staged GPU region
+                self._receives.pop(event.seq)._finish(None, event.stats)
+            elif isinstance(event, MessageFailedEvent):
+                if event.kind == "write":
+                    self._writes.pop(event.seq)._finish(event.error, event.stats)
+                else:
+                    self._regions.pop(event.seq, None)
+                    self._receives.pop(event.seq)._finish(event.error, event.stats)
+        return n

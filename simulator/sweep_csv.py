@@ -1,0 +1,213 @@
+"""Sweep rows as CSV: written as the points finish, read back, and resumed after a stop.
+
+:func:`sweep_to_csv` streams the rows to a CSV as the points finish (appended and flushed
+per batch), so an interrupted sweep keeps every finished row, and ``resume=True`` skips the
+points an existing output already holds.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any, TextIO
+
+from sdr.errors import ConfigError
+from sdr.simulator.sweep_executors import run_sweep
+from sdr.simulator.sweep_grid import SweepPoint
+
+__all__ = ["SweepInterrupted", "point_key", "read_csv", "sweep_to_csv", "write_csv"]
+
+log = logging.getLogger(__name__)
+
+_INT_FIELDS = {"size_bytes", "chunk_size", "mtu", "k", "m", "samples", "seed"}
+_STR_FIELDS = {"scheme", "drop_unit", "method", "quantile_method"}
+
+
+def write_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """Write sweep rows to CSV (empty cells for ``None``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not rows:
+        raise ConfigError("no rows to write")
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    return path
+
+
+def read_csv(path: str | Path) -> list[dict[str, Any]]:
+    """Read rows written by :func:`write_csv`, converting numbers back."""
+    out = []
+    with Path(path).open(newline="") as fh:
+        for raw in csv.DictReader(fh):
+            row: dict[str, Any] = {}
+            for key, value in raw.items():
+                if value == "":
+                    row[key] = None
+                elif key in _STR_FIELDS:
+                    row[key] = value
+                elif key in _INT_FIELDS:
+                    row[key] = int(value)
+                else:
+                    row[key] = float(value)
+            out.append(row)
+    return out
+
+
+_POINT_FIELDS = [f.name for f in fields(SweepPoint)]
+
+
+class SweepInterrupted(KeyboardInterrupt):  # noqa: N818 - it is a KeyboardInterrupt
+    """A :func:`sweep_to_csv` stopped by Ctrl-C (or a callback's ``KeyboardInterrupt``).
+
+    Attributes:
+        finished: points in the output now (earlier runs' rows included).
+        total: points in the grid.
+        path: the output file, or ``None`` for a stream.
+    """
+
+    def __init__(self, finished: int, total: int, path: Path | None) -> None:
+        super().__init__(f"sweep interrupted: {finished} of {total} points finished")
+        self.finished = finished
+        self.total = total
+        self.path = path
+
+
+def point_key(values: SweepPoint | dict[str, Any]) -> tuple[Any, ...]:
+    """The grid parameters of a point or row (every :class:`SweepPoint` field, seed included).
+
+    Values are normalized as :func:`read_csv` reads them back, so a point and its row read
+    from a CSV have the same key.
+    """
+    d = asdict(values) if isinstance(values, SweepPoint) else values
+    key: list[Any] = []
+    for name in _POINT_FIELDS:
+        v = d.get(name)
+        if v is None or v == "":
+            key.append(None)
+        elif name in _STR_FIELDS:
+            key.append(str(v))
+        elif name in _INT_FIELDS:
+            key.append(int(v))
+        else:
+            key.append(float(v))
+    return tuple(key)
+
+
+def _drop_partial_line(path: Path) -> None:
+    """Cut a last line that a kill left half written (the file then ends with a newline)."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+
+def _finished_rows(path: Path, points: Sequence[SweepPoint]) -> list[dict[str, Any]]:
+    """The rows of an earlier run of this grid in ``path``; ConfigError if some do not fit."""
+    _drop_partial_line(path)
+    if not path.read_bytes().strip():
+        return []
+    try:
+        rows = read_csv(path)
+    except (ValueError, csv.Error) as exc:
+        raise ConfigError(f"cannot resume from {path}: not a sweep CSV ({exc})") from None
+    if rows and not set(_POINT_FIELDS) <= set(rows[0]):
+        missing = sorted(set(_POINT_FIELDS) - set(rows[0]))
+        raise ConfigError(f"cannot resume from {path}: not a sweep CSV (no {', '.join(missing)})")
+    wanted = {point_key(p) for p in points}
+    foreign = [r for r in rows if point_key(r) not in wanted]
+    if foreign:
+        raise ConfigError(
+            f"cannot resume from {path}: {len(foreign)} of its {len(rows)} rows are not points of "
+            "this sweep (different grid, seed or options?); overwrite it (force, --force) "
+            "or write elsewhere"
+        )
+    return rows
+
+
+def _header(path: Path) -> list[str]:
+    with path.open(newline="") as fh:
+        return next(csv.reader(fh), [])
+
+
+def sweep_to_csv(
+    points: Sequence[SweepPoint],
+    out: str | Path | TextIO,
+    *,
+    resume: bool = False,
+    **run_kwargs: Any,
+) -> list[dict[str, Any]]:
+    """Run :func:`run_sweep` writing each finished batch's rows to ``out`` at once.
+
+    Rows are appended and flushed as batches finish, so an interrupt (Ctrl-C, a kill) keeps
+    every finished row; a ``KeyboardInterrupt`` is re-raised as :class:`SweepInterrupted`
+    with the count. When the sweep completes, a file is rewritten (atomically) in grid order.
+
+    Args:
+        out: a file path (overwritten unless ``resume``) or a text stream such as
+            ``sys.stdout`` (rows in completion order).
+        resume: keep the rows an existing ``out`` file already holds and evaluate only the
+            missing points (matched on :func:`point_key`). ConfigError if the file holds rows
+            of another grid.
+        run_kwargs: passed to :func:`run_sweep` (executor, workers, progress ...); when
+            resuming, ``progress`` is first called with the number of rows kept.
+
+    Returns:
+        All rows of the grid, earlier runs' included, in the order of ``points``.
+    """
+    stream = None if isinstance(out, str | Path) else out
+    path = None if stream is not None else Path(out)  # type: ignore[arg-type]
+    if resume and path is None:
+        raise ConfigError("resume needs an output file, not a stream")
+    earlier: list[dict[str, Any]] = []
+    if path is not None and resume and path.exists():
+        earlier = _finished_rows(path, points)
+    have = {point_key(r) for r in earlier}
+    todo = [p for p in points if point_key(p) not in have]
+    log.info("sweep: %d points, %d already in the output", len(points), len(points) - len(todo))
+
+    fh: TextIO
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = path.open("a" if earlier else "w", newline="")
+        fieldnames = _header(path) if earlier else None
+    else:
+        fh = stream  # type: ignore[assignment]
+        fieldnames = None
+    state: dict[str, Any] = {"writer": None, "written": 0}
+
+    def write(rows: list[dict[str, Any]]) -> None:
+        if state["writer"] is None:
+            names = fieldnames or list(rows[0])
+            if names != list(rows[0]):
+                raise ConfigError(f"cannot resume: the columns of {path} differ from this sweep's")
+            state["writer"] = csv.DictWriter(fh, fieldnames=names)
+            if not fieldnames:
+                state["writer"].writeheader()
+        for row in rows:
+            state["writer"].writerow({k: "" if v is None else v for k, v in row.items()})
+        fh.flush()
+        state["written"] += len(rows)
+
+    progress = run_kwargs.get("progress")
+    try:
+        if progress and earlier:
+            progress(len(points) - len(todo))
+        new = run_sweep(todo, on_rows=write, **run_kwargs) if todo else []
+    except KeyboardInterrupt:
+        raise SweepInterrupted(len(earlier) + state["written"], len(points), path) from None
+    finally:
+        if path is not None:
+            fh.close()
+    by_key = {point_key(r): r for r in [*earlier, *new]}
+    rows = [by_key[point_key(p)] for p in points]
+    if path is not None and rows:
+        tmp = path.with_name(path.name + ".tmp")
+        write_csv(rows, tmp)
+        os.replace(tmp, path)
+    return rows
