@@ -1,12 +1,18 @@
-"""Build hook: one import name, ``sdr``, for the three source folders.
+"""Build hook: one import name, ``sdr``, for the three source folders, and the native
+placement step.
 
 The folders stay where the brief put them (``sdr/``, ``backends/``, ``simulator/``), but
 only ``sdr`` goes into site-packages: ``backends/`` installs as ``sdr.backends`` and
 ``simulator/`` as ``sdr.simulator``. Everything else (name, dependencies, entry points)
 is in pyproject.toml.
+
+``sdr._placement`` (sdr/_placement.c) is the C implementation of
+:func:`sdr.placement.place_batch`. It is optional: without a compiler the install still
+succeeds and the Python reference does the work (with a warning at import). Extra
+compiler flags come from ``CFLAGS``, as usual; ``make asan`` builds a sanitizer copy.
 """
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 FOLDERS = {"sdr": "sdr", "sdr.backends": "backends", "sdr.simulator": "simulator"}
 
@@ -16,4 +22,11 @@ packages = [
     for sub in ["", *find_packages(folder)]
 ]
 
-setup(packages=packages, package_dir=FOLDERS)
+placement = Extension(
+    "sdr._placement",
+    sources=["sdr/_placement.c"],
+    extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
+    optional=True,  # no compiler: the Python reference places packets instead
+)
+
+setup(packages=packages, package_dir=FOLDERS, ext_modules=[placement])

@@ -22,10 +22,20 @@ Rules, in the order they are applied (the first that fails names the verdict):
 6. payload past the bound length: ``out_of_range``;
 7. a length other than ``min(mtu, bound - offset)``: ``malformed``;
 8. a packet byte already set (placed before, or sealed): ``duplicates``; never rewritten.
+
+Two implementations sit behind :func:`place_batch`: the native one (``sdr._placement``,
+C, built by the package's own build) and this module's :func:`place_batch_python`, the
+reference. The native one is used when it is built, unless the environment variable
+``SDR_DATAPATH=python`` is set at import or :func:`use_datapath` chooses otherwise;
+:data:`DATAPATH` names the one in use (docs/native.md).
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import os
+import warnings
 from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from sdr.config import QPAttr
+from sdr.errors import ConfigError
 from sdr.immediate import ImmediateLayout
 
 __all__ = [
@@ -45,6 +56,8 @@ __all__ = [
     "PLACED",
     "STALE_GENERATION",
     "VERDICT_NAMES",
+    "DATAPATH",
+    "DATAPATH_ENV",
     "PlacementGeometry",
     "PlacementTable",
     "check_packets",
@@ -52,6 +65,9 @@ __all__ = [
     "classify",
     "int64_column",
     "place_batch",
+    "place_batch_native",
+    "place_batch_python",
+    "use_datapath",
 ]
 
 PLACED, LATE, OUT_OF_RANGE, STALE_GENERATION, MALFORMED, DUPLICATE = range(6)
@@ -236,7 +252,7 @@ def classify(
     return verdicts, index, within, packets.astype(np.int64)
 
 
-def place_batch(
+def place_batch_python(
     table: PlacementTable,
     generations: np.ndarray,
     remote_offsets: np.ndarray,
@@ -343,3 +359,100 @@ def chunk_bitmap(
         start = chunk * ppc
         bits[chunk] = bool(packets[start : start + expected[chunk]].all())
     return bits
+
+
+# --- which implementation runs (the native one when built) ------------------------------
+
+DATAPATH_ENV = "SDR_DATAPATH"
+"""Environment variable read at import: ``python`` runs the reference even where the
+native implementation is built; ``native`` (or unset) the native one where it is."""
+_NATIVE_FILE_ENV = "SDR_PLACEMENT_NATIVE"
+"""A path to a build of ``sdr._placement`` to load instead of the installed one (the
+sanitizer build, ``make asan``)."""
+
+
+def _load_native() -> Any:
+    path = os.environ.get(_NATIVE_FILE_ENV)
+    if not path:
+        from sdr import _placement  # type: ignore[attr-defined]
+
+        return _placement
+    loader = importlib.machinery.ExtensionFileLoader("sdr._placement", path)
+    spec = importlib.util.spec_from_file_location("sdr._placement", path, loader=loader)
+    if spec is None:
+        raise ImportError(f"{_NATIVE_FILE_ENV}={path!r} is not an extension module")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+try:
+    _native: Any = _load_native()
+    NATIVE_ERROR = ""
+except ImportError as exc:  # built without a compiler: the reference does the work
+    _native = None
+    NATIVE_ERROR = str(exc)
+
+place_batch_native: Any = None if _native is None else _native.place_batch
+"""The native place_batch (``sdr._placement``), None where it was not built."""
+
+DATAPATH = "python"
+"""The implementation :func:`place_batch` runs: ``native`` or ``python``."""
+_impl: Any = place_batch_python
+
+
+def use_datapath(name: str) -> str:
+    """Make :func:`place_batch` run ``name`` (``native`` or ``python``); returns the
+    previous choice. Raises ConfigError for another name or a native one not built."""
+    global DATAPATH, _impl
+    if name not in ("native", "python"):
+        raise ConfigError(f"datapath must be 'native' or 'python', got {name!r}")
+    if name == "native" and place_batch_native is None:
+        raise ConfigError(f"the native datapath is not built ({NATIVE_ERROR})")
+    previous, DATAPATH = DATAPATH, name
+    _impl = place_batch_native if name == "native" else place_batch_python
+    return previous
+
+
+def _initial_datapath() -> None:
+    wanted = os.environ.get(DATAPATH_ENV, "").strip().lower()
+    if wanted not in ("", "native", "python"):
+        warnings.warn(
+            f"{DATAPATH_ENV} must be 'native' or 'python', got {wanted!r}: using the default",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        wanted = ""
+    if wanted == "python":
+        return
+    if place_batch_native is None:
+        warnings.warn(
+            f"sdr._placement is not built ({NATIVE_ERROR}): packets are placed by the "
+            "Python reference (reinstall with a C compiler for the native datapath)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return
+    use_datapath("native")
+
+
+_initial_datapath()
+
+
+def place_batch(
+    table: PlacementTable,
+    generations: np.ndarray,
+    remote_offsets: np.ndarray,
+    imms: np.ndarray,
+    lengths: np.ndarray,
+    payloads: Sequence[Any] | Any | None,
+    payload_offsets: np.ndarray | None = None,
+) -> np.ndarray:
+    """Validate and place one batch of received packets, in order; returns the verdicts.
+
+    The rules and arguments are :func:`place_batch_python`'s; this runs the implementation
+    :data:`DATAPATH` names. The native one takes integer arrays (any integer dtype,
+    C-contiguous) and byte buffers, and raises TypeError or ValueError, having placed
+    nothing, where an input does not fit the table or a copy would leave a buffer.
+    """
+    return _impl(table, generations, remote_offsets, imms, lengths, payloads, payload_offsets)

@@ -8,6 +8,11 @@ q-quantile among ``n`` sorted samples is Binomial(n, q). Where the samples are t
 a bound at the requested confidence (e.g. the upper bound of a p99.9 from fewer than ~3,700
 samples), that bound is *open* and reported as ``-inf`` / ``+inf``, never as the sample
 min or max; :func:`ci_is_open` tests for it.
+
+The mean's interval is the normal one, from the sample standard deviation. Where that
+cannot be estimated (one sample, or all samples equal: a zero spread says nothing about
+the spread of the model) the interval is open, ``(-inf, +inf)``, as an open quantile
+bound is, never the zero-width ``[x, x]``.
 """
 
 from __future__ import annotations
@@ -76,15 +81,20 @@ class SampleSummary:
 
 
 def summarize(samples: np.ndarray, confidence: float = 0.95) -> SampleSummary:
-    """Summarize completion-time samples: mean (with a normal CI) and :data:`QUANTILES`."""
+    """Summarize completion-time samples: mean (with a normal CI) and :data:`QUANTILES`.
+
+    The mean's CI is ``(-inf, +inf)`` (open) when it cannot be computed: fewer than two
+    samples or all of them equal.
+    """
     x = np.sort(np.asarray(samples, dtype=float))
     n = x.size
     if n == 0:
         raise ConfigError("cannot summarize an empty sample")
     mean = float(x.mean())
-    half = (
-        float(stats.norm.ppf(0.5 + confidence / 2) * x.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
-    )
+    if n > 1 and x[0] != x[-1]:
+        half = float(stats.norm.ppf(0.5 + confidence / 2) * x.std(ddof=1) / np.sqrt(n))
+    else:  # no spread to estimate the mean's error from: the interval cannot be computed
+        half = math.inf
     qs = {name: float(np.quantile(x, q, method="inverted_cdf")) for name, q in QUANTILES.items()}
     cis = {name: quantile_ci(x, q, confidence) for name, q in QUANTILES.items()}
     return SampleSummary(n, mean, (mean - half, mean + half), qs, cis)

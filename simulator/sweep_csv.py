@@ -1,14 +1,18 @@
-"""Sweep rows as CSV: written as the points finish, read back, and resumed after a stop.
+"""Sweep rows as CSV or JSON Lines: written as the points finish, read back, and resumed.
 
-:func:`sweep_to_csv` streams the rows to a CSV as the points finish (appended and flushed
-per batch), so an interrupted sweep keeps every finished row, and ``resume=True`` skips the
-points an existing output already holds.
+:func:`sweep_to_csv` streams the rows to a CSV (or, with ``fmt="jsonl"``, one JSON object
+per line) as the points finish (appended and flushed per batch), so an interrupted sweep
+keeps every finished row, and ``resume=True`` skips the points an existing output already
+holds. ``fmt="parquet"`` (needs pyarrow) streams to a CSV beside the output and writes the
+Parquet file when the sweep completes.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import logging
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, fields
@@ -19,7 +23,21 @@ from sdr.errors import ConfigError
 from sdr.simulator.sweep_executors import run_sweep
 from sdr.simulator.sweep_grid import SweepPoint
 
-__all__ = ["SweepInterrupted", "point_key", "read_csv", "sweep_to_csv", "write_csv"]
+__all__ = [
+    "FORMATS",
+    "SweepInterrupted",
+    "format_for",
+    "partial_path",
+    "point_key",
+    "read_csv",
+    "read_rows",
+    "sweep_to_csv",
+    "write_csv",
+    "write_rows",
+]
+
+#: output formats of a sweep, and the file suffixes that imply them
+FORMATS = {"csv": (".csv",), "jsonl": (".jsonl", ".ndjson"), "parquet": (".parquet", ".pq")}
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +76,67 @@ def read_csv(path: str | Path) -> list[dict[str, Any]]:
                     row[key] = float(value)
             out.append(row)
     return out
+
+
+def format_for(path: str | Path | None, fmt: str | None = None) -> str:
+    """The output format: ``fmt`` if given, else the one ``path``'s suffix implies, else csv.
+
+    ConfigError for an unknown format, and for ``parquet`` without pyarrow installed.
+    """
+    if fmt is None:
+        suffix = Path(path).suffix.lower() if path is not None else ""
+        fmt = next((name for name, ends in FORMATS.items() if suffix in ends), "csv")
+    if fmt not in FORMATS:
+        raise ConfigError(f"sweep output format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if fmt == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                "Parquet output needs pyarrow, which is not installed: pip install pyarrow, "
+                "or write csv or jsonl (--format csv|jsonl)"
+            ) from None
+    return fmt
+
+
+def _json_row(row: dict[str, Any]) -> str:
+    """One JSON line; an open interval bound (inf) is written as null, as JSON has no inf."""
+    clean = {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()
+    }
+    return json.dumps(clean)
+
+
+def read_rows(path: str | Path, fmt: str | None = None) -> list[dict[str, Any]]:
+    """Read rows written by :func:`write_rows` (or a sweep) in ``fmt`` (default: by suffix)."""
+    fmt = format_for(path, fmt)
+    if fmt == "csv":
+        return read_csv(path)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    with Path(path).open() as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def write_rows(rows: Sequence[dict[str, Any]], path: str | Path, fmt: str | None = None) -> Path:
+    """Write sweep rows to ``path`` in ``fmt`` (csv, jsonl or parquet; default: by suffix)."""
+    fmt = format_for(path, fmt)
+    if fmt == "csv":
+        return write_csv(rows, path)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(list(rows)), path)
+        return path
+    with path.open("w") as fh:
+        for row in rows:
+            fh.write(_json_row(row) + "\n")
+    return path
 
 
 _POINT_FIELDS = [f.name for f in fields(SweepPoint)]
@@ -107,18 +186,20 @@ def _drop_partial_line(path: Path) -> None:
         path.write_bytes(data[: data.rfind(b"\n") + 1])
 
 
-def _finished_rows(path: Path, points: Sequence[SweepPoint]) -> list[dict[str, Any]]:
+def _finished_rows(path: Path, points: Sequence[SweepPoint], fmt: str) -> list[dict[str, Any]]:
     """The rows of an earlier run of this grid in ``path``; ConfigError if some do not fit."""
     _drop_partial_line(path)
     if not path.read_bytes().strip():
         return []
     try:
-        rows = read_csv(path)
+        rows = read_rows(path, fmt)
     except (ValueError, csv.Error) as exc:
-        raise ConfigError(f"cannot resume from {path}: not a sweep CSV ({exc})") from None
+        raise ConfigError(f"cannot resume from {path}: not a sweep {fmt} file ({exc})") from None
     if rows and not set(_POINT_FIELDS) <= set(rows[0]):
         missing = sorted(set(_POINT_FIELDS) - set(rows[0]))
-        raise ConfigError(f"cannot resume from {path}: not a sweep CSV (no {', '.join(missing)})")
+        raise ConfigError(
+            f"cannot resume from {path}: not a sweep {fmt} file (no {', '.join(missing)})"
+        )
     wanted = {point_key(p) for p in points}
     foreign = [r for r in rows if point_key(r) not in wanted]
     if foreign:
@@ -135,11 +216,18 @@ def _header(path: Path) -> list[str]:
         return next(csv.reader(fh), [])
 
 
+def partial_path(path: str | Path) -> Path:
+    """Where a Parquet sweep streams its rows (as CSV) until it completes."""
+    path = Path(path)
+    return path.with_name(path.name + ".partial.csv")
+
+
 def sweep_to_csv(
     points: Sequence[SweepPoint],
     out: str | Path | TextIO,
     *,
     resume: bool = False,
+    fmt: str | None = None,
     **run_kwargs: Any,
 ) -> list[dict[str, Any]]:
     """Run :func:`run_sweep` writing each finished batch's rows to ``out`` at once.
@@ -154,6 +242,9 @@ def sweep_to_csv(
         resume: keep the rows an existing ``out`` file already holds and evaluate only the
             missing points (matched on :func:`point_key`). ConfigError if the file holds rows
             of another grid.
+        fmt: ``"csv"``, ``"jsonl"`` (one JSON object per line) or ``"parquet"`` (streamed to
+            :func:`partial_path` as CSV, written as Parquet on completion); default: by the
+            suffix of ``out``, else csv.
         run_kwargs: passed to :func:`run_sweep` (executor, workers, progress ...); when
             resuming, ``progress`` is first called with the number of rows kept.
 
@@ -161,12 +252,18 @@ def sweep_to_csv(
         All rows of the grid, earlier runs' included, in the order of ``points``.
     """
     stream = None if isinstance(out, str | Path) else out
-    path = None if stream is not None else Path(out)  # type: ignore[arg-type]
-    if resume and path is None:
+    final = None if stream is not None else Path(out)  # type: ignore[arg-type]
+    fmt = format_for(final, fmt)
+    if fmt == "parquet" and final is None:
+        raise ConfigError("Parquet output needs a file, not a stream")
+    if resume and final is None:
         raise ConfigError("resume needs an output file, not a stream")
+    # Parquet cannot be appended to: stream CSV beside it, convert when complete.
+    path = partial_path(final) if fmt == "parquet" and final is not None else final
+    live = "csv" if fmt == "parquet" else fmt
     earlier: list[dict[str, Any]] = []
     if path is not None and resume and path.exists():
-        earlier = _finished_rows(path, points)
+        earlier = _finished_rows(path, points, live)
     have = {point_key(r) for r in earlier}
     todo = [p for p in points if point_key(p) not in have]
     log.info("sweep: %d points, %d already in the output", len(points), len(points) - len(todo))
@@ -175,22 +272,27 @@ def sweep_to_csv(
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fh = path.open("a" if earlier else "w", newline="")
-        fieldnames = _header(path) if earlier else None
+        fieldnames = _header(path) if earlier and live == "csv" else None
     else:
         fh = stream  # type: ignore[assignment]
         fieldnames = None
     state: dict[str, Any] = {"writer": None, "written": 0}
 
     def write(rows: list[dict[str, Any]]) -> None:
-        if state["writer"] is None:
-            names = fieldnames or list(rows[0])
-            if names != list(rows[0]):
-                raise ConfigError(f"cannot resume: the columns of {path} differ from this sweep's")
-            state["writer"] = csv.DictWriter(fh, fieldnames=names)
-            if not fieldnames:
-                state["writer"].writeheader()
-        for row in rows:
-            state["writer"].writerow({k: "" if v is None else v for k, v in row.items()})
+        if live == "jsonl":
+            fh.writelines(_json_row(row) + "\n" for row in rows)
+        else:
+            if state["writer"] is None:
+                names = fieldnames or list(rows[0])
+                if names != list(rows[0]):
+                    raise ConfigError(
+                        f"cannot resume: the columns of {path} differ from this sweep's"
+                    )
+                state["writer"] = csv.DictWriter(fh, fieldnames=names)
+                if not fieldnames:
+                    state["writer"].writeheader()
+            for row in rows:
+                state["writer"].writerow({k: "" if v is None else v for k, v in row.items()})
         fh.flush()
         state["written"] += len(rows)
 
@@ -206,8 +308,10 @@ def sweep_to_csv(
             fh.close()
     by_key = {point_key(r): r for r in [*earlier, *new]}
     rows = [by_key[point_key(p)] for p in points]
-    if path is not None and rows:
-        tmp = path.with_name(path.name + ".tmp")
-        write_csv(rows, tmp)
-        os.replace(tmp, path)
+    if final is not None and path is not None and rows:
+        tmp = final.with_name(final.name + ".tmp")
+        write_rows(rows, tmp, fmt)
+        os.replace(tmp, final)
+        if path != final:
+            path.unlink()
     return rows

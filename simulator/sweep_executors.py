@@ -77,8 +77,10 @@ def run_sweep(
 
 
 def _ignore_sigint() -> None:
-    """Worker initializer: Ctrl-C is the parent's to handle (it stops the workers)."""
+    """Worker initializer: Ctrl-C and SIGTERM (to the whole process group too) are the
+    parent's to handle: it keeps the finished rows and then stops the workers (SIGKILL)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _run_local(batches, done, workers: int) -> None:
@@ -92,7 +94,7 @@ def _run_local(batches, done, workers: int) -> None:
         processes = list(getattr(pool, "_processes", {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in processes:
-            proc.terminate()
+            proc.kill()  # workers ignore SIGTERM
         raise
     pool.shutdown(wait=True)
 

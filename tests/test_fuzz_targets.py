@@ -79,6 +79,7 @@ def test_inputs_that_once_crashed_a_target(name):
 def test_targets_cover_the_parsers():
     assert {
         "cts",
+        "cts_request",
         "qp_info",
         "qp_attr",
         "completions",

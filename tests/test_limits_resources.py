@@ -94,7 +94,10 @@ def test_memory_per_connection_stays_flat_over_many_messages(monkeypatch) -> Non
     _run(ra, rb, pair, 320, seed=1)  # past the remembered messages
     tracemalloc.start()
     try:
-        _run(ra, rb, pair, 160, seed=2)  # the first traced window settles the allocators
+        # the first traced window settles the allocators; with the native datapath they
+        # settle later (successive windows of 480 messages grew by 28, 6.7, 2.1 and 0.8 KiB:
+        # bounded, not a leak), so the window is long enough for both datapaths
+        _run(ra, rb, pair, 640, seed=2)
         before = tracemalloc.get_traced_memory()[0]
         _run(ra, rb, pair, 480, seed=3)
         grown = tracemalloc.get_traced_memory()[0] - before
@@ -104,7 +107,7 @@ def test_memory_per_connection_stays_flat_over_many_messages(monkeypatch) -> Non
     assert len(ra.connection._finished) <= 256 and len(rb.connection._finished) <= 256
     state = _connection_state(ra, rb)
     assert all(v == 0 for v in state.values()), state
-    assert ra.counters["writes_completed"] == 960 and rb.counters["receives_completed"] == 960
+    assert ra.counters["writes_completed"] == 1440 and rb.counters["receives_completed"] == 1440
 
 
 def test_max_queued_gives_backpressure_instead_of_an_unbounded_queue() -> None:

@@ -4,8 +4,8 @@ The same sequence of packets (good, duplicate, stale generation, late, wrong mes
 out-of-range offset and length, misaligned, short, immediate-only, sealed, reopened) goes
 
 1. straight through an implementation of :func:`sdr.placement.place_batch` (the
-   ``implementation`` parameter: the Python reference today; a native one plugs in by
-   appending to :data:`IMPLEMENTATIONS`), checked against hand-written verdicts, packet
+   ``implementation`` parameter: the Python reference and the native one, both in
+   :data:`IMPLEMENTATIONS`), checked against hand-written verdicts, packet
    bytes, chunk counts, discard counters and memory;
 2. through every software driver (inproc, udp, offload, the simulator's), which must
    place exactly what the implementation placed: same completions, same guard bytes,
@@ -34,7 +34,8 @@ from sdr.placement import (
     PlacementGeometry,
     PlacementTable,
     chunk_bitmap,
-    place_batch,
+    place_batch_native,
+    place_batch_python,
 )
 from sdr.transport import CompletionBatch, TransportQP, WriteBatch
 
@@ -46,8 +47,16 @@ GEN, SLOT, MSG, BASE, LENGTH = 0, 1, 5, 100, 550  # 6 packets (the last 50 bytes
 ROFF = SLOT * ATTR.max_message_size
 MEMORY = 2048
 
-IMPLEMENTATIONS: list[Any] = [pytest.param(place_batch, id="python")]
-"""Implementations of the place_batch signature under test (append the native one)."""
+IMPLEMENTATIONS: list[Any] = [
+    pytest.param(place_batch_python, id="python"),
+    pytest.param(
+        place_batch_native,
+        id="native",
+        marks=pytest.mark.skipif(place_batch_native is None, reason="sdr._placement not built"),
+    ),
+]
+"""Implementations of the place_batch signature under test (the reference and the C one);
+the drivers below run whichever :data:`sdr.placement.DATAPATH` names."""
 
 
 def _imm(pkt: int, msg: int = MSG, fragment: int = 0) -> int:

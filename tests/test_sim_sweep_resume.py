@@ -134,7 +134,7 @@ def test_cli_out_dash_writes_csv_to_stdout(tmp_path) -> None:
     assert result.returncode == 0, result.stderr
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert len(rows) == 2 * 2 * 4 and rows[0]["scheme"] in {"sr-rto", "sr-nack", "ec-mds", "ec-xor"}
-    assert "wrote 16 rows to stdout" in result.stderr
+    assert "wrote 16 rows (csv) to stdout" in result.stderr
     assert not (tmp_path / "-").exists()
 
 

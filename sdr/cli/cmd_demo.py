@@ -67,7 +67,7 @@ def demo(
     nbytes, bps, rtt_s = parse_size(size), parse_rate(rate), parse_time(rtt)
     model = Link(bandwidth_bps=bps, rtt_s=rtt_s, mtu=mtu, chunk_size=parse_size(chunk))
     ideal = nbytes * 8 / bps + rtt_s
-    title = f"{format_size(nbytes)} over {rate}, RTT {rtt}, packet loss {loss:g}"
+    title = f"{format_size(nbytes)} over {rate}, RTT {rtt}, loss {loss:g} per packet"
     console.print(f"[bold]SDR demo[/]: {title}; two processes, two namespaces, emulated link")
     common = [
         "--rate",

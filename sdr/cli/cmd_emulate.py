@@ -100,7 +100,7 @@ def tun(
     with TunLink(spec, mtu=mtu) as link:
         console.print(
             f"[bold]link up[/]: {link.ns_a} ({link.addr_a}) <-> {link.ns_b} "
-            f"({link.addr_b}), {rate}, RTT {rtt}, loss {loss:g}"
+            f"({link.addr_b}), {rate}, RTT {rtt}, loss {loss:g} per packet"
         )
         console.print(f"run programs with: ip netns exec {link.ns_a} <command>   (Ctrl-C stops)")
         _wait(duration)

@@ -20,9 +20,11 @@ from sdr.cli.sim_options import (
     BANDWIDTH,
     CHUNK,
     DISTANCE,
+    DROP,
     DROP_UNIT,
     FIG9_DROPS,
     FIG9_SIZES,
+    LOSS,
     MTU,
     RTT,
     SPEED,
@@ -32,6 +34,8 @@ from sdr.cli.sim_options import (
     ObjectiveName,
     SchemeName,
     link_from_options,
+    probability_text,
+    resolve_drop,
     split_list,
 )
 from sdr.cli.sim_output import (
@@ -69,7 +73,8 @@ __all__ = [
 def sim(
     scheme: SchemeName = typer.Option(..., "--scheme", help="Reliability scheme."),
     size: str = typer.Option(..., "--size", help="Write size, e.g. 8MiB."),
-    drop: float = typer.Option(..., "--drop", help="Drop probability per --drop-unit."),
+    drop: float | None = DROP,
+    loss: float | None = LOSS,
     bandwidth: str = BANDWIDTH,
     rtt: str | None = RTT,
     distance: str | None = DISTANCE,
@@ -102,6 +107,9 @@ def sim(
     from sdr.simulator.schemes import SchemeSpec, parse_ec
 
     try:
+        drop, drop_unit = resolve_drop(drop, loss, drop_unit)
+        if burst is not None or trace is not None:
+            drop_unit = DropUnitName.packet  # bursts and traces are of packets
         link = link_from_options(bandwidth, rtt, distance, speed, mtu, chunk, alpha)
         k, m = parse_ec(ec)
         spec = SchemeSpec(scheme.value, rto_rtts=rto_rtts, k=k, m=m)
@@ -150,7 +158,7 @@ def sim(
         return
     table = Table(
         title=f"{scheme.value}: {format_size(est.size_bytes)} write, "
-        f"drop {drop:g}/{drop_unit.value}"
+        f"drop {probability_text(drop, drop_unit.value)}"
     )
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -160,6 +168,10 @@ def sim(
         value, ci = out[f"{key}_s"], out.get(f"{key}_ci_s")
         if exact and key != "mean":
             table.add_row(key, format_time(value), "exact")
+            continue
+        if key == "mean" and ci is not None and not all(finite(b) for b in ci):
+            why = "one sample" if est.samples == 1 else f"all {est.samples} samples equal"
+            table.add_row(key, format_time(value), f"cannot be computed: {why}")
             continue
         table.add_row(key, *quantile_cells(value, ci, est.samples))
     if not exact and est.analytic_p999_s is not None:
@@ -187,7 +199,8 @@ def sim(
 
 def select(
     size: str = typer.Option(..., "--size", help="Write size, e.g. 8MiB."),
-    drop: float = typer.Option(..., "--drop", help="Drop probability per --drop-unit."),
+    drop: float | None = DROP,
+    loss: float | None = LOSS,
     bandwidth: str = BANDWIDTH,
     rtt: str | None = RTT,
     distance: str | None = DISTANCE,
@@ -205,6 +218,7 @@ def select(
     from sdr.simulator.select import select_scheme
 
     try:
+        drop, drop_unit = resolve_drop(drop, loss, drop_unit)
         link = link_from_options(bandwidth, rtt, distance, speed, mtu, chunk, alpha)
         choice = select_scheme(
             link,
@@ -225,7 +239,8 @@ def select(
     key = "p999_s" if objective == ObjectiveName.p999 else "mean_s"
     label = "p99.9" if objective == ObjectiveName.p999 else "mean"
     table = Table(
-        title=f"candidates by {objective.value} (best first)",
+        title=f"candidates by {objective.value} (best first): {format_size(parse_size(size))}, "
+        f"drop {probability_text(drop, drop_unit.value)}",
         caption="p99.9 is computed for every row only with --objective p999"
         if objective == ObjectiveName.mean
         else None,

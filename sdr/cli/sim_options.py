@@ -69,6 +69,30 @@ def link_from_options(
     )
 
 
+def resolve_drop(
+    drop: float | None, loss: float | None, drop_unit: DropUnitName
+) -> tuple[float, DropUnitName]:
+    """The probability and its unit from ``--drop P [--drop-unit U]`` or ``--loss P``.
+
+    ``--loss`` is what the network commands (send, demo, emulate) call it: a probability
+    per packet, so ``--loss P`` is ``--drop P --drop-unit packet``.
+    """
+    if drop is not None and loss is not None:
+        raise ConfigError("give either --drop (per --drop-unit) or --loss (per packet), not both")
+    if loss is not None:
+        return loss, DropUnitName.packet
+    if drop is None:
+        raise ConfigError("give --drop P (per chunk, or per --drop-unit) or --loss P (per packet)")
+    return drop, drop_unit
+
+
+def probability_text(p: float, unit: str) -> str:
+    """``1e-3 per chunk``: a probability with what it is per."""
+    from sdr.simulator.plots import format_probability
+
+    return f"{format_probability(p)} per {unit}"
+
+
 def split_list(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
@@ -82,3 +106,9 @@ MTU = typer.Option("4096", "--mtu", help="Packet payload size.")
 CHUNK = typer.Option("64KiB", "--chunk", help="Chunk size (a multiple of the MTU).")
 ALPHA = typer.Option(2.0, "--alpha", help="Switch buffering in RTTs (RTO = (1 + alpha) RTT).")
 DROP_UNIT = typer.Option(DropUnitName.chunk, "--drop-unit", help="What --drop is per.")
+DROP = typer.Option(
+    None, "--drop", help="Drop probability per --drop-unit (default: per chunk), e.g. 1e-3."
+)
+LOSS = typer.Option(
+    None, "--loss", help="Loss probability per packet, as in send/demo/emulate (instead of --drop)."
+)

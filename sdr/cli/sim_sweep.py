@@ -1,8 +1,11 @@
-"""``sdr sweep``: sizes x drops x schemes (x distances, bandwidths) to a CSV, resumable."""
+"""``sdr sweep``: sizes x drops x schemes (x distances, bandwidths) to CSV/JSONL, resumable."""
 
 from __future__ import annotations
 
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,13 @@ from sdr.units import parse_distance, parse_rate, parse_size, parse_time
 
 
 def sweep(
+    ctx: typer.Context,
+    grid: str | None = typer.Option(
+        None,
+        "--grid",
+        help='TOML (or YAML) file of these options, e.g. rtts = ["10ms", "100ms"]; '
+        "a flag given overrides the file.",
+    ),
     sizes: str = typer.Option(FIG9_SIZES, "--sizes", help="Comma list of write sizes."),
     drops: str = typer.Option(FIG9_DROPS, "--drops", help="Comma list of drop probabilities."),
     schemes: str = typer.Option("sr-rto,sr-nack,ec-mds,ec-xor", "--schemes"),
@@ -50,27 +60,75 @@ def sweep(
     scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler address."),
     workers: int | None = typer.Option(None, "--workers", help="Local worker processes."),
     out: str = typer.Option(
-        "sweep.csv", "--out", help="CSV file to write, rows as points finish ('-': stdout)."
+        "sweep.csv", "--out", help="File to write, rows as points finish ('-': stdout)."
+    ),
+    fmt: str | None = typer.Option(
+        None,
+        "--format",
+        metavar="csv|jsonl|parquet",
+        help="Output format (default: by the --out suffix, else csv; parquet needs pyarrow).",
     ),
     resume: bool = typer.Option(
         False, "--resume", help="Keep the rows already in --out; evaluate only the rest."
     ),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --out."),
-    plot: str | None = typer.Option(None, "--plot", help="PNG of Fig-9 style speedup heatmaps."),
+    plot: str | None = typer.Option(
+        None, "--plot", help="PNG of Fig-9 style speedup heatmaps, one panel row per path."
+    ),
 ) -> None:
-    """Sweep sizes x drops x schemes (x distances, bandwidths) and write a CSV.
+    """Sweep sizes x drops x schemes (x distances, bandwidths) and write CSV or JSON Lines.
 
-    Rows are appended to --out as the points finish, so Ctrl-C (exit 130) or a kill keeps
-    every finished row; run the same command with --resume to evaluate only the rest.
+    Rows are appended to --out as the points finish, so Ctrl-C (exit 130), SIGTERM (exit
+    143) or a kill keeps every finished row; run the same command with --resume to evaluate
+    only the rest.
     """
+    from sdr.cli.sweep_file import apply_grid_file
+
+    try:
+        opts = apply_grid_file(ctx, grid) if grid else dict(ctx.params)
+    except SDRError as exc:
+        raise fail(exc) from None
+    opts.pop("grid", None)
+    _run_sweep(**opts)
+
+
+def _run_sweep(
+    *,
+    sizes: str,
+    drops: str,
+    schemes: str,
+    bandwidths: str,
+    distances: str | None,
+    rtts: str | None,
+    speed: float,
+    drop_unit: DropUnitName,
+    chunk: str,
+    mtu: str,
+    alpha: float,
+    ec: str,
+    method: MethodName,
+    samples: int | None,
+    seed: int,
+    executor: ExecutorName,
+    scheduler: str | None,
+    workers: int | None,
+    out: str,
+    fmt: str | None,
+    resume: bool,
+    force: bool,
+    plot: str | None,
+) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from sdr.simulator.plots import plot_speedup_heatmaps
     from sdr.simulator.schemes import parse_ec
-    from sdr.simulator.sweep import SweepInterrupted, make_grid, sweep_to_csv
+    from sdr.simulator.sweep import SweepInterrupted, format_for, make_grid, sweep_to_csv
 
     try:
         to_stdout = out == "-"
+        fmt = format_for(None if to_stdout else out, fmt)
+        if to_stdout and fmt == "parquet":
+            raise ConfigError("--format parquet needs an --out file, not stdout ('-')")
         _check_sweep_out(out, resume=resume, force=force)
         if samples is None:
             samples = 100 if method == MethodName.des else 1000
@@ -101,29 +159,30 @@ def sweep(
         ) as bar:
             task = bar.add_task("sweep", total=len(points))
             try:
-                rows = sweep_to_csv(
-                    points,
-                    sys.stdout if to_stdout else out,
-                    resume=resume,
-                    executor=executor.value,
-                    workers=workers,
-                    scheduler=scheduler,
-                    progress=lambda n: bar.advance(task, n),
-                )
+                with _sigterm_as_interrupt() as caught:
+                    rows = sweep_to_csv(
+                        points,
+                        sys.stdout if to_stdout else out,
+                        resume=resume,
+                        fmt=fmt,
+                        executor=executor.value,
+                        workers=workers,
+                        scheduler=scheduler,
+                        progress=lambda n: bar.advance(task, n),
+                    )
             except SweepInterrupted as stop:
                 bar.stop()
-                err_console.print(_interrupted_line(stop, to_stdout), markup=False, soft_wrap=True)
-                raise typer.Exit(130) from None
-        err_console.print(f"wrote {len(rows)} rows to {'stdout' if to_stdout else out}")
+                how = "terminated (SIGTERM)" if caught else "interrupted"
+                err_console.print(
+                    _interrupted_line(stop, to_stdout, how), markup=False, soft_wrap=True
+                )
+                # 128 + the signal, as a shell reports a process the signal ended
+                raise typer.Exit(128 + (signal.SIGTERM if caught else signal.SIGINT)) from None
+        where = "stdout" if to_stdout else out
+        err_console.print(f"wrote {len(rows)} rows ({fmt}) to {where}", markup=False)
         if plot:
-            first = rows[0]
-            same_path = [
-                r
-                for r in rows
-                if r["bandwidth_bps"] == first["bandwidth_bps"] and r["rtt_s"] == first["rtt_s"]
-            ]
-            plot_speedup_heatmaps(same_path, plot, title="speedup of EC over SR (>1: EC faster)")
-            err_console.print(f"wrote {plot}")
+            plot_speedup_heatmaps(rows, plot)
+            err_console.print(f"wrote {plot}", markup=False)
     except SDRError as exc:
         raise fail(exc) from None
 
@@ -146,9 +205,26 @@ def _check_sweep_out(out: str, *, resume: bool, force: bool) -> None:
         )
 
 
-def _interrupted_line(stop: Any, to_stdout: bool) -> str:
-    """The one line printed on Ctrl-C: how far the sweep got and how to go on."""
-    done = f"interrupted: {stop.finished} of {stop.total} points finished"
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[list[int]]:
+    """Within: SIGTERM stops the sweep as Ctrl-C does (rows kept, resumable); the list
+    yielded holds the signal number once one came."""
+    caught: list[int] = []
+
+    def on_term(signum: int, _frame: Any) -> None:
+        caught.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted_line(stop: Any, to_stdout: bool, how: str = "interrupted") -> str:
+    """The one line printed on Ctrl-C or SIGTERM: how far the sweep got and how to go on."""
+    done = f"{how}: {stop.finished} of {stop.total} points finished"
     if to_stdout:
         return f"{done} (written to stdout); rerun with --out FILE to be able to --resume"
     return f"{done} and saved in {stop.path}; run the same command with --resume to finish"

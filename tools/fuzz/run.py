@@ -24,6 +24,7 @@ INSTRUMENTED = (
     "targets_text",
     "targets_connect",
     "targets_control",
+    "targets_placement",
 )
 """Top-level modules whose code atheris instruments (and everything below them)."""
 

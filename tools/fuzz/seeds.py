@@ -106,7 +106,7 @@ def _offload() -> bytes:
 
 def seeds() -> dict[str, list[bytes]]:
     """Valid and near-valid inputs for every target that has a structured format."""
-    from sdr.control import CTS
+    from sdr.control import CTS, encode_cts_request
 
     toml = (
         b'[reliability]\nscheme = "ec-mds"\nrtt = "25ms"\nalpha = 2.0\nk = 32\nm = 8\n'
@@ -129,6 +129,7 @@ def seeds() -> dict[str, list[bytes]]:
     }
     return {
         "cts": [CTS(5, 5, 3, 1, 4096).encode()],
+        "cts_request": [encode_cts_request(0), encode_cts_request(7)],
         "reliability_message": _messages(),
         "reliability_config": [toml, b'scheme = "sr-nack"\nrtt = 0.01\n'],
         "plan": [_plan()],

@@ -17,7 +17,7 @@ import struct
 from registry import TARGETS, target
 
 import sdr
-from sdr.control import decode_cts
+from sdr.control import decode_cts, decode_cts_request, encode_cts_request
 from sdr.key_table import KeyTable, Placement
 from sdr.transport import CompletionBatch, MemoryRegion
 
@@ -38,6 +38,23 @@ def fuzz_cts(data: bytes) -> None:
     assert decode_cts(cts.encode()) == cts
     if data[3] == 0:  # the pad byte is ignored on decode and zero on encode
         assert cts.encode() == data
+
+
+@target("cts_request")
+def fuzz_cts_request(data: bytes) -> None:
+    """The core's CTS request (SDR type 2): decode, re-encode, and feed it to a core."""
+    try:
+        seq = decode_cts_request(data)
+    except sdr.ProtocolError:
+        seq = None
+    if seq is not None:
+        assert decode_cts_request(encode_cts_request(seq)) == seq
+    core = sdr.QueuePairCore(_ATTR)
+    core.post_recv(0.0, MemoryRegion(key=1, view=memoryview(bytearray(4096))))
+    core.actions_to_do()
+    core.receive_control(0.0, data)  # never raises: counted as malformed, or answered
+    answers = core.actions_to_do()
+    assert len(answers) <= 1 and (not answers or seq == 0)
 
 
 _CTX: sdr.Context | None = None
@@ -116,5 +133,6 @@ def fuzz_key_table(data: bytes) -> None:
 
 import targets_connect  # noqa: E402,F401
 import targets_control  # noqa: E402,F401
+import targets_placement  # noqa: E402,F401
 import targets_text  # noqa: E402,F401  (registers its targets)
 import targets_wire  # noqa: E402,F401
