@@ -26,7 +26,7 @@ from sdr.placement import (
     PlacementTable,
     place_batch,
 )
-from sdr.transport import MemoryRegion
+from sdr.transport import CompletionBatch, MemoryRegion
 
 __all__ = [
     "KeyTable",
@@ -130,6 +130,29 @@ class KeyTable:
         """Validate and place a batch (:func:`sdr.placement.place_batch` on this table)."""
         return place_batch(
             self.table, generations, remote_offsets, imms, lengths, payloads, payload_offsets
+        )
+
+    def receive(
+        self,
+        channels: np.ndarray,
+        generations: np.ndarray,
+        remote_offsets: np.ndarray,
+        imms: np.ndarray,
+        lengths: np.ndarray,
+        payloads: Any,
+        payload_offsets: np.ndarray | None = None,
+    ) -> CompletionBatch:
+        """:meth:`place` a batch; the completion rows of the packets it placed (validated
+        against this table, so the core only matches them to receives)."""
+        ok = self.place(generations, remote_offsets, imms, lengths, payloads, payload_offsets)
+        ok = ok == PLACED
+        return CompletionBatch(
+            np.asarray(channels, dtype=np.uint16)[ok],
+            np.asarray(generations)[ok].astype(np.uint8),
+            np.asarray(imms, dtype=np.uint32)[ok],
+            np.asarray(lengths, dtype=np.int64)[ok],
+            np.asarray(remote_offsets, dtype=np.int64)[ok],
+            validated=True,
         )
 
     def resolve(

@@ -32,7 +32,6 @@ import simpy
 from sdr.config import QPAttr
 from sdr.errors import ConfigError, ProtocolError, TransportError
 from sdr.key_table import KeyTable, KeyTableBindings
-from sdr.placement import PLACED
 from sdr.simulator.des_link import DirectionScheduler, Nic, PathImpairments
 from sdr.simulator.link import Link
 from sdr.transport import (
@@ -188,15 +187,7 @@ class DesQP(KeyTableBindings, TransportQP):
         payloads = None
         if self.transport.copy_payload:
             payloads = [r.view[s : s + n] for r, s, n in zip(regions, srcs, lengths, strict=True)]
-        ok = self.keys.place(gen, roff, imm, length, payloads) == PLACED
-        return CompletionBatch(
-            np.array(chans, dtype=np.uint16)[ok],
-            gen[ok].astype(np.uint8),
-            imm[ok],
-            length[ok],
-            roff[ok],
-            validated=True,
-        )
+        return self.keys.receive(chans, gen, roff, imm, length, payloads)
 
     def poll_control(self) -> list[bytes]:
         now = self.transport.now()

@@ -19,7 +19,7 @@ from sdr.config import QPAttr
 from sdr.errors import ConfigError, ProtocolError, TransportError
 from sdr.key_table import KeyTable, KeyTableBindings
 from sdr.pacing import TokenBucket
-from sdr.placement import PLACED, int64_column
+from sdr.placement import int64_column
 from sdr.transport import (
     MAX_CONTROL_SIZE,
     CompletionBatch,
@@ -125,16 +125,7 @@ class InprocQP(KeyTableBindings, TransportQP):
         wild = (imm < 0) | (imm > 0xFFFFFFFF)  # no 32-bit immediate: refused as out of range
         if wild.any():
             roff[wild] = -1
-        imm = imm.astype(np.uint32)
-        ok = self.keys.place(gen, roff, imm, lengths, payloads) == PLACED
-        return CompletionBatch(
-            np.array(chans, dtype=np.uint16)[ok],
-            gen[ok].astype(np.uint8),
-            imm[ok],
-            lengths[ok],
-            roff[ok],
-            validated=True,
-        )
+        return self.keys.receive(chans, gen, roff, imm.astype(np.uint32), lengths, payloads)
 
     def send_control(self, data: bytes) -> None:
         if len(data) > MAX_CONTROL_SIZE:
