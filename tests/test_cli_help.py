@@ -3,7 +3,9 @@ no ``<bool>`` metavar on flags, no RST double backquotes (real command, subproce
 
 from __future__ import annotations
 
+import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +69,16 @@ def test_help_has_no_bool_metavar_nor_rst(path: list[str]) -> None:
     assert "``" not in result.stdout
     for python_type in ("<str>", "<int>", "<float>", "<path>"):  # say what a value is
         assert python_type not in result.stdout, python_type
+
+
+@pytest.mark.parametrize(
+    "command", [["send"], ["write-bw"], ["sim"], ["select"], ["sweep"], ["bitmap-demo"]]
+)
+def test_one_default_mtu_across_commands(command: list[str]) -> None:
+    """Every command that takes --mtu defaults to the same 4096 (QPAttr's, the RoCE MTU)."""
+    exe = str(Path(sys.executable).with_name("sdr"))
+    env = {**os.environ, "COLUMNS": "250", "NO_COLOR": "1"}
+    result = subprocess.run([exe, *command, "--help"], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if "--mtu" in line)
+    assert re.search(r"\[default: 4096\]", line), line

@@ -231,3 +231,39 @@ def test_human_output_uses_binary_units_only(tmp_path: Path) -> None:
         assert not re.search(r"\d\s?[kMGT]B\b", text), text  # no decimal kB/MB/GB
     assert "MiB/s" in sender.stderr and "3MiB" in sender.stderr
     assert out.read_bytes() == source.read_bytes()
+
+
+def _frames(stderr: str) -> list[str]:
+    """The progress bar's frames (a terminal forced by FORCE_COLOR), escape codes removed."""
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stderr)
+    return [f.strip() for f in re.split(r"[\r\n]", plain) if f.strip().startswith("send ")]
+
+
+def test_progress_moves_per_verified_message_with_a_windowed_speed(tmp_path: Path) -> None:
+    """The bar advances with each verified 1 MiB message (the default message size) and
+    shows a speed in MiB/s from the first verified bytes on, never ``?`` after them."""
+    size = 8 << 20
+    source = _payload(tmp_path / "in.bin", size)
+    out = tmp_path / "out.bin"
+    receiver, port = _receiver(out, "--timeout", "60")
+    env = {**_env(), "FORCE_COLOR": "1", "COLUMNS": "120"}
+    sender = subprocess.Popen(
+        [SDR, "send", str(source), "--to", f"127.0.0.1:{port}", "--scheme", "sr-rto",
+         "--rate", "100Mbit/s", "--rtt", "5ms", "--timeout", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+    _, send_err = sender.communicate(timeout=120)
+    recv_out, recv_err = receiver.communicate(timeout=60)
+    assert sender.returncode == 0 and receiver.returncode == 0, send_err + recv_err
+    assert out.read_bytes() == source.read_bytes()
+    progress = [m for m in _lines(recv_out) if "done" in m]
+    done = [m["done"] for m in progress]
+    assert done == sorted(set(done)) and done[-1] == size, done  # one line per change
+    assert all(d % (1 << 20) == 0 for d in done), done  # whole verified messages
+    assert len([d for d in done if 0 < d < size]) >= 4, done  # not one 8 MiB step
+    assert all(m["bytes_per_s"] > 0 for m in progress if m["done"] > 0), progress
+    frames = [f for f in _frames(send_err) if not re.search(r" 0(\.0)?/", f)]
+    assert frames and "8.0/8.0 MiB" in frames[-1], frames
+    for frame in frames:  # after the first verified bytes: a real speed, binary units
+        assert re.search(r"MiB \d+(\.\d+)?(B|KiB|MiB|GiB)/s", frame), frame
+        assert " ? " not in f"{frame} " and not re.search(r"\d\s?[kMG]B\b", frame), frame

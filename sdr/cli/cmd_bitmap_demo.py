@@ -17,6 +17,7 @@ from rich.text import Text
 
 import sdr
 from sdr.backends.inproc import InprocNetwork
+from sdr.cli.defaults import DEFAULT_MTU
 from sdr.errors import ConfigError
 from sdr.units import format_size, parse_size, parse_time
 
@@ -35,7 +36,7 @@ def _bitmap_text(bitmap: np.ndarray, width: int = 64) -> Text:
 def bitmap_demo(
     size: str = typer.Option("8MiB", help="message size"),
     chunk: str = typer.Option("64KiB", help="bitmap chunk size"),
-    mtu: str = typer.Option("4KiB", help="packet payload size"),
+    mtu: str = typer.Option(str(DEFAULT_MTU), help="packet payload size"),
     drop: float = typer.Option(0.01, help="packet drop probability on the wire"),
     delay: str = typer.Option("5ms", help="one-way delay of the wire"),
     seed: int = typer.Option(1, help="seed of the fault injection"),

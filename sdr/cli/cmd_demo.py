@@ -31,7 +31,9 @@ def demo(
     rtt: str = typer.Option("25ms", help="round-trip time"),
     loss: float = typer.Option(1e-3, help="packet loss probability on the link"),
     schemes: str = typer.Option(SCHEMES, help="comma-separated schemes to run"),
-    mtu: int = typer.Option(32768, help="SDR payload bytes per packet"),
+    mtu: int = typer.Option(
+        32768, help="SDR payload bytes per packet (above the 4096 elsewhere: TUN forwarder ceiling)"
+    ),
     tun_mtu: int = typer.Option(65000, help="MTU of the emulated link (9000: jumbo frames)"),
     chunk: str = typer.Option("64KiB", help="bitmap chunk size"),
     out: str = typer.Option("out/demo", help="where the table (JSON) and chart (PNG) go"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -11,6 +12,7 @@ import typer
 from rich.console import Console
 
 from sdr.backends.wan import LinkSpec, RelayLink, TunLink, can_use_namespaces
+from sdr.cli.transfer_relay import write_map
 from sdr.errors import ConfigError, TransportError
 from sdr.simulator.loss_options import loss_model
 from sdr.units import parse_time
@@ -124,21 +126,49 @@ def relay(
     seed: int = SEED,
     reseal: bool = typer.Option(True, help="fix RoCE ICRCs (NAT)"),
     duration: str = DURATION,
+    map_file: str = typer.Option(
+        None,
+        "--map",
+        help="write the stand-ins to this file for 'sdr send/recv --relay' "
+        "(then --a and --b are each a data and a control port)",
+    ),
 ) -> None:
-    """A UDP relay on loopback (no root): A and B send to the printed stand-in ports."""
+    """A UDP relay on loopback (no root): A and B send to the printed stand-in ports.
+
+    With --map, 'sdr send --relay FILE' (side A) and 'sdr recv --relay FILE' (side B)
+    carry a file transfer's UDP data through the relay (docs/wan-emulator.md).
+    """
     spec = _spec(rate, rtt, loss, burst, per_size, trace, queue, reorder, duplicate, corrupt, seed)
 
     def parse(items: list[str]) -> list[tuple[str, int]]:
         return [_host_port(item) for item in items]
 
-    with RelayLink(spec, parse(a), parse(b), reseal=reseal) as link:
+    a_ports, b_ports = parse(a), parse(b)
+    if len(a_ports) != len(b_ports):
+        raise ConfigError(f"--a and --b need as many ports each, got {len(a)} and {len(b)}")
+    if map_file is not None and len(a_ports) != 2:
+        raise ConfigError(
+            f"--map needs two --a and two --b ports (data, then control), got {len(a)}"
+        )
+    with RelayLink(spec, a_ports, b_ports, reseal=reseal) as link:
         for i, (ra, rb) in enumerate(zip(a, b, strict=True)):
             sa, sb = link.for_a(i), link.for_b(i)
             console.print(
                 f"A sends to {sa[0]}:{sa[1]} (stands for {rb}); "
-                f"B sends to {sb[0]}:{sb[1]} (stands for {ra})"
+                f"B sends to {sb[0]}:{sb[1]} (stands for {ra})",
+                markup=False,
+                highlight=False,
             )
-        _wait(duration)
+        n = range(len(a_ports))
+        if map_file is not None:
+            write_map(map_file, a_ports, b_ports, [link.for_a(i) for i in n],
+                      [link.for_b(i) for i in n])  # fmt: skip
+            console.print(f"map written to {map_file}", markup=False, highlight=False)
+        try:
+            _wait(duration)
+        finally:
+            if map_file is not None and os.path.exists(map_file):
+                os.remove(map_file)  # a stale map would point at closed stand-ins
     console.print_json(json.dumps(link.summary))
 
 

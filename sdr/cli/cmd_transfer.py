@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,6 +28,7 @@ from rich.progress import (
 from rich.text import Text
 
 from sdr.backends import oob
+from sdr.cli.defaults import DEFAULT_MTU
 from sdr.cli.file_transfer import TransferOptions, send_file, serve_file, validate_send
 from sdr.errors import ConfigError
 from sdr.units import format_size
@@ -34,11 +36,41 @@ from sdr.units import format_size
 console = Console(stderr=True)
 
 
+SPEED_WINDOW_S = 2.0
+"""The speed shown is the verified bytes of the last this many seconds, per second."""
+
+
+class _WindowSpeed:
+    """Verified bytes per second over the last :data:`SPEED_WINDOW_S` s.
+
+    Fed with (time, bytes done) as the transfer advances; the first sample (0 bytes at
+    the start) anchors the window, so a speed is known from the first verified message.
+    """
+
+    def __init__(self, window: float = SPEED_WINDOW_S) -> None:
+        self.window = window
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def add(self, now: float, done: int) -> float | None:
+        """Record ``done`` bytes at ``now`` (monotonic s); the speed in bytes/s (None
+        before the first verified bytes). A stalled transfer's speed falls to 0."""
+        samples = self._samples
+        if not samples or done != samples[-1][1]:
+            samples.append((now, done))
+        while len(samples) > 1 and now - samples[1][0] >= self.window:
+            samples.popleft()  # samples[0] stays as the anchor just before the window
+        t0, d0 = samples[0]
+        if done == 0 or now <= t0:
+            return None
+        return (done - d0) / (now - t0)
+
+
 class _BinarySpeed(ProgressColumn):
-    """Transfer speed in binary units (MiB/s), like the sizes beside it."""
+    """Transfer speed in binary units (MiB/s), like the sizes beside it: the task's
+    ``speed`` field (a :class:`_WindowSpeed`), ``?`` before the first verified bytes."""
 
     def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
+        speed = task.fields.get("speed")
         text = "?" if speed is None else f"{format_size(speed)}/s"
         return Text(text, style="progress.data.speed")
 
@@ -62,21 +94,23 @@ class _Output:
     report: ``{"report": ...}``, or a one-line summary).
     """
 
-    def __init__(self, as_json: bool, bar: Progress | None, task: Any, interval: float = 0.1):
+    def __init__(self, as_json: bool, bar: Progress | None, task: Any) -> None:
         self.as_json = as_json
         self._bar, self._task = bar, task
-        self._interval = interval
-        self._last = 0.0
+        self._speed = _WindowSpeed()
+        self._last: int | None = None
 
     def progress(self, done: int, total: int) -> None:
-        """Verified bytes so far (JSON: at most one line every ``interval`` s, and the last)."""
+        """Verified bytes so far: the bar moves (and its speed) with every verified
+        message; JSON gets one line each time the verified bytes change, with
+        ``bytes_per_s`` over the last :data:`SPEED_WINDOW_S` s."""
+        speed = self._speed.add(time.monotonic(), done)
         if self._bar is not None:
-            self._bar.update(self._task, completed=done, total=total)
+            self._bar.update(self._task, completed=done, total=total, speed=speed)
             return
-        now = time.monotonic()
-        if now - self._last >= self._interval or done >= total:
-            self._last = now
-            self._json({"done": done, "total": total})
+        if done != self._last:
+            self._last = done
+            self._json({"done": done, "total": total, "bytes_per_s": speed})
 
     def notice(self, event: dict[str, Any], text: str) -> None:
         """``event`` as a JSON line, or ``text`` on the console."""
@@ -105,7 +139,7 @@ def _output(as_json: bool, description: str) -> Iterator[_Output]:
         yield _Output(True, None, None)
         return
     with _bar() as bar:
-        yield _Output(False, bar, bar.add_task(description, total=None))
+        yield _Output(False, bar, bar.add_task(description, total=None, speed=None))
 
 
 def _peer(to: str) -> tuple[str, int]:
@@ -141,8 +175,10 @@ def send(
     ),
     rtt: str = typer.Option(None, help="round-trip time of the link [default: file's, else 25ms]"),
     loss: float = typer.Option(1e-3, help="expected packet loss (for auto)"),
-    message_size: str = typer.Option("8MiB", help="bytes per reliable message"),
-    mtu: str = typer.Option("8192", help="payload bytes per packet"),
+    message_size: str = typer.Option(
+        "1MiB", help="bytes per reliable message (the progress bar moves by one)"
+    ),
+    mtu: str = typer.Option(str(DEFAULT_MTU), help="payload bytes per packet"),
     chunk: str = typer.Option(
         None, help="bitmap chunk size [default: file's chunk_size, else 64KiB]"
     ),
@@ -150,6 +186,9 @@ def send(
     secret: str = typer.Option(None, envvar="SDR_SECRET", help="shared secret (HMAC set-up)"),
     timeout: float = typer.Option(
         300.0, help="seconds to wait for the receiver, and then for the transfer"
+    ),
+    relay: str = typer.Option(
+        None, help="map file of 'sdr emulate relay --map': send the UDP data through it"
     ),
     as_json: bool = typer.Option(False, "--json", help="JSON lines on stdout (progress, report)"),
 ) -> None:
@@ -167,6 +206,7 @@ def send(
         channels=channels,
         secret=secret,
         timeout=timeout,
+        relay=relay,
     )
     validate_send(file, opts)  # before the progress bar and the network
 
@@ -199,6 +239,9 @@ def recv(
     keep_partial: bool = typer.Option(
         False, help="on failure keep what arrived in OUT.partial (default: remove it)"
     ),
+    relay: str = typer.Option(
+        None, help="map file of 'sdr emulate relay --map': receive the UDP data through it"
+    ),
     as_json: bool = typer.Option(False, "--json", help="JSON lines on stdout (progress, report)"),
 ) -> None:
     """Receive one file sent with ``sdr send`` and verify it end to end.
@@ -218,6 +261,7 @@ def recv(
             ready=lambda p: output.notice({"listening": p}, f"listening on {bind}:{p}"),
             progress=output.progress,
             keep_partial=keep_partial,
+            relay=relay,
         )
     output.report(
         report,

@@ -26,6 +26,7 @@ from sdr.backends.udp.write_bw import (
     run_client,
     run_server,
 )
+from sdr.cli.defaults import DEFAULT_MTU
 from sdr.errors import ConfigError
 from sdr.units import parse_rate, parse_size, parse_time
 
@@ -100,7 +101,7 @@ def write_bw(
     size: str = typer.Option("64KiB", "--size", "-s", help="message size"),
     iterations: int = typer.Option(1000, "--iters", "-n", help="messages to send"),
     channels: int = typer.Option(1, "--channels", "-c", help="channels (QPNs) per generation"),
-    mtu: str = typer.Option("4KiB", "--mtu", "-m", help="payload bytes per packet"),
+    mtu: str = typer.Option(str(DEFAULT_MTU), "--mtu", "-m", help="payload bytes per packet"),
     chunk: str = typer.Option("64KiB", "--chunk-size", help="bitmap chunk size"),
     inflight: int = typer.Option(16, "--inflight", "-t", help="messages in flight (tx depth)"),
     rate_limit: str | None = typer.Option(

@@ -10,6 +10,7 @@ from enum import StrEnum
 
 import typer
 
+from sdr.cli.defaults import DEFAULT_MTU
 from sdr.errors import ConfigError
 from sdr.simulator.link import PAPER_PROPAGATION_SPEED, Link
 from sdr.units import parse_distance, parse_rate, parse_size, parse_time
@@ -102,7 +103,7 @@ BANDWIDTH = typer.Option("400Gbit/s", "--bandwidth", help="Line rate, e.g. 400Gb
 RTT = typer.Option(None, "--rtt", help="Round-trip time, e.g. 25ms (or give --distance).")
 DISTANCE = typer.Option(None, "--distance", help="Path length, e.g. 3750km (default).")
 SPEED = typer.Option(PAPER_PROPAGATION_SPEED, "--speed", help="Propagation speed in m/s.")
-MTU = typer.Option("4096", "--mtu", help="Packet payload size.")
+MTU = typer.Option(str(DEFAULT_MTU), "--mtu", help="Packet payload size.")
 CHUNK = typer.Option("64KiB", "--chunk", help="Chunk size (a multiple of the MTU).")
 ALPHA = typer.Option(2.0, "--alpha", help="Switch buffering in RTTs (RTO = (1 + alpha) RTT).")
 DROP_UNIT = typer.Option(DropUnitName.chunk, "--drop-unit", help="What --drop is per.")

@@ -15,6 +15,7 @@ from typing import Any
 
 import sdr
 from sdr.auth import check_secret
+from sdr.cli.defaults import DEFAULT_MTU
 from sdr.errors import ConfigError
 from sdr.reliability import ReliabilityConfig, load_config
 from sdr.reliability.registry import available_schemes, create_scheme
@@ -58,8 +59,8 @@ class TransferOptions:
     rate: str | float | None = None
     rtt: str | float | None = None
     loss: float = 1e-3
-    message_size: str | int = "8MiB"
-    mtu: str | int = 8192
+    message_size: str | int = "1MiB"
+    mtu: str | int = DEFAULT_MTU
     chunk_size: str | int | None = None
     channels: int = 2
     alpha: float | None = None
@@ -68,6 +69,8 @@ class TransferOptions:
     config: str | None = None
     secret: str | None = None
     timeout: float = 300.0
+    relay: str | None = None
+    """A map file of ``sdr emulate relay --map``: the UDP data crosses the relay."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -17,6 +17,7 @@ from sdr.backends.udp import UdpTransport
 from sdr.cli.transfer_options import Progress
 from sdr.cli.transfer_peer import WATCH_S, agree_secret, peer_error, tell_peer, watch
 from sdr.cli.transfer_pieces import map_file, pieces, sha256, stats, verified, with_arrived
+from sdr.cli.transfer_relay import RelaySide, load_side
 from sdr.errors import MessageFailed, ProtocolError, SDRError
 from sdr.reliability import ReliabilityConfig
 from sdr.runtime import ReliableQP, drive
@@ -49,6 +50,7 @@ def serve_file(
     secret: str | None = None,
     timeout: float = 300.0,
     keep_partial: bool = False,
+    relay: str | None = None,
 ) -> dict[str, Any]:
     """Receive one file into ``out`` from a :func:`~sdr.cli.transfer_send.send_file` peer;
     returns a report.
@@ -56,10 +58,13 @@ def serve_file(
     The data lands in :func:`partial_path` ``(out)``, renamed to ``out`` only once its
     SHA-256 matches the sender's; on failure that file is removed (kept, when
     ``keep_partial``) and ``out`` is left as it was. ``progress`` counts verified bytes
-    only. A sender that exits or is killed is reported within about a second.
+    only. A sender that exits or is killed is reported within about a second. With
+    ``relay`` (a map file of ``sdr emulate relay``) the UDP traffic crosses the relay as
+    its side B.
     """
     key = check_secret(secret)
     _check_out(out)
+    side = load_side(relay, "b", timeout) if relay else None
     srv = oob.listen(bind, port)
     try:
         if ready:
@@ -85,7 +90,11 @@ def serve_file(
             oob.send_obj(conn, {"error": str(exc)})
             raise ProtocolError(f"bad transfer request: {exc}") from exc
         agree_secret(conn, info, key, "receiver", "sender")
-        return _receive(conn, out, size, attr, config, progress, key, timeout, info, keep_partial)
+        if side:
+            info = side.rewrite(info, key)
+        return _receive(
+            conn, out, size, attr, config, progress, key, timeout, info, keep_partial, side
+        )
     except (SDRError, OSError) as exc:
         tell_peer(conn, exc)
         raise
@@ -104,12 +113,14 @@ def _receive(
     timeout: float,
     info: str,
     keep_partial: bool,
+    side: RelaySide | None,
 ) -> dict[str, Any]:
     partial = partial_path(out)
     open(partial, "wb").close()
     renamed = False
     fh, buf = map_file(partial, size, write=True)
-    ctx = sdr.Context(UdpTransport(host=conn.getsockname()[0], port=0), secret=secret)
+    transport = side.transport() if side else UdpTransport(host=conn.getsockname()[0], port=0)
+    ctx = sdr.Context(transport, secret=secret)
     try:
         qp = ctx.create_qp(attr)
         qp.connect(info.encode())

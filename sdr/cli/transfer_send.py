@@ -15,6 +15,7 @@ from sdr.backends.udp import UdpTransport
 from sdr.cli.transfer_options import Progress, TransferOptions, plan, qp_attr, validate_send
 from sdr.cli.transfer_peer import agree_secret, peer_error, tell_peer, watch
 from sdr.cli.transfer_pieces import map_file, pieces, sha256, stats, verified, with_arrived
+from sdr.cli.transfer_relay import RelaySide, load_side
 from sdr.errors import MessageFailed, ProtocolError, SDRError
 from sdr.reliability import ReliabilityConfig
 from sdr.reliability.registry import create_scheme
@@ -47,20 +48,24 @@ def send_file(
     receiver is awaited up to ``opts.timeout`` s (``waiting`` is called once if it is not
     listening yet), and the transfer then gets up to ``opts.timeout`` s. ``progress``
     counts verified (acknowledged) bytes only. A receiver that exits or is killed is
-    reported within about a second, with how much of the file it had verified.
+    reported within about a second, with how much of the file it had verified. With
+    ``opts.relay`` (a map file of ``sdr emulate relay``) the UDP traffic crosses the relay
+    as its side A.
     """
     opts = opts or TransferOptions()
     secret, size = validate_send(path, opts)
     config, selection = plan(opts, size)
     attr = qp_attr(opts, config)
     create_scheme(config.resolved(attr.chunk_size, attr.rate_limit))  # a bad scheme fails here
+    side = load_side(opts.relay, "a", opts.timeout) if opts.relay else None
     fh, buf = map_file(path, size, write=False)
     ctx: sdr.Context | None = None
     sock: socket.socket | None = None
     try:
         sock = oob.connect(host, port, opts.timeout, waiting)
-        ctx = sdr.Context(UdpTransport(host=_source_address(host), port=0), secret=secret)
-        return _send(sock, ctx, path, size, buf, opts, attr, config, selection, progress)
+        transport = side.transport() if side else UdpTransport(host=_source_address(host), port=0)
+        ctx = sdr.Context(transport, secret=secret)
+        return _send(sock, ctx, path, size, buf, opts, attr, config, selection, progress, side)
     except (SDRError, OSError) as exc:
         if sock is not None:
             tell_peer(sock, exc)
@@ -84,6 +89,7 @@ def _send(
     config: ReliabilityConfig,
     selection: Any,
     progress: Progress | None,
+    side: RelaySide | None,
 ) -> dict[str, Any]:
     qp = ctx.create_qp(attr)
     oob.send_obj(
@@ -103,7 +109,8 @@ def _send(
             raise ProtocolError(str(reply["error"]))
         raise ProtocolError(f"receiver refused the transfer: {reply['error']}")
     agree_secret(sock, reply["qp"], ctx.secret, "sender", "receiver")
-    qp.connect(reply["qp"].encode())
+    info = side.rewrite(reply["qp"], ctx.secret) if side else reply["qp"]
+    qp.connect(info.encode())
     rqp = ReliableQP(qp, config)
     mr = ctx.register(buf) if size else None
     start = time.monotonic()
