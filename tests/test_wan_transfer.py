@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -157,3 +158,44 @@ def test_send_recv_through_the_udp_relay_without_root(tmp_path):
     assert summary["a_to_b"]["packets"] >= (3 << 20) // 8192, summary
     assert summary["b_to_a"]["packets"] > 0 and summary["bad_icrc"] == 0, summary
     assert not relay_map.exists()  # removed when the relay stops
+
+
+def test_write_bw_through_the_udp_relay_without_root(tmp_path):
+    """``sdr write-bw --relay``: server (side b) and client (side a) exchange QP info over
+    TCP directly; every message's packets cross the relay, and all are verified."""
+    sdr = str(pathlib.Path(sys.executable).with_name("sdr"))
+    relay_map = tmp_path / "relay.json"
+    a_data, a_ctl, b_data, b_ctl = _free_udp_ports(4)
+    tcp = _free_udp_ports(1)[0]  # a free number; the server binds it for TCP
+    relay = subprocess.Popen(
+        [sdr, "emulate", "relay", "--a", f"127.0.0.1:{a_data}", "--a", f"127.0.0.1:{a_ctl}",
+         "--b", f"127.0.0.1:{b_data}", "--b", f"127.0.0.1:{b_ctl}", "--rate", "1Gbit/s",
+         "--rtt", "10ms", "--map", str(relay_map), "--duration", "120s"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    server = subprocess.Popen(
+        [sdr, "write-bw", "--bind", "127.0.0.1", "--port", str(tcp), "--relay", str(relay_map),
+         "--timeout", "30s", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        for _ in range(100):  # until the server listens (it waits for the map first)
+            client = subprocess.run(
+                [sdr, "write-bw", "127.0.0.1", "--port", str(tcp), "--relay", str(relay_map),
+                 "-n", "50", "-s", "64KiB", "--rate-limit", "100Mbit/s", "--verify",
+                 "--timeout", "30s", "--json"],
+                capture_output=True, text=True, cwd=tmp_path, timeout=120,
+            )  # fmt: skip
+            if "cannot reach" not in client.stderr:
+                break
+            time.sleep(0.1)
+        assert client.returncode == 0, client.stderr
+        assert server.wait(60) == 0, server.communicate()
+    finally:
+        server.kill()
+        relay.send_signal(signal.SIGTERM)
+        relay_out, relay_err = relay.communicate(timeout=60)
+    result = json.loads(client.stdout.strip().splitlines()[-1])
+    assert result["server"]["completed"] == 50 and result["server"]["mismatched"] == 0
+    summary = json.loads(relay_out[relay_out.index("\n{") :])
+    assert summary["a_to_b"]["packets"] >= 50 * (64 << 10) // 4096, summary

@@ -244,6 +244,8 @@ def run_server(
     timeout: float | None = None,
     interval: float | None = None,
     on_interval: Callable[[dict], None] | None = None,
+    transport: UdpTransport | None = None,
+    rewrite_peer: Callable[[str], str] | None = None,
 ) -> tuple[WriteBwResult, WriteBwResult]:
     """Serve one client run; returns (server result, client result).
 
@@ -253,6 +255,8 @@ def run_server(
     use port 0). ``timeout`` (seconds) bounds each wait for the client's messages and the
     idle time of the run (default: the client's ``--timeout``); the wait for a client to
     connect is not bounded. With ``interval``, per-interval rows go to ``on_interval``.
+    ``transport`` replaces the UDP transport the server would bind, and ``rewrite_peer``
+    rewrites the client's QP info before connecting (both: a run through a relay).
     """
     listener = _listen(bind, tcp_port)
     try:
@@ -262,7 +266,8 @@ def run_server(
     finally:
         listener.close()
     udp_host = conn.getsockname()[0] if bind in ("", DEFAULT_BIND) else bind
-    with conn, sdr.Context(backend=UdpTransport(host=udp_host, port=udp_port)) as ctx:
+    backend = transport or UdpTransport(host=udp_host, port=udp_port)
+    with conn, sdr.Context(backend=backend) as ctx:
         request = _recv_within(conn, timeout, "request")
         try:
             params = WriteBwParams(**request["params"])
@@ -272,7 +277,8 @@ def run_server(
             raise ProtocolError(f"bad write-bw request: {exc}") from exc
         idle_limit = params.timeout if timeout is None else timeout
         qp = ctx.create_qp(attr)
-        qp.connect(request["info"].encode())
+        info = request["info"] if rewrite_peer is None else rewrite_peer(request["info"])
+        qp.connect(info.encode())
         send_obj(conn, {"info": qp.info().decode()})
         depth = max(1, min(params.inflight, attr.max_messages))
         ring = np.zeros((depth, max(params.size, 1)), dtype=np.uint8)
@@ -330,22 +336,27 @@ def run_client(
     udp_port: int = 0,
     interval: float | None = None,
     on_interval: Callable[[dict], None] | None = None,
+    transport: UdpTransport | None = None,
+    rewrite_peer: Callable[[str], str] | None = None,
 ) -> tuple[WriteBwResult, WriteBwResult]:
     """Run against a server; returns (client result, server result). With ``interval``
-    (seconds), per-interval rows of the client's completions go to ``on_interval``."""
+    (seconds), per-interval rows of the client's completions go to ``on_interval``;
+    ``transport`` and ``rewrite_peer`` as for :func:`run_server`."""
     attr = params.attr()
     bind = bind or source_address_for(server)
     try:
         conn = socket.create_connection((server, tcp_port), timeout=params.timeout + 30)
     except OSError as exc:
         raise TransportError(f"cannot reach write-bw server {server}:{tcp_port}: {exc}") from exc
-    with conn, sdr.Context(backend=UdpTransport(host=bind, port=udp_port)) as ctx:
+    backend = transport or UdpTransport(host=bind, port=udp_port)
+    with conn, sdr.Context(backend=backend) as ctx:
         qp = ctx.create_qp(attr)
         send_obj(conn, {"params": asdict(params), "info": qp.info().decode()})
         reply = recv_obj(conn)
         if "error" in reply:
             raise ConfigError(f"server refused the parameters: {reply['error']}")
-        qp.connect(reply["info"].encode())
+        info = reply["info"] if rewrite_peer is None else rewrite_peer(reply["info"])
+        qp.connect(info.encode())
         data = pattern(params.size) if params.size else np.zeros(1, dtype=np.uint8)
         region = ctx.register(data)
         depth = max(1, min(params.inflight, attr.max_messages))

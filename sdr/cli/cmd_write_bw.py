@@ -27,6 +27,7 @@ from sdr.backends.udp.write_bw import (
     run_server,
 )
 from sdr.cli.defaults import DEFAULT_MTU
+from sdr.cli.transfer_relay import load_side
 from sdr.errors import ConfigError
 from sdr.units import parse_rate, parse_size, parse_time
 
@@ -138,6 +139,13 @@ def write_bw(
         "500ms); with --json the rows go under 'intervals'",
     ),
     verify: bool = typer.Option(False, "--verify", help="receiver checks every payload byte"),
+    relay: str | None = typer.Option(
+        None,
+        "--relay",
+        metavar="FILE",
+        help="map file of 'sdr emulate relay --map': the UDP traffic crosses the relay "
+        "(server: side b, client: side a; the TCP exchange stays direct)",
+    ),
     gbits: bool = typer.Option(False, "--report-gbits", "-R", help="report Gb/sec, not MB/sec"),
     as_json: bool = typer.Option(
         False,
@@ -152,6 +160,12 @@ def write_bw(
     other. Errors (port in use, server unreachable) print one line and exit with 2.
     """
     period = _seconds(interval) if interval is not None else None
+    wait = _seconds(timeout or DEFAULT_TIMEOUT, "--timeout")
+    side = load_side(relay, "a" if server else "b", wait) if relay else None
+    through = {} if side is None else {
+        "transport": side.transport(),
+        "rewrite_peer": lambda info: side.rewrite(info, None),
+    }  # fmt: skip
     if server is None:
         host = bind or DEFAULT_BIND
         udp = ROCE_PORT if udp_port is None else udp_port
@@ -174,6 +188,7 @@ def write_bw(
             timeout=_seconds(timeout, "--timeout") if timeout is not None else None,
             interval=period,
             on_interval=None if as_json else _interval_printer("server", gbits),
+            **through,
         )
     else:
         params = WriteBwParams(
@@ -195,6 +210,7 @@ def write_bw(
             udp_port or 0,
             interval=period,
             on_interval=None if as_json else _interval_printer("client", gbits),
+            **through,
         )
     _report(mine, peer, gbits, as_json)
 
