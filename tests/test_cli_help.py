@@ -45,6 +45,9 @@ def test_version_names_sdr_python_and_crc() -> None:
     assert sdr.__version__ in out
     assert platform.python_version() in out
     assert CRC32_IMPLEMENTATION in out
+    from sdr import placement
+
+    assert f"placement: {placement.DATAPATH}" in out
 
 
 def test_dash_h_is_help() -> None:

@@ -103,10 +103,13 @@ class SDRGroup(TyperGroup):
 
 
 def version_text() -> str:
-    """What ``sdr --version`` prints: SDR's version, Python's, and the CRC-32 in use."""
+    """What ``sdr --version`` prints: SDR's version, Python's, the CRC-32 in use and the
+    receive step's datapath (native or the Python reference)."""
+    from sdr import placement  # noqa: PLC0415 - only for this line
+
     return (
         f"sdr {sdr.__version__} (Python {platform.python_version()}, "
-        f"CRC-32: {CRC32_IMPLEMENTATION})"
+        f"CRC-32: {CRC32_IMPLEMENTATION}, placement: {placement.DATAPATH})"
     )
 
 
@@ -135,7 +138,8 @@ def _main(
         "--version",
         callback=_print_version,
         is_eager=True,
-        help="Print the version of sdr and Python and the CRC-32 implementation, and exit.",
+        help="Print the versions of sdr and Python, the CRC-32 and placement datapaths in use, "
+        "and exit.",
     ),
 ) -> None:
     """SDR: software-defined reliability for RDMA-style transfers between datacenters.
