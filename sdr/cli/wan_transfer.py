@@ -42,6 +42,13 @@ def _cli(namespace: str, *args: str) -> list[str]:
     return netns_exec(namespace, sys.executable, "-m", "sdr.cli.main", *args)
 
 
+def _spawn(command: list[str]) -> subprocess.Popen[str]:
+    """Start one side of a transfer with its output captured as text."""
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT
+    )
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
@@ -58,7 +65,7 @@ def transfer_over_link(
 ) -> dict[str, Any]:
     """Send ``source`` from namespace A to ``out`` in B; returns the sender's report plus
     ``completion_s`` (receiver-side) and the receiver's report under ``receiver``."""
-    receiver = subprocess.Popen(
+    receiver = _spawn(
         _cli(
             link.ns_b,
             "recv",
@@ -72,18 +79,13 @@ def transfer_over_link(
             "--timeout",
             str(timeout),
         ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-        cwd=ROOT,
     )
     try:
         assert receiver.stdout is not None
         first = receiver.stdout.readline()
         if "listening" not in first:
             raise TransportError(f"receiver did not start: {first}{receiver.stderr.read()}")  # type: ignore[union-attr]
-        sender = subprocess.Popen(
+        sender = _spawn(
             _cli(
                 link.ns_a,
                 "send",
@@ -95,11 +97,6 @@ def transfer_over_link(
                 str(timeout),
                 *send_args,
             ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(),
-            cwd=ROOT,
         )
         assert sender.stdout is not None
         report: dict[str, Any] = {}

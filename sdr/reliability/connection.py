@@ -16,7 +16,10 @@ out (the application): ``next_event()``: :class:`~sdr.reliability.events.WriteCo
                        :class:`~sdr.reliability.events.MessageFailed`.
 
 The core reports departures (the send table's packet ranges) and newly complete chunks
-(the receive table's events); nothing here polls or diffs their state. A lost CTS is the
+(the receive table's events); nothing here polls or diffs their state. Arrivals and
+control messages are handed to the machines at once; the machines' work and actions run
+once per round, in ``writes_to_send`` (which a driver calls every round, with a budget
+of 0 if it must not send) and ``handle_timer``. A lost CTS is the
 core's business (CTS requests, :mod:`sdr.control`). The blocking shell over it, with
 handles and waits, is :class:`sdr.runtime.ReliableQP`.
 """
@@ -172,14 +175,12 @@ class ReliableConnection:
                 inc, lane = owner
                 if inc.machine is not None and inc.machine.active:
                     inc.machine.on_chunks(now, lane, chunks)
-        self._step(now)
 
     def receive_control(self, now: float, data: bytes) -> None:
         """A control message arrived: SDR's own go to the core, ours to the machines."""
         self.core.receive_control(now, data)
         while self.core.upper_control:
             self._route(now, self.core.upper_control.popleft())
-        self._step(now)
 
     def writes_to_send(self, now: float, budget: int) -> list[WriteBatch]:
         """Packets to transmit now (at most ``budget``); their departures reach the machines."""

@@ -76,6 +76,7 @@ class ReliableQP:
         """The sans-I/O protocol object this shell drives (the QP's loop feeds it)."""
         qp.protocol = self.connection
         self._writes: dict[int, WriteHandle] = {}
+        self._pending: deque[WriteHandle] = deque()  # writes not admitted yet, in order
         self._receives: dict[int, ReceiveHandle] = {}
         self._regions: dict[int, tuple[MemoryRegion, int]] = {}
 
@@ -120,6 +121,7 @@ class ReliableQP:
         seq = self.connection.post_write(self.ctx.now(), mr, offset, length)
         handle = WriteHandle(self, seq, length)
         self._writes[seq] = handle
+        self._pending.append(handle)
         self._collect()
         return handle
 
@@ -161,9 +163,13 @@ class ReliableQP:
     def _collect(self) -> int:
         """Finish the handles of the connection's events."""
         n = 0
-        for seq, handle in self._writes.items():
-            if handle.state is HandleState.PENDING and self.connection.is_admitted(seq):
-                handle.state = HandleState.ACTIVE
+        while self._pending:  # admission is in order: stop at the first still waiting
+            head = self._pending[0]
+            if head.state is HandleState.PENDING:
+                if not self.connection.is_admitted(head.seq):
+                    break  # waiting (or finished this round: its event comes below)
+                head.state = HandleState.ACTIVE
+            self._pending.popleft()
         while (event := self.connection.next_event()) is not None:
             n += 1
             if isinstance(event, WriteCompleted):
