@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint format system figures train-dcs clean asan asan-build
 
-$(STAMP): pyproject.toml setup.py sdr/_placement.c
+$(STAMP): pyproject.toml setup.py $(wildcard sdr/*.c backends/*/*.c)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
