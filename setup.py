@@ -36,6 +36,8 @@ def native(name: str, source: str) -> Extension:
 
 NATIVE = [
     native("sdr._placement", "sdr/_placement.c"),
+    native("sdr.backends.wan._forward", "backends/wan/_forward.c"),
+    native("sdr.backends.udp._datapath", "backends/udp/_datapath.c"),
 ]
 
 setup(packages=packages, package_dir=FOLDERS, ext_modules=NATIVE)

@@ -32,8 +32,6 @@ reference. The native one is used when it is built, unless the environment varia
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
 import warnings
 from collections.abc import MutableMapping, Sequence
@@ -45,6 +43,7 @@ import numpy as np
 from sdr.config import QPAttr
 from sdr.errors import ConfigError
 from sdr.immediate import ImmediateLayout
+from sdr.native import load_extension
 
 __all__ = [
     "DISCARD_REASONS",
@@ -371,27 +370,7 @@ _NATIVE_FILE_ENV = "SDR_PLACEMENT_NATIVE"
 sanitizer build, ``make asan``)."""
 
 
-def _load_native() -> Any:
-    path = os.environ.get(_NATIVE_FILE_ENV)
-    if not path:
-        from sdr import _placement  # type: ignore[attr-defined]
-
-        return _placement
-    loader = importlib.machinery.ExtensionFileLoader("sdr._placement", path)
-    spec = importlib.util.spec_from_file_location("sdr._placement", path, loader=loader)
-    if spec is None:
-        raise ImportError(f"{_NATIVE_FILE_ENV}={path!r} is not an extension module")
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-try:
-    _native: Any = _load_native()
-    NATIVE_ERROR = ""
-except ImportError as exc:  # built without a compiler: the reference does the work
-    _native = None
-    NATIVE_ERROR = str(exc)
+_native, NATIVE_ERROR = load_extension("sdr._placement", _NATIVE_FILE_ENV)
 
 place_batch_native: Any = None if _native is None else _native.place_batch
 """The native place_batch (``sdr._placement``), None where it was not built."""

@@ -45,6 +45,8 @@ class QPHost(Protocol):
     rng: np.random.Generator
     host: str
     port: int
+    local_ip: int
+    gso: bool
     control_port: int
     data_socket: socket.socket
     pump_round: int

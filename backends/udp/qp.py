@@ -9,12 +9,14 @@ its RETH virtual address is the remote offset in the receiver's zero-based key s
 from __future__ import annotations
 
 import logging
+import socket
 import struct
 from collections import deque
 from typing import Any
 
 import numpy as np
 
+from sdr.backends.udp import native
 from sdr.backends.udp.contracts import CONTROL_HEADER, QPN_MAX, QPN_MIN, QPHost
 from sdr.backends.udp.mmsg import SendRing, address_of
 from sdr.backends.udp.roce import (
@@ -64,6 +66,8 @@ _BURST_S = 0.002
 _BURST_PACKETS = 16  # the largest burst a small-BDP queue must absorb is max(16 packets, 2 ms)
 _WAKE_PACKETS = 64
 _BATCH_S = 0.001
+_GSO_SEGMENTS = 64  # the kernel's UDP_MAX_SEGMENTS
+_UDP_PAYLOAD = 65507  # IPv4: 65535 - 20 - 8
 
 _COMPLETION_FIELDS = ("channels", "generations", "imms", "byte_lens", "remote_offsets")
 _EMPTY = CompletionBatch.empty()
@@ -139,6 +143,9 @@ class UdpQP(KeyTableBindings, TransportQP):
         self._records["pkey"] = DEFAULT_PKEY
         self._header_view = memoryview(self._ring.headers).cast("B")
         self._peer_qpn_array: list[np.ndarray] = []
+        self._peer_ip = 0
+        self._gso_segments = max(1, min(_GSO_SEGMENTS, _UDP_PAYLOAD // wire_length(attr.mtu)))
+        """Packets of one MTU that one GSO send carries (1: GSO cannot help)."""
 
     # --- connection set-up ----------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -172,6 +179,7 @@ class UdpQP(KeyTableBindings, TransportQP):
         self._prefix = IcrcPrefix((self.transport.host, self.transport.port), self.peer)
         self._peer_qpn_array = [np.asarray(g, dtype=np.int64) for g in qpns]
         self._ring.set_peer(host, port)
+        self._peer_ip = int.from_bytes(socket.inet_aton(host), "big")
         self.transport.endpoints_changed(self)  # the receive path learns the peer's address
 
     # --- key table --------------------------------------------------------------------------
@@ -193,16 +201,49 @@ class UdpQP(KeyTableBindings, TransportQP):
                 f"generation {batch.generation} has no QPN at the peer "
                 f"({len(self.peer_qpns)} generations)"
             )
-        ring, cap = self._ring, self._ring.capacity
-        base = address_of(batch.region.view)
-        wire = 0
-        for start in range(0, len(batch), cap):
-            stop = min(len(batch), start + cap)
-            wire += self._post_slice(batch, start, stop, base)
-            ring.send(self.transport.data_socket, stop - start)
+        if native.active():
+            wire = self._send_native(batch)
+        else:
+            ring, cap = self._ring, self._ring.capacity
+            base = address_of(batch.region.view)
+            wire = 0
+            for start in range(0, len(batch), cap):
+                stop = min(len(batch), start + cap)
+                wire += self._post_slice(batch, start, stop, base)
+                ring.send(self.transport.data_socket, stop - start)
         self.stats["wire_packets_sent"] += len(batch)
         self.stats["wire_bytes_sent"] += wire
         self.pacer.consume(self.transport.now(), wire * 8)
+
+    def _send_native(self, batch: WriteBatch) -> int:
+        """Headers, ICRCs and sendmmsg (with GSO where the transport has it) in one native
+        pass (backends/udp/_datapath.c); returns the IP bytes sent."""
+        t, gen = self.transport, batch.generation
+        channels = batch.channels.astype(np.intp)
+        segments = self._gso_segments if t.gso and len(batch) > 1 else 1
+        try:
+            return int(
+                native.module.send(  # type: ignore[union-attr]
+                    t.data_socket.fileno(),
+                    self._peer_ip,
+                    self.peer[1],  # type: ignore[index]
+                    t.local_ip,
+                    t.port,
+                    batch.region.view,
+                    batch.src_offsets.astype(np.int64, copy=False),
+                    batch.lengths.astype(np.int64, copy=False),
+                    batch.remote_offsets.astype(np.int64, copy=False),
+                    batch.imms.astype(np.int64),
+                    self._peer_qpn_array[gen][channels],
+                    self._next_psns(gen, channels),
+                    self.peer_rkeys[gen],
+                    segments,
+                )
+            )
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from exc
+        except OSError as exc:
+            raise TransportError(f"sendmmsg: {exc}") from exc
 
     def _post_slice(self, batch: WriteBatch, start: int, stop: int, base: int) -> int:
         """Fill the ring's descriptors for packets [start, stop); returns their IP bytes."""

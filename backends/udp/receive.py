@@ -17,6 +17,7 @@ import socket
 
 import numpy as np
 
+from sdr.backends.udp import native
 from sdr.backends.udp.contracts import ReceivingQP as UdpQP
 from sdr.backends.udp.mmsg import RecvRing
 from sdr.backends.udp.roce import (
@@ -43,11 +44,22 @@ class Receiver:
     """Receive state of one transport: staging ring, endpoint table, ICRC prefixes."""
 
     def __init__(
-        self, local: tuple[str, int], stats: dict[str, int], verify_icrc: bool = True
+        self,
+        local: tuple[str, int],
+        stats: dict[str, int],
+        verify_icrc: bool = True,
+        gro: bool = True,
     ) -> None:
         self.local = local
         self.stats = stats
         self.verify_icrc = verify_icrc
+        self.gro = gro
+        """Ask the kernel for GRO (the native pass only; the reference reads datagrams)."""
+        self._gro_on = False
+        self._local_ip = int.from_bytes(socket.inet_aton(local[0]), "big")
+        self._native_out: tuple[np.ndarray, ...] = ()
+        self._counters = np.zeros(len(native.COUNTERS), dtype=np.int64)
+        self._discards = np.zeros((0, len(native.DISCARDS)), dtype=np.int64)
         self.ring = RecvRing(_RING, _SLOT)
         self.headers = np.ndarray(
             (_RING,), dtype=HEADER_DTYPE, buffer=self.ring.slots, strides=(_SLOT,)
@@ -192,7 +204,13 @@ class Receiver:
         return prefix
 
     def pump(self, sock: socket.socket, max_packets: int) -> int:
-        """Receive and process up to ``max_packets`` datagrams; returns how many arrived."""
+        """Receive and process up to about ``max_packets`` packets; returns how many arrived
+        (with GRO the last read may bring a few more)."""
+        if native.active():
+            return self._pump_native(sock, max_packets)
+        if self._gro_on:  # the reference reads one datagram per packet
+            native.set_gro(sock, False)
+            self._gro_on = False
         total = 0
         while total < max_packets:
             want = min(self.ring.capacity, max_packets - total)
@@ -203,6 +221,59 @@ class Receiver:
             if got < want:
                 break
         return total
+
+    def _pump_native(self, sock: socket.socket, max_packets: int) -> int:
+        """The same checks in one native pass per read (backends/udp/_datapath.c)."""
+        if self.gro != self._gro_on:
+            self._gro_on = native.set_gro(sock, self.gro) and self.gro
+        cap = self.ring.capacity * (_SLOT // _MIN_PACKET + 1 if self._gro_on else 1)
+        if len(self._native_out) == 0 or len(self._native_out[0]) < cap:
+            self._native_out = tuple(np.empty(cap, dtype=np.int64) for _ in range(5))
+        receive, fd, total = native.module.receive, sock.fileno(), 0  # type: ignore[union-attr]
+        while total < max_packets:
+            want = min(self.ring.capacity, max_packets - total)
+            peers = self._sources_of_peers()
+            if len(self._discards) < len(peers):
+                self._discards = np.zeros((len(peers), len(native.DISCARDS)), dtype=np.int64)
+            got, segments, listed = receive(
+                fd,
+                self.ring.slots,
+                _SLOT,
+                want,
+                self._gro_on,
+                self._local_ip,
+                self.local[1],
+                self.verify_icrc,
+                self._qpns,
+                self._order,
+                self._rkeys,
+                self._owner,
+                peers,
+                *self._native_out,
+                self._counters,
+                self._discards.reshape(-1),
+            )
+            self._take_native_counters()
+            if listed:
+                ep, offsets, dlen, va, imm = (column[:listed] for column in self._native_out)
+                self._place(ep, offsets, dlen, imm.astype(np.uint32), va)
+            total += segments
+            if got < want:
+                break
+        return total
+
+    def _take_native_counters(self) -> None:
+        counters = self._counters
+        if counters.any():
+            for name, value in zip(native.COUNTERS, counters.tolist(), strict=True):
+                self.stats[name] += value
+            counters[:] = 0
+        discards = self._discards
+        for index in np.flatnonzero(discards.any(axis=1)).tolist():
+            qstats = self._qps[index].discards
+            for name, value in zip(native.DISCARDS, discards[index].tolist(), strict=True):
+                qstats[name] = qstats.get(name, 0) + value
+            discards[index] = 0
 
     def _process(self, n: int) -> None:
         ring, stats, hdr = self.ring, self.stats, self.headers[:n]
@@ -237,20 +308,32 @@ class Receiver:
         )
         if not passed.any():
             return
-        ep, rows, dlen = ep[passed], rows[passed], dlen[passed]
-        owners = self._owner[ep]
-        staging, slot = self.ring.view, self.ring.slot_size
+        ep, rows = ep[passed], rows[passed]
+        imms = hdr["imm"][rows].astype(np.uint32)
+        remote = hdr["va"][rows].astype(np.int64)  # > 2^63 wraps negative: out of range
+        self._place(ep, rows * self.ring.slot_size + HEADER_SIZE, dlen[passed], imms, remote)
+
+    def _place(
+        self,
+        ep: np.ndarray,
+        offsets: np.ndarray,
+        dlen: np.ndarray,
+        imms: np.ndarray,
+        remote: np.ndarray,
+    ) -> None:
+        """Hand the packets that passed the wire checks to their QPs' key tables, which
+        copy each from its staging offset into the registered region."""
+        owners, staging = self._owner[ep], self.ring.view
         for index in np.unique(owners).tolist():
             mine = owners == index if len(self._qps) > 1 else slice(None)
-            qp, sel, eps, lengths = self._qps[index], rows[mine], ep[mine], dlen[mine]
-            gens, imms = self._gens[eps], hdr["imm"][sel].astype(np.uint32)
-            remote = hdr["va"][sel].astype(np.int64)  # > 2^63 wraps negative: out of range
-            verdicts = qp.keys.place(gens, remote, imms, lengths, staging, sel * slot + HEADER_SIZE)
+            qp, eps, lengths = self._qps[index], ep[mine], dlen[mine]
+            gens, imm, va = self._gens[eps], imms[mine], remote[mine]
+            verdicts = qp.keys.place(gens, va, imm, lengths, staging, offsets[mine])
             ok = verdicts == PLACED
             if not ok.any():
                 continue
             batch = CompletionBatch(
-                self._chans[eps][ok], gens[ok], imms[ok], lengths[ok], remote[ok], validated=True
+                self._chans[eps][ok], gens[ok], imm[ok], lengths[ok], va[ok], validated=True
             )
             qp.completions.append(batch)
             qp.pending += len(batch)

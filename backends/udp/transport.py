@@ -15,12 +15,14 @@ from __future__ import annotations
 import itertools
 import logging
 import select
+import socket
 import struct
 import time
 from typing import Any, ClassVar
 
 import numpy as np
 
+from sdr.backends.udp import native
 from sdr.backends.udp.contracts import CONTROL_HEADER, QPN_MAX, QPN_MIN
 from sdr.backends.udp.qp import UdpQP
 from sdr.backends.udp.receive import Receiver
@@ -82,6 +84,10 @@ class UdpTransport(Transport):
     verify_icrc: check every received packet's ICRC (default). Turning it off saves one
         pass over the payload; the UDP checksum still guards real links (not loopback),
         and packets are still checked for QPN, rkey, length and key-table placement.
+    gso: send equal-sized packets several per system call with UDP_SEGMENT, where the
+        kernel has it (default; native datapath only). The wire carries the same datagrams.
+    gro: ask the kernel to hand received datagrams over several per read (UDP_GRO;
+        default; native datapath only).
     """
 
     name: ClassVar[str] = "udp"
@@ -95,6 +101,8 @@ class UdpTransport(Transport):
         prefault: bool = True,
         seed: int | None = None,
         verify_icrc: bool = True,
+        gso: bool = True,
+        gro: bool = True,
     ) -> None:
         self.rng = np.random.default_rng(seed)
         self.data_socket = open_udp_socket(host, int(port), int(socket_buffer))
@@ -122,7 +130,9 @@ class UdpTransport(Transport):
             "control_bad_source": 0,
             "control_bad_crc": 0,
         }
-        self._receiver = Receiver((self.host, self.port), self.stats, verify_icrc)
+        self.local_ip = int.from_bytes(socket.inet_aton(self.host), "big")
+        self.gso = bool(gso) and native.supports_gso(self.data_socket)
+        self._receiver = Receiver((self.host, self.port), self.stats, verify_icrc, bool(gro))
 
     # --- Transport interface ----------------------------------------------------------------
     def now(self) -> float:

@@ -1,0 +1,720 @@
+/* The UDP backend's per-packet loops in C: the ICRC's CRC-32, the receive pass, the send
+ * pass. The Python code in backends/udp/receive.py and backends/udp/qp.py is the reference
+ * (datapath "python"); tests/test_udp_native.py holds the two equal.
+ *
+ *   crc32(data, value=0) -> int
+ *       zlib's CRC-32 (same values): PCLMULQDQ folding where the CPU has it, else
+ *       slicing-by-8 tables. implementation() says which.
+ *   receive(fd, staging, slot_size, max_datagrams, gro, local_ip, local_port, verify,
+ *           qpns, order, rkeys, owner, peer_sources,
+ *           out_ep, out_offset, out_len, out_va, out_imm, counters, discards)
+ *       -> (datagrams, segments, survivors)
+ *       One recvmmsg into the staging slots (with UDP_GRO a datagram holds several
+ *       segments, split at the gso_size the kernel reports), then per segment, in the
+ *       reference's order: runt, bad_opcode, unknown_qpn (transport ``counters``[0..2]),
+ *       bad_source, bad_length, bad_icrc, bad_rkey (``discards``[owner, 0..3]). The
+ *       segments that pass are listed in the out_* columns for the key table's
+ *       placement step (sdr.placement.place_batch); nothing is written anywhere else.
+ *   send(fd, peer_ip, peer_port, local_ip, local_port, region, src_offsets, lengths,
+ *        remote_offsets, imms, qpns, psns, rkey, gso_segments) -> IP bytes sent
+ *       Builds BTH/RETH/ImmDt headers and the ICRC of every packet straight from the
+ *       registered region and sends them with sendmmsg, several equal-sized packets per
+ *       message with UDP_SEGMENT (GSO) when gso_segments > 1. Every offset and length is
+ *       checked against the region before anything is sent.
+ *
+ * Columns are 1-D C-contiguous int64 buffers (the Python side converts). The GIL is
+ * released around the system calls and the per-packet loops.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_X86 1
+#endif
+
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+enum {
+    HEADER_SIZE = 32,        /* BTH 12 + RETH 16 + ImmDt 4 */
+    ICRC_SIZE = 4,
+    MIN_PACKET = HEADER_SIZE + ICRC_SIZE,
+    OPCODE = 0x2B,           /* UC RDMA WRITE Only with Immediate */
+    IP_UDP = 28,
+    MAX_DATAGRAMS = 256,     /* one recvmmsg */
+    MAX_UDP_PAYLOAD = 65507, /* IPv4: 65535 - 20 - 8 */
+    MAX_GSO_SEGMENTS = 64,
+    SEND_CHUNK = 1024,       /* messages per sendmmsg (UIO_MAXIOV) */
+    RETRY_MS = 10,
+};
+/* transport counters and per-QP discards, in the order of backends/udp/native.py */
+enum { C_RUNT, C_BAD_OPCODE, C_UNKNOWN_QPN, N_COUNTERS };
+enum { D_BAD_SOURCE, D_BAD_LENGTH, D_BAD_ICRC, D_BAD_RKEY, N_DISCARDS };
+
+/* ------------------------------------------------------------------------------------ */
+/* CRC-32 (reflected polynomial 0xEDB88320), "raw": no pre/post inversion. zlib's
+ * crc32(data, v) is ~raw(~v, data).                                                    */
+
+static uint32_t crc_table[8][256];
+
+static void crc_init_tables(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+}
+
+static uint32_t crc_raw_table(uint32_t c, const uint8_t *p, size_t n)
+{
+    while (n >= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + 4, 4);
+#if PY_BIG_ENDIAN
+        lo = __builtin_bswap32(lo);
+        hi = __builtin_bswap32(hi);
+#endif
+        lo ^= c;
+        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^
+            crc_table[5][(lo >> 16) & 0xFF] ^ crc_table[4][lo >> 24] ^
+            crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
+            crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = (c >> 8) ^ crc_table[0][(c ^ *p++) & 0xFF];
+    return c;
+}
+
+#ifdef HAVE_X86
+/* Folding with carry-less multiplication (Intel, "Fast CRC Computation for Generic
+ * Polynomials Using PCLMULQDQ", 2009): four 128-bit lanes are folded forward across 512
+ * bits, then into one lane, whose 16 bytes and the tail are finished by the tables (the
+ * folded lane is congruent to everything before it, so a zero-state CRC over it gives the
+ * same register). The constants are x^k mod P for the reflected polynomial. */
+__attribute__((target("pclmul,sse4.1"))) static inline __m128i
+fold(__m128i x, __m128i k)
+{
+    return _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11));
+}
+
+__attribute__((target("pclmul,sse4.1"))) static uint32_t
+crc_raw_pclmul(uint32_t c, const uint8_t *p, size_t n)
+{
+    if (n < 128)
+        return crc_raw_table(c, p, n);
+    const __m128i k512 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
+    const __m128i k128 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
+    __m128i x0 = _mm_loadu_si128((const __m128i *)p);
+    __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 16));
+    __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 32));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 48));
+    x0 = _mm_xor_si128(x0, _mm_cvtsi32_si128((int)c));
+    p += 64;
+    n -= 64;
+    while (n >= 64) {
+        x0 = _mm_xor_si128(fold(x0, k512), _mm_loadu_si128((const __m128i *)p));
+        x1 = _mm_xor_si128(fold(x1, k512), _mm_loadu_si128((const __m128i *)(p + 16)));
+        x2 = _mm_xor_si128(fold(x2, k512), _mm_loadu_si128((const __m128i *)(p + 32)));
+        x3 = _mm_xor_si128(fold(x3, k512), _mm_loadu_si128((const __m128i *)(p + 48)));
+        p += 64;
+        n -= 64;
+    }
+    __m128i x = _mm_xor_si128(fold(x0, k128), x1);
+    x = _mm_xor_si128(fold(x, k128), x2);
+    x = _mm_xor_si128(fold(x, k128), x3);
+    while (n >= 16) {
+        x = _mm_xor_si128(fold(x, k128), _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+    uint8_t lane[16];
+    _mm_storeu_si128((__m128i *)lane, x);
+    return crc_raw_table(crc_raw_table(0, lane, 16), p, n);
+}
+#endif
+
+static int use_pclmul;
+
+static inline uint32_t crc_raw(uint32_t c, const uint8_t *p, size_t n)
+{
+#ifdef HAVE_X86
+    if (use_pclmul)
+        return crc_raw_pclmul(c, p, n);
+#endif
+    return crc_raw_table(c, p, n);
+}
+
+/* The ICRC's running register after the pseudo LRH, IPv4 and UDP headers of a datagram
+ * of ``udp_payload`` bytes from src to dst (addresses and ports in host order); the
+ * prediction of backends/udp/roce.py's IcrcPrefix. */
+static uint32_t icrc_prefix(uint32_t src_ip, uint32_t src_port, uint32_t dst_ip,
+                            uint32_t dst_port, uint32_t udp_payload)
+{
+    uint8_t b[36];
+    uint32_t udp_len = 8 + udp_payload, total = 20 + udp_len;
+    memset(b, 0xFF, 8);
+    b[8] = 0x45; b[9] = 0xFF; b[10] = (uint8_t)(total >> 8); b[11] = (uint8_t)total;
+    b[12] = 0; b[13] = 0; b[14] = 0x40; b[15] = 0; /* id 0, don't fragment */
+    b[16] = 0xFF; b[17] = IPPROTO_UDP; b[18] = 0xFF; b[19] = 0xFF;
+    for (int i = 0; i < 4; i++) {
+        b[20 + i] = (uint8_t)(src_ip >> (24 - 8 * i));
+        b[24 + i] = (uint8_t)(dst_ip >> (24 - 8 * i));
+    }
+    b[28] = (uint8_t)(src_port >> 8); b[29] = (uint8_t)src_port;
+    b[30] = (uint8_t)(dst_port >> 8); b[31] = (uint8_t)dst_port;
+    b[32] = (uint8_t)(udp_len >> 8); b[33] = (uint8_t)udp_len;
+    b[34] = 0xFF; b[35] = 0xFF;
+    return crc_raw_table(0xFFFFFFFFu, b, sizeof b);
+}
+
+static inline uint32_t be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+static inline uint64_t be64(const uint8_t *p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
+static inline void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+static inline void put_le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Buffers                                                                              */
+
+typedef struct {
+    Py_buffer view;
+    int held;
+} Buf;
+
+static void release(Buf *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (b[i].held) {
+            PyBuffer_Release(&b[i].view);
+            b[i].held = 0;
+        }
+}
+
+/* ``obj`` as a 1-D C-contiguous int64 column of at least ``min_len`` values. */
+static int get_i64(PyObject *obj, const char *name, Buf *b, int writable, Py_ssize_t min_len)
+{
+    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &b->view, flags) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a%s C-contiguous int64 array, got %.80s",
+                     name, writable ? " writable" : "", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    b->held = 1;
+    const char *f = b->view.format ? b->view.format : "B";
+    if (*f == '@' || *f == '=' || *f == '<')
+        f++;
+    if (b->view.ndim != 1 || b->view.itemsize != 8 || !(f[0] == 'q' || f[0] == 'l') || f[1]) {
+        PyErr_Format(PyExc_TypeError, "%s must be a 1-D int64 array, got format %s", name,
+                     b->view.format ? b->view.format : "B");
+        return -1;
+    }
+    if (b->view.shape[0] < min_len) {
+        PyErr_Format(PyExc_ValueError, "%s has %zd values, needs at least %zd", name,
+                     b->view.shape[0], min_len);
+        return -1;
+    }
+    return 0;
+}
+
+static int get_bytes(PyObject *obj, const char *name, Buf *b, int writable)
+{
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &b->view, flags) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a%s contiguous byte buffer, got %.80s", name,
+                     writable ? " writable" : "", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    b->held = 1;
+    return 0;
+}
+
+#define I64(b) ((int64_t *)(b).view.buf)
+#define LEN(b) ((b).view.shape ? (b).view.shape[0] : (b).view.len / 8)
+
+/* ------------------------------------------------------------------------------------ */
+/* crc32(data, value=0)                                                                 */
+
+static PyObject *py_crc32(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    unsigned long value = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*|k:crc32", &view, &value))
+        return NULL;
+    uint32_t c = ~(uint32_t)value;
+    const uint8_t *p = view.buf;
+    size_t n = (size_t)view.len;
+    if (n > 65536) {
+        Py_BEGIN_ALLOW_THREADS
+        c = crc_raw(c, p, n);
+        Py_END_ALLOW_THREADS
+    } else {
+        c = crc_raw(c, p, n);
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(~c);
+}
+
+static PyObject *py_implementation(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+    return PyUnicode_FromString(use_pclmul ? "pclmul" : "table");
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* receive                                                                              */
+
+typedef struct {
+    const uint8_t *staging;
+    const int64_t *qpns, *order, *rkeys, *owner, *peer_sources;
+    Py_ssize_t n_qpns, n_eps, n_owners;
+    int64_t *out_ep, *out_offset, *out_len, *out_va, *out_imm;
+    Py_ssize_t out_cap;
+    int64_t *counters, *discards;
+    uint32_t local_ip, local_port;
+    int verify;
+    /* the last ICRC prefix: most segments come from one peer at one size */
+    int64_t last_source;
+    uint32_t last_len, last_state;
+} RecvPass;
+
+static Py_ssize_t find_qpn(const RecvPass *r, int64_t qpn)
+{
+    Py_ssize_t lo = 0, hi = r->n_qpns;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (r->qpns[mid] < qpn)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < r->n_qpns && r->qpns[lo] == qpn ? lo : -1;
+}
+
+/* One segment of ``len`` bytes at staging offset ``off`` from ``source``; returns 1 if it
+ * was listed for placement. */
+static int recv_segment(RecvPass *r, Py_ssize_t *k, Py_ssize_t off, uint32_t len, int64_t source)
+{
+    const uint8_t *p = r->staging + off;
+    if (len < MIN_PACKET) {
+        r->counters[C_RUNT]++;
+        return 0;
+    }
+    if (p[0] != OPCODE) {
+        r->counters[C_BAD_OPCODE]++;
+        return 0;
+    }
+    Py_ssize_t pos = find_qpn(r, be32(p + 4) & 0xFFFFFF);
+    int64_t ep = pos < 0 ? -1 : r->order[pos];
+    int64_t own = ep < 0 || ep >= r->n_eps ? -1 : r->owner[ep];
+    if (own < 0 || own >= r->n_owners) {
+        r->counters[C_UNKNOWN_QPN]++;
+        return 0;
+    }
+    int64_t *disc = r->discards + own * N_DISCARDS;
+    if (source != r->peer_sources[own]) {
+        disc[D_BAD_SOURCE]++;
+        return 0;
+    }
+    int64_t dlen = be32(p + 24), pad = (p[1] >> 4) & 3, end = (int64_t)len - ICRC_SIZE;
+    if (HEADER_SIZE + dlen + pad != end || pad != (-dlen & 3)) {
+        disc[D_BAD_LENGTH]++;
+        return 0;
+    }
+    if (r->verify) {
+        if (source != r->last_source || len != r->last_len) {
+            r->last_source = source;
+            r->last_len = len;
+            r->last_state = icrc_prefix((uint32_t)(source >> 16), (uint32_t)(source & 0xFFFF),
+                                        r->local_ip, r->local_port, len);
+        }
+        uint8_t hdr[HEADER_SIZE];
+        memcpy(hdr, p, HEADER_SIZE);
+        hdr[4] = 0xFF; /* the ICRC sees F|B|resv6 as all ones */
+        uint32_t c = crc_raw_table(r->last_state, hdr, HEADER_SIZE);
+        c = ~crc_raw(c, p + HEADER_SIZE, (size_t)(end - HEADER_SIZE));
+        uint32_t carried = (uint32_t)p[end] | (uint32_t)p[end + 1] << 8 |
+                           (uint32_t)p[end + 2] << 16 | (uint32_t)p[end + 3] << 24;
+        if (c != carried) {
+            disc[D_BAD_ICRC]++;
+            return 0;
+        }
+    }
+    if ((int64_t)be32(p + 20) != r->rkeys[ep]) {
+        disc[D_BAD_RKEY]++;
+        return 0;
+    }
+    Py_ssize_t i = (*k)++;
+    r->out_ep[i] = ep;
+    r->out_offset[i] = off + HEADER_SIZE;
+    r->out_len[i] = dlen;
+    r->out_va[i] = (int64_t)be64(p + 12); /* > 2^63 wraps negative: out of range */
+    r->out_imm[i] = be32(p + 28);
+    return 1;
+}
+
+static PyObject *py_receive(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int fd, gro, verify;
+    Py_ssize_t slot_size, max_dg;
+    unsigned long local_ip, local_port;
+    PyObject *o_staging, *o_qpns, *o_order, *o_rkeys, *o_owner, *o_peers;
+    PyObject *o_ep, *o_off, *o_len, *o_va, *o_imm, *o_counters, *o_discards;
+    if (!PyArg_ParseTuple(args, "iOnnpkkpOOOOOOOOOOOO:receive", &fd, &o_staging, &slot_size,
+                          &max_dg, &gro, &local_ip, &local_port, &verify, &o_qpns, &o_order,
+                          &o_rkeys, &o_owner, &o_peers, &o_ep, &o_off, &o_len, &o_va, &o_imm,
+                          &o_counters, &o_discards))
+        return NULL;
+    Buf b[13] = {{{0}}};
+    PyObject *result = NULL;
+    struct mmsghdr *msgs = NULL;
+    if (get_bytes(o_staging, "staging", &b[0], 1) < 0)
+        goto done;
+    if (slot_size < MIN_PACKET || slot_size > (1 << 20) || max_dg < 1) {
+        PyErr_Format(PyExc_ValueError, "receive: slot_size %zd or max_datagrams %zd out of range",
+                     slot_size, max_dg);
+        goto done;
+    }
+    if (max_dg > MAX_DATAGRAMS)
+        max_dg = MAX_DATAGRAMS;
+    if (max_dg > b[0].view.len / slot_size)
+        max_dg = b[0].view.len / slot_size;
+    if (max_dg < 1) {
+        PyErr_SetString(PyExc_ValueError, "receive: staging holds no slot");
+        goto done;
+    }
+    if (get_i64(o_qpns, "qpns", &b[1], 0, 0) < 0 || get_i64(o_order, "order", &b[2], 0, LEN(b[1])) < 0 ||
+        get_i64(o_rkeys, "rkeys", &b[3], 0, 0) < 0 || get_i64(o_owner, "owner", &b[4], 0, LEN(b[3])) < 0 ||
+        get_i64(o_peers, "peer_sources", &b[5], 0, 0) < 0)
+        goto done;
+    /* the most segments one call can list: every slot split into minimal segments */
+    Py_ssize_t cap = max_dg * (gro ? slot_size / MIN_PACKET + 1 : 1);
+    if (get_i64(o_ep, "out_ep", &b[6], 1, cap) < 0 || get_i64(o_off, "out_offset", &b[7], 1, cap) < 0 ||
+        get_i64(o_len, "out_len", &b[8], 1, cap) < 0 || get_i64(o_va, "out_va", &b[9], 1, cap) < 0 ||
+        get_i64(o_imm, "out_imm", &b[10], 1, cap) < 0 ||
+        get_i64(o_counters, "counters", &b[11], 1, N_COUNTERS) < 0 ||
+        get_i64(o_discards, "discards", &b[12], 1, LEN(b[5]) * N_DISCARDS) < 0)
+        goto done;
+
+    RecvPass r = {
+        .staging = b[0].view.buf,
+        .qpns = I64(b[1]), .order = I64(b[2]), .rkeys = I64(b[3]), .owner = I64(b[4]),
+        .peer_sources = I64(b[5]),
+        .n_qpns = LEN(b[1]), .n_eps = LEN(b[3]), .n_owners = LEN(b[5]),
+        .out_ep = I64(b[6]), .out_offset = I64(b[7]), .out_len = I64(b[8]),
+        .out_va = I64(b[9]), .out_imm = I64(b[10]), .out_cap = cap,
+        .counters = I64(b[11]), .discards = I64(b[12]),
+        .local_ip = (uint32_t)local_ip, .local_port = (uint32_t)local_port, .verify = verify,
+        .last_source = -2,
+    };
+    size_t cmsg_space = CMSG_SPACE(sizeof(int));
+    size_t each = sizeof(struct mmsghdr) + sizeof(struct iovec) + sizeof(struct sockaddr_in) + cmsg_space;
+    msgs = calloc((size_t)max_dg, each);
+    if (msgs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    struct iovec *iov = (struct iovec *)(msgs + max_dg);
+    struct sockaddr_in *names = (struct sockaddr_in *)(iov + max_dg);
+    char *cbuf = (char *)(names + max_dg);
+    uint8_t *staging = b[0].view.buf;
+    for (Py_ssize_t i = 0; i < max_dg; i++) {
+        iov[i].iov_base = staging + i * slot_size;
+        iov[i].iov_len = (size_t)slot_size;
+        msgs[i].msg_hdr.msg_name = &names[i];
+        msgs[i].msg_hdr.msg_namelen = sizeof names[i];
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+        if (gro) {
+            msgs[i].msg_hdr.msg_control = cbuf + i * cmsg_space;
+            msgs[i].msg_hdr.msg_controllen = cmsg_space;
+        }
+    }
+    int got, err = 0;
+    Py_ssize_t segments = 0, k = 0;
+    Py_BEGIN_ALLOW_THREADS
+    got = recvmmsg(fd, msgs, (unsigned)max_dg, MSG_DONTWAIT, NULL);
+    if (got < 0)
+        err = errno;
+    for (int i = 0; i < got; i++) {
+        struct msghdr *h = &msgs[i].msg_hdr;
+        uint32_t total = msgs[i].msg_len;
+        if ((h->msg_flags & MSG_TRUNC) || total > (uint32_t)slot_size) {
+            r.counters[C_RUNT]++;
+            segments++;
+            continue;
+        }
+        int64_t source = -1;
+        if (h->msg_namelen >= sizeof(struct sockaddr_in) && names[i].sin_family == AF_INET)
+            source = (int64_t)ntohl(names[i].sin_addr.s_addr) << 16 | ntohs(names[i].sin_port);
+        uint32_t gso = total;
+        if (gro) {
+            for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c != NULL; c = CMSG_NXTHDR(h, c)) {
+                if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+                    c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+                    int size;
+                    memcpy(&size, CMSG_DATA(c), sizeof size);
+                    if (size > 0 && (uint32_t)size < total)
+                        gso = (uint32_t)size;
+                }
+            }
+        }
+        if (total == 0) { /* an empty datagram is a runt too */
+            r.counters[C_RUNT]++;
+            segments++;
+            continue;
+        }
+        for (uint32_t at = 0; at < total; at += gso) {
+            uint32_t len = total - at < gso ? total - at : gso;
+            segments++;
+            if (k < r.out_cap)
+                recv_segment(&r, &k, i * slot_size + at, len, source);
+            else
+                r.counters[C_RUNT]++; /* cannot happen: cap covers minimal segments */
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (got < 0) {
+        if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR)
+            got = 0;
+        else {
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto done;
+        }
+    }
+    result = Py_BuildValue("(inn)", got, segments, k);
+done:
+    free(msgs);
+    release(b, 13);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* send                                                                                 */
+
+static PyObject *py_send(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int fd;
+    unsigned long peer_ip, peer_port, local_ip, local_port, rkey;
+    Py_ssize_t gso_max;
+    PyObject *o_region, *o_src, *o_len, *o_va, *o_imm, *o_qpn, *o_psn;
+    if (!PyArg_ParseTuple(args, "ikkkkOOOOOOOkn:send", &fd, &peer_ip, &peer_port, &local_ip,
+                          &local_port, &o_region, &o_src, &o_len, &o_va, &o_imm, &o_qpn, &o_psn,
+                          &rkey, &gso_max))
+        return NULL;
+    Buf b[7] = {{{0}}};
+    PyObject *result = NULL;
+    char *mem = NULL;
+    if (get_bytes(o_region, "region", &b[0], 0) < 0 || get_i64(o_src, "src_offsets", &b[1], 0, 0) < 0)
+        goto done;
+    Py_ssize_t n = LEN(b[1]);
+    if (get_i64(o_len, "lengths", &b[2], 0, n) < 0 || get_i64(o_va, "remote_offsets", &b[3], 0, n) < 0 ||
+        get_i64(o_imm, "imms", &b[4], 0, n) < 0 || get_i64(o_qpn, "qpns", &b[5], 0, n) < 0 ||
+        get_i64(o_psn, "psns", &b[6], 0, n) < 0)
+        goto done;
+    if (gso_max < 1)
+        gso_max = 1;
+    if (gso_max > MAX_GSO_SEGMENTS)
+        gso_max = MAX_GSO_SEGMENTS;
+    const int64_t *src = I64(b[1]), *len = I64(b[2]), *va = I64(b[3]), *imm = I64(b[4]);
+    const int64_t *qpn = I64(b[5]), *psn = I64(b[6]);
+    const Py_ssize_t region_len = b[0].view.len;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (len[i] < 0 || src[i] < 0 || len[i] > MAX_UDP_PAYLOAD - MIN_PACKET - 3 ||
+            src[i] > region_len - len[i]) {
+            PyErr_Format(PyExc_ValueError,
+                         "send: packet %zd (offset %lld, length %lld) is outside the region "
+                         "of %zd bytes or longer than a datagram", i, (long long)src[i],
+                         (long long)len[i], region_len);
+            goto done;
+        }
+    }
+    if (n == 0) {
+        result = PyLong_FromLong(0);
+        goto done;
+    }
+    size_t cmsg_space = CMSG_SPACE(sizeof(uint16_t));
+    size_t per = HEADER_SIZE + 8 + 3 * sizeof(struct iovec) + sizeof(struct mmsghdr) + cmsg_space;
+    mem = calloc((size_t)n, per);
+    if (mem == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint8_t *headers = (uint8_t *)mem;
+    uint8_t *tails = headers + n * HEADER_SIZE;
+    struct iovec *iov = (struct iovec *)(tails + n * 8);
+    struct mmsghdr *msgs = (struct mmsghdr *)(iov + 3 * n);
+    char *cbuf = (char *)(msgs + n);
+    struct sockaddr_in peer = {0};
+    peer.sin_family = AF_INET;
+    peer.sin_port = htons((uint16_t)peer_port);
+    peer.sin_addr.s_addr = htonl((uint32_t)peer_ip);
+    const uint8_t *region = b[0].view.buf;
+    long long wire = 0;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    uint32_t last_size = 0, state = 0;
+    Py_ssize_t groups = 0;
+    for (Py_ssize_t i = 0; i < n;) {
+        /* one message: packets i..j-1, all of one wire size but the last */
+        Py_ssize_t j = i;
+        uint32_t seg = 0, bytes = 0;
+        while (j < n && j - i < gso_max) {
+            uint32_t pad = (uint32_t)(-len[j] & 3);
+            uint32_t size = HEADER_SIZE + (uint32_t)len[j] + pad + ICRC_SIZE;
+            if (j > i && (size > seg || bytes + size > MAX_UDP_PAYLOAD))
+                break;
+            uint8_t *h = headers + j * HEADER_SIZE, *t = tails + j * 8;
+            h[0] = OPCODE;
+            h[1] = (uint8_t)(pad << 4);
+            h[2] = 0xFF; h[3] = 0xFF; /* P_Key */
+            put_be32(h + 4, (uint32_t)qpn[j] & 0xFFFFFF);
+            put_be32(h + 8, (uint32_t)psn[j] & 0xFFFFFF);
+            put_be32(h + 12, (uint32_t)((uint64_t)va[j] >> 32));
+            put_be32(h + 16, (uint32_t)(uint64_t)va[j]);
+            put_be32(h + 20, (uint32_t)rkey);
+            put_be32(h + 24, (uint32_t)len[j]);
+            put_be32(h + 28, (uint32_t)imm[j]);
+            if (size != last_size) {
+                last_size = size;
+                state = icrc_prefix((uint32_t)local_ip, (uint32_t)local_port, (uint32_t)peer_ip,
+                                    (uint32_t)peer_port, size);
+            }
+            h[4] = 0xFF; /* the ICRC sees F|B|resv6 as all ones; the wire carries zeros */
+            uint32_t c = crc_raw_table(state, h, HEADER_SIZE);
+            h[4] = 0;
+            c = crc_raw(c, region + src[j], (size_t)len[j]);
+            memset(t, 0, 8);
+            c = ~crc_raw_table(c, t, pad);
+            put_le32(t + pad, c);
+            struct iovec *v = iov + 3 * j;
+            v[0].iov_base = h; v[0].iov_len = HEADER_SIZE;
+            v[1].iov_base = (void *)(region + src[j]); v[1].iov_len = (size_t)len[j];
+            v[2].iov_base = t; v[2].iov_len = pad + ICRC_SIZE;
+            wire += size + IP_UDP;
+            bytes += size;
+            if (j == i)
+                seg = size;
+            j++;
+            if (size < seg)
+                break; /* a shorter packet ends a GSO message */
+        }
+        struct msghdr *m = &msgs[groups].msg_hdr;
+        m->msg_name = &peer;
+        m->msg_namelen = sizeof peer;
+        m->msg_iov = iov + 3 * i;
+        m->msg_iovlen = (size_t)(3 * (j - i));
+        if (j - i > 1) {
+            char *cb = cbuf + groups * cmsg_space;
+            m->msg_control = cb;
+            m->msg_controllen = cmsg_space;
+            struct cmsghdr *c = CMSG_FIRSTHDR(m);
+            c->cmsg_level = SOL_UDP;
+            c->cmsg_type = UDP_SEGMENT;
+            c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+            uint16_t s16 = (uint16_t)seg;
+            memcpy(CMSG_DATA(c), &s16, sizeof s16);
+        }
+        groups++;
+        i = j;
+    }
+    Py_ssize_t done_msgs = 0;
+    while (done_msgs < groups) {
+        Py_ssize_t chunk = groups - done_msgs > SEND_CHUNK ? SEND_CHUNK : groups - done_msgs;
+        int sent = sendmmsg(fd, msgs + done_msgs, (unsigned)chunk, 0);
+        if (sent > 0) {
+            done_msgs += sent;
+            continue;
+        }
+        if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS || errno == EINTR)) {
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            poll(&pfd, 1, RETRY_MS); /* the send queue is full: let it drain */
+            continue;
+        }
+        err = sent < 0 ? errno : EIO;
+        break;
+    }
+    Py_END_ALLOW_THREADS
+    if (err) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    result = PyLong_FromLongLong(wire);
+done:
+    free(mem);
+    release(b, 7);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------ */
+
+static PyMethodDef methods[] = {
+    {"crc32", py_crc32, METH_VARARGS,
+     "crc32(data, value=0)\n--\n\nzlib's CRC-32 of data, continuing from value."},
+    {"implementation", py_implementation, METH_NOARGS,
+     "implementation()\n--\n\n'pclmul' (carry-less multiply folding) or 'table' (slicing-by-8)."},
+    {"receive", py_receive, METH_VARARGS,
+     "Receive and check one batch of datagrams (see backends/udp/native.py)."},
+    {"send", py_send, METH_VARARGS,
+     "Build and send one batch of packets from a region (see backends/udp/native.py)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_datapath",
+    "The UDP backend's per-packet loops (ICRC, receive, send) in C.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__datapath(void)
+{
+    crc_init_tables();
+#ifdef HAVE_X86
+    __builtin_cpu_init();
+    use_pclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    if (getenv("SDR_CRC_TABLE"))
+        use_pclmul = 0;
+#endif
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,81 @@
+"""The UDP backend's native loops (backends/udp/_datapath.c): the ICRC, the receive pass,
+the send pass.
+
+The Python reference for each is in this package (``Receiver._process`` in receive.py,
+``UdpQP._post_slice`` in qp.py); :func:`active` says which runs. One switch chooses for
+the whole software datapath: :func:`sdr.placement.use_datapath` (or ``SDR_DATAPATH`` at
+import). ``SDR_UDP_NATIVE`` names another build of the module to load (``make asan``).
+
+GSO and GRO (``UDP_SEGMENT``, ``UDP_GRO``, Linux 4.18 and 5.0) are used by the native
+loops only: with GSO one ``sendmmsg`` message carries up to 64 equal-sized packets, which
+the kernel cuts into datagrams; with GRO one receive returns several datagrams of one
+flow back to back, and the receive pass splits them at the size the kernel reports.
+"""
+
+from __future__ import annotations
+
+import socket
+import warnings
+from types import ModuleType
+
+from sdr import placement
+from sdr.native import load_extension
+
+__all__ = [
+    "COUNTERS",
+    "DISCARDS",
+    "NATIVE_ERROR",
+    "active",
+    "crc_implementation",
+    "module",
+    "set_gro",
+    "supports_gso",
+]
+
+FILE_ENV = "SDR_UDP_NATIVE"
+module: ModuleType | None
+module, NATIVE_ERROR = load_extension("sdr.backends.udp._datapath", FILE_ENV)
+if module is None and placement.DATAPATH == "native":
+    warnings.warn(
+        f"sdr.backends.udp._datapath is not built ({NATIVE_ERROR}): the UDP backend sends "
+        "and receives with the Python reference",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+COUNTERS = ("runt", "bad_opcode", "unknown_qpn")
+"""Transport-wide counters of the receive pass, in the order of its ``counters`` array."""
+DISCARDS = ("bad_source", "bad_length", "bad_icrc", "bad_rkey")
+"""Per-QP discards of the receive pass, in the order of its ``discards`` rows."""
+
+SOL_UDP = 17
+UDP_SEGMENT = 103
+UDP_GRO = 104
+
+
+def active() -> bool:
+    """True when the native loops run (built, and the datapath switch says native)."""
+    return module is not None and placement.DATAPATH == "native"
+
+
+def crc_implementation() -> str:
+    """The native CRC-32: ``pclmul`` (carry-less multiply folding), ``table``, or ``none``."""
+    return "none" if module is None else str(module.implementation())
+
+
+def supports_gso(sock: socket.socket) -> bool:
+    """Whether this kernel takes ``UDP_SEGMENT`` on the socket."""
+    try:
+        sock.getsockopt(SOL_UDP, UDP_SEGMENT)
+    except OSError:
+        return False
+    return True
+
+
+def set_gro(sock: socket.socket, on: bool) -> bool:
+    """Turn ``UDP_GRO`` on or off; False when the kernel does not have it."""
+    try:
+        sock.setsockopt(SOL_UDP, UDP_GRO, int(on))
+    except OSError:
+        return False
+    return True
