@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format system figures train-dcs clean asan asan-build
+.PHONY: demo test lint format system figures train-dcs clean asan asan-build asan-short fuzz-build
 
 $(STAMP): pyproject.toml setup.py $(wildcard sdr/*.c backends/*/*.c)
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,7 @@ test: $(STAMP) system
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(MAKE) -s asan-short
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -41,16 +42,33 @@ figures: $(STAMP)
 train-dcs: $(STAMP) system
 	$(BIN)/python experiments/train_two_dcs.py --figure out/train_two_dcs.png
 
-# The native placement step built with AddressSanitizer + UBSan into build/asan (the
-# installed build is untouched), and the placement tests run against it (docs/native.md).
+# The native extensions (placement step, UDP datapath) built with AddressSanitizer + UBSan
+# into build/asan (the installed build is untouched), and their tests run against them
+# (docs/native.md). `make test` runs the short pass.
 ASAN_DIR := build/asan
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g
+ASAN_ENV = SDR_PLACEMENT_NATIVE=$$(ls $(ASAN_DIR)/sdr/_placement*.so) \
+	SDR_UDP_NATIVE=$$(ls $(ASAN_DIR)/sdr/backends/udp/_datapath*.so) \
+	LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
+	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1
 asan-build: $(STAMP)
 	CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" $(BIN)/python setup.py -q build_ext \
 		--force --build-lib $(ASAN_DIR) --build-temp $(ASAN_DIR)/obj 2>/dev/null
 
 asan: asan-build
-	SDR_PLACEMENT_NATIVE=$$(ls $(ASAN_DIR)/sdr/_placement*.so) \
-	LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
-	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_placement_native.py tests/test_placement_seam.py
+	$(ASAN_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_placement_native.py \
+		tests/test_placement_seam.py tests/test_udp_native.py
+
+asan-short: asan-build
+	$(ASAN_ENV) $(BIN)/python -m pytest -q -x -p no:cacheprovider tests/test_placement_seam.py \
+		tests/test_udp_native.py
+
+# The same extensions built by clang with ASan, UBSan and libFuzzer's coverage
+# instrumentation into build/fuzz, for the fuzz targets over native code (docs/native.md;
+# needs clang and its runtime: apt-get install clang libclang-rt-dev, or clang-14 ...).
+CLANG ?= clang
+FUZZ_FLAGS := -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1
+fuzz-build: $(STAMP)
+	CC=$(CLANG) LDSHARED="$(CLANG) -shared" CFLAGS="$(FUZZ_FLAGS)" LDFLAGS="$(FUZZ_FLAGS)" \
+		$(BIN)/python setup.py -q build_ext --force --build-lib build/fuzz \
+		--build-temp build/fuzz/obj 2>/dev/null

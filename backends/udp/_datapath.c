@@ -158,13 +158,70 @@ crc_raw_pclmul(uint32_t c, const uint8_t *p, size_t n)
     _mm_storeu_si128((__m128i *)lane, x);
     return crc_raw_table(crc_raw_table(0, lane, 16), p, n);
 }
+
+/* The same folding four 512-bit registers at a time (VPCLMULQDQ with AVX-512): each
+ * 128-bit lane is folded across 2048 bits, the four registers into one across 512, its
+ * four lanes into one across 128, then as above. */
+__attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.1"))) static inline __m512i
+fold512(__m512i x, __m512i k)
+{
+    return _mm512_xor_si512(_mm512_clmulepi64_epi128(x, k, 0x00),
+                            _mm512_clmulepi64_epi128(x, k, 0x11));
+}
+
+__attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.1"))) static uint32_t
+crc_raw_vpclmul(uint32_t c, const uint8_t *p, size_t n)
+{
+    if (n < 512)
+        return crc_raw_pclmul(c, p, n);
+    const __m512i k2048 = _mm512_broadcast_i32x4(_mm_set_epi64x(0x1322d1430LL, 0x11542778aLL));
+    const __m512i k512 = _mm512_broadcast_i32x4(_mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL));
+    const __m128i k128 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
+    __m512i z0 = _mm512_loadu_si512((const void *)p);
+    __m512i z1 = _mm512_loadu_si512((const void *)(p + 64));
+    __m512i z2 = _mm512_loadu_si512((const void *)(p + 128));
+    __m512i z3 = _mm512_loadu_si512((const void *)(p + 192));
+    z0 = _mm512_xor_si512(z0, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)c)));
+    p += 256;
+    n -= 256;
+    while (n >= 256) {
+        z0 = _mm512_xor_si512(fold512(z0, k2048), _mm512_loadu_si512((const void *)p));
+        z1 = _mm512_xor_si512(fold512(z1, k2048), _mm512_loadu_si512((const void *)(p + 64)));
+        z2 = _mm512_xor_si512(fold512(z2, k2048), _mm512_loadu_si512((const void *)(p + 128)));
+        z3 = _mm512_xor_si512(fold512(z3, k2048), _mm512_loadu_si512((const void *)(p + 192)));
+        p += 256;
+        n -= 256;
+    }
+    __m512i z = _mm512_xor_si512(fold512(z0, k512), z1);
+    z = _mm512_xor_si512(fold512(z, k512), z2);
+    z = _mm512_xor_si512(fold512(z, k512), z3);
+    while (n >= 64) {
+        z = _mm512_xor_si512(fold512(z, k512), _mm512_loadu_si512((const void *)p));
+        p += 64;
+        n -= 64;
+    }
+    __m128i x = _mm512_extracti32x4_epi32(z, 0);
+    x = _mm_xor_si128(fold(x, k128), _mm512_extracti32x4_epi32(z, 1));
+    x = _mm_xor_si128(fold(x, k128), _mm512_extracti32x4_epi32(z, 2));
+    x = _mm_xor_si128(fold(x, k128), _mm512_extracti32x4_epi32(z, 3));
+    while (n >= 16) {
+        x = _mm_xor_si128(fold(x, k128), _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+    uint8_t lane[16];
+    _mm_storeu_si128((__m128i *)lane, x);
+    return crc_raw_table(crc_raw_table(0, lane, 16), p, n);
+}
 #endif
 
-static int use_pclmul;
+static int use_pclmul, use_vpclmul;
 
 static inline uint32_t crc_raw(uint32_t c, const uint8_t *p, size_t n)
 {
 #ifdef HAVE_X86
+    if (use_vpclmul)
+        return crc_raw_vpclmul(c, p, n);
     if (use_pclmul)
         return crc_raw_pclmul(c, p, n);
 #endif
@@ -296,7 +353,7 @@ static PyObject *py_implementation(PyObject *self, PyObject *args)
 {
     (void)self;
     (void)args;
-    return PyUnicode_FromString(use_pclmul ? "pclmul" : "table");
+    return PyUnicode_FromString(use_vpclmul ? "vpclmul" : use_pclmul ? "pclmul" : "table");
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -391,51 +448,61 @@ static int recv_segment(RecvPass *r, Py_ssize_t *k, Py_ssize_t off, uint32_t len
     return 1;
 }
 
-static PyObject *py_receive(PyObject *self, PyObject *args)
+/* One datagram of ``total`` bytes in the slot at ``slot_off``: a runt when truncated, else
+ * split into segments of ``gso`` bytes (the last may be shorter), each checked. */
+static void check_datagram(RecvPass *r, Py_ssize_t *k, Py_ssize_t *segments, Py_ssize_t slot_off,
+                           Py_ssize_t slot_size, uint32_t total, int truncated, int64_t source,
+                           uint32_t gso)
 {
-    (void)self;
-    int fd, gro, verify;
-    Py_ssize_t slot_size, max_dg;
-    unsigned long local_ip, local_port;
-    PyObject *o_staging, *o_qpns, *o_order, *o_rkeys, *o_owner, *o_peers;
-    PyObject *o_ep, *o_off, *o_len, *o_va, *o_imm, *o_counters, *o_discards;
-    if (!PyArg_ParseTuple(args, "iOnnpkkpOOOOOOOOOOOO:receive", &fd, &o_staging, &slot_size,
-                          &max_dg, &gro, &local_ip, &local_port, &verify, &o_qpns, &o_order,
-                          &o_rkeys, &o_owner, &o_peers, &o_ep, &o_off, &o_len, &o_va, &o_imm,
-                          &o_counters, &o_discards))
-        return NULL;
-    Buf b[13] = {{{0}}};
-    PyObject *result = NULL;
-    struct mmsghdr *msgs = NULL;
-    if (get_bytes(o_staging, "staging", &b[0], 1) < 0)
-        goto done;
-    if (slot_size < MIN_PACKET || slot_size > (1 << 20) || max_dg < 1) {
-        PyErr_Format(PyExc_ValueError, "receive: slot_size %zd or max_datagrams %zd out of range",
-                     slot_size, max_dg);
-        goto done;
+    if (truncated || total == 0 || total > (uint32_t)slot_size) {
+        r->counters[C_RUNT]++;
+        (*segments)++;
+        return;
     }
-    if (max_dg > MAX_DATAGRAMS)
-        max_dg = MAX_DATAGRAMS;
-    if (max_dg > b[0].view.len / slot_size)
-        max_dg = b[0].view.len / slot_size;
-    if (max_dg < 1) {
-        PyErr_SetString(PyExc_ValueError, "receive: staging holds no slot");
-        goto done;
+    if (gso == 0 || gso > total)
+        gso = total;
+    for (uint32_t at = 0; at < total; at += gso) {
+        uint32_t len = total - at < gso ? total - at : gso;
+        (*segments)++;
+        if (*k < r->out_cap)
+            recv_segment(r, k, slot_off + at, len, source);
+        else
+            r->counters[C_RUNT]++; /* cannot happen: out_cap covers minimal segments */
     }
-    if (get_i64(o_qpns, "qpns", &b[1], 0, 0) < 0 || get_i64(o_order, "order", &b[2], 0, LEN(b[1])) < 0 ||
-        get_i64(o_rkeys, "rkeys", &b[3], 0, 0) < 0 || get_i64(o_owner, "owner", &b[4], 0, LEN(b[3])) < 0 ||
-        get_i64(o_peers, "peer_sources", &b[5], 0, 0) < 0)
-        goto done;
-    /* the most segments one call can list: every slot split into minimal segments */
-    Py_ssize_t cap = max_dg * (gro ? slot_size / MIN_PACKET + 1 : 1);
-    if (get_i64(o_ep, "out_ep", &b[6], 1, cap) < 0 || get_i64(o_off, "out_offset", &b[7], 1, cap) < 0 ||
-        get_i64(o_len, "out_len", &b[8], 1, cap) < 0 || get_i64(o_va, "out_va", &b[9], 1, cap) < 0 ||
-        get_i64(o_imm, "out_imm", &b[10], 1, cap) < 0 ||
-        get_i64(o_counters, "counters", &b[11], 1, N_COUNTERS) < 0 ||
-        get_i64(o_discards, "discards", &b[12], 1, LEN(b[5]) * N_DISCARDS) < 0)
-        goto done;
+}
 
-    RecvPass r = {
+/* The arguments both entry points share: staging, the QPN table, the outputs. */
+static int setup_pass(RecvPass *r, Buf *b, PyObject *staging, Py_ssize_t slot_size,
+                      Py_ssize_t slots, int gro, unsigned long local_ip, unsigned long local_port,
+                      int verify, PyObject **tail)
+{
+    static const char *names[] = {"qpns", "order", "rkeys", "owner", "peer_sources", "out_ep",
+                                  "out_offset", "out_len", "out_va", "out_imm", "counters",
+                                  "discards"};
+    if (get_bytes(staging, "staging", &b[0], 1) < 0)
+        return -1;
+    if (slot_size < MIN_PACKET || slot_size > (1 << 20) || slots < 0 ||
+        slots > b[0].view.len / slot_size) {
+        PyErr_Format(PyExc_ValueError,
+                     "staging of %zd bytes does not hold %zd slots of %zd bytes (%d..%d)",
+                     b[0].view.len, slots, slot_size, MIN_PACKET, 1 << 20);
+        return -1;
+    }
+    if (get_i64(tail[0], names[0], &b[1], 0, 0) < 0 ||
+        get_i64(tail[1], names[1], &b[2], 0, LEN(b[1])) < 0 ||
+        get_i64(tail[2], names[2], &b[3], 0, 0) < 0 ||
+        get_i64(tail[3], names[3], &b[4], 0, LEN(b[3])) < 0 ||
+        get_i64(tail[4], names[4], &b[5], 0, 0) < 0)
+        return -1;
+    /* the most segments one call can list: every slot split into minimal segments */
+    Py_ssize_t cap = slots * (gro ? slot_size / MIN_PACKET + 1 : 1);
+    for (int i = 5; i < 10; i++)
+        if (get_i64(tail[i], names[i], &b[i + 1], 1, cap) < 0)
+            return -1;
+    if (get_i64(tail[10], names[10], &b[11], 1, N_COUNTERS) < 0 ||
+        get_i64(tail[11], names[11], &b[12], 1, LEN(b[5]) * N_DISCARDS) < 0)
+        return -1;
+    *r = (RecvPass){
         .staging = b[0].view.buf,
         .qpns = I64(b[1]), .order = I64(b[2]), .rkeys = I64(b[3]), .owner = I64(b[4]),
         .peer_sources = I64(b[5]),
@@ -446,6 +513,32 @@ static PyObject *py_receive(PyObject *self, PyObject *args)
         .local_ip = (uint32_t)local_ip, .local_port = (uint32_t)local_port, .verify = verify,
         .last_source = -2,
     };
+    return 0;
+}
+
+static PyObject *py_receive(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int fd, gro, verify;
+    Py_ssize_t slot_size, max_dg;
+    unsigned long local_ip, local_port;
+    PyObject *staging, *t[12];
+    if (!PyArg_ParseTuple(args, "iOnnpkkpOOOOOOOOOOOO:receive", &fd, &staging, &slot_size,
+                          &max_dg, &gro, &local_ip, &local_port, &verify, &t[0], &t[1], &t[2],
+                          &t[3], &t[4], &t[5], &t[6], &t[7], &t[8], &t[9], &t[10], &t[11]))
+        return NULL;
+    Buf b[13] = {{{0}}};
+    PyObject *result = NULL;
+    struct mmsghdr *msgs = NULL;
+    RecvPass r;
+    if (max_dg > MAX_DATAGRAMS)
+        max_dg = MAX_DATAGRAMS;
+    if (max_dg < 1) {
+        PyErr_SetString(PyExc_ValueError, "receive: max_datagrams must be >= 1");
+        return NULL;
+    }
+    if (setup_pass(&r, b, staging, slot_size, max_dg, gro, local_ip, local_port, verify, t) < 0)
+        goto done;
     size_t cmsg_space = CMSG_SPACE(sizeof(int));
     size_t each = sizeof(struct mmsghdr) + sizeof(struct iovec) + sizeof(struct sockaddr_in) + cmsg_space;
     msgs = calloc((size_t)max_dg, each);
@@ -456,9 +549,9 @@ static PyObject *py_receive(PyObject *self, PyObject *args)
     struct iovec *iov = (struct iovec *)(msgs + max_dg);
     struct sockaddr_in *names = (struct sockaddr_in *)(iov + max_dg);
     char *cbuf = (char *)(names + max_dg);
-    uint8_t *staging = b[0].view.buf;
+    uint8_t *slots = b[0].view.buf;
     for (Py_ssize_t i = 0; i < max_dg; i++) {
-        iov[i].iov_base = staging + i * slot_size;
+        iov[i].iov_base = slots + i * slot_size;
         iov[i].iov_len = (size_t)slot_size;
         msgs[i].msg_hdr.msg_name = &names[i];
         msgs[i].msg_hdr.msg_namelen = sizeof names[i];
@@ -477,40 +570,23 @@ static PyObject *py_receive(PyObject *self, PyObject *args)
         err = errno;
     for (int i = 0; i < got; i++) {
         struct msghdr *h = &msgs[i].msg_hdr;
-        uint32_t total = msgs[i].msg_len;
-        if ((h->msg_flags & MSG_TRUNC) || total > (uint32_t)slot_size) {
-            r.counters[C_RUNT]++;
-            segments++;
-            continue;
-        }
         int64_t source = -1;
         if (h->msg_namelen >= sizeof(struct sockaddr_in) && names[i].sin_family == AF_INET)
             source = (int64_t)ntohl(names[i].sin_addr.s_addr) << 16 | ntohs(names[i].sin_port);
-        uint32_t gso = total;
+        uint32_t gso = 0;
         if (gro) {
             for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c != NULL; c = CMSG_NXTHDR(h, c)) {
                 if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
                     c->cmsg_len >= CMSG_LEN(sizeof(int))) {
                     int size;
                     memcpy(&size, CMSG_DATA(c), sizeof size);
-                    if (size > 0 && (uint32_t)size < total)
+                    if (size > 0)
                         gso = (uint32_t)size;
                 }
             }
         }
-        if (total == 0) { /* an empty datagram is a runt too */
-            r.counters[C_RUNT]++;
-            segments++;
-            continue;
-        }
-        for (uint32_t at = 0; at < total; at += gso) {
-            uint32_t len = total - at < gso ? total - at : gso;
-            segments++;
-            if (k < r.out_cap)
-                recv_segment(&r, &k, i * slot_size + at, len, source);
-            else
-                r.counters[C_RUNT]++; /* cannot happen: cap covers minimal segments */
-        }
+        check_datagram(&r, &k, &segments, i * slot_size, slot_size, msgs[i].msg_len,
+                       (h->msg_flags & MSG_TRUNC) != 0, source, gso);
     }
     Py_END_ALLOW_THREADS
     if (got < 0) {
@@ -526,6 +602,48 @@ static PyObject *py_receive(PyObject *self, PyObject *args)
 done:
     free(msgs);
     release(b, 13);
+    return result;
+}
+
+/* check(staging, slot_size, lengths, sources, gso_sizes, local_ip, local_port, verify,
+ *       tables..., outputs...) -> (segments, listed): the receive pass over datagrams
+ * already in the staging slots (tests and fuzzing feed it without a socket; a length
+ * of -1 marks a truncated datagram, a gso size of 0 a datagram of one packet). */
+static PyObject *py_check(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int verify;
+    Py_ssize_t slot_size;
+    unsigned long local_ip, local_port;
+    PyObject *staging, *o_lengths, *o_sources, *o_gso, *t[12];
+    if (!PyArg_ParseTuple(args, "OnOOOkkpOOOOOOOOOOOO:check", &staging, &slot_size, &o_lengths,
+                          &o_sources, &o_gso, &local_ip, &local_port, &verify, &t[0], &t[1],
+                          &t[2], &t[3], &t[4], &t[5], &t[6], &t[7], &t[8], &t[9], &t[10], &t[11]))
+        return NULL;
+    Buf b[16] = {{{0}}};
+    PyObject *result = NULL;
+    RecvPass r;
+    if (get_i64(o_lengths, "lengths", &b[13], 0, 0) < 0)
+        goto done;
+    Py_ssize_t n = LEN(b[13]);
+    if (get_i64(o_sources, "sources", &b[14], 0, n) < 0 || get_i64(o_gso, "gso_sizes", &b[15], 0, n) < 0)
+        goto done;
+    if (setup_pass(&r, b, staging, slot_size, n, 1, local_ip, local_port, verify, t) < 0)
+        goto done;
+    const int64_t *lengths = I64(b[13]), *sources = I64(b[14]), *gso = I64(b[15]);
+    Py_ssize_t segments = 0, k = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t len = lengths[i], g = gso[i];
+        int truncated = len < 0 || len > slot_size;
+        check_datagram(&r, &k, &segments, i * slot_size, slot_size,
+                       truncated ? 0 : (uint32_t)len, truncated, sources[i],
+                       g <= 0 || g > len ? 0 : (uint32_t)g);
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(nn)", segments, k);
+done:
+    release(b, 16);
     return result;
 }
 
@@ -694,9 +812,11 @@ static PyMethodDef methods[] = {
     {"crc32", py_crc32, METH_VARARGS,
      "crc32(data, value=0)\n--\n\nzlib's CRC-32 of data, continuing from value."},
     {"implementation", py_implementation, METH_NOARGS,
-     "implementation()\n--\n\n'pclmul' (carry-less multiply folding) or 'table' (slicing-by-8)."},
+     "implementation()\n--\n\n'vpclmul' (AVX-512 carry-less multiply folding), 'pclmul' (SSE), or 'table'\n(slicing-by-8)."},
     {"receive", py_receive, METH_VARARGS,
      "Receive and check one batch of datagrams (see backends/udp/native.py)."},
+    {"check", py_check, METH_VARARGS,
+     "The receive pass over datagrams already in staging (see backends/udp/native.py)."},
     {"send", py_send, METH_VARARGS,
      "Build and send one batch of packets from a region (see backends/udp/native.py)."},
     {NULL, NULL, 0, NULL},
@@ -713,8 +833,14 @@ PyMODINIT_FUNC PyInit__datapath(void)
 #ifdef HAVE_X86
     __builtin_cpu_init();
     use_pclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-    if (getenv("SDR_CRC_TABLE"))
-        use_pclmul = 0;
+    use_vpclmul = use_pclmul && __builtin_cpu_supports("avx512f") &&
+                  __builtin_cpu_supports("vpclmulqdq");
+    /* SDR_CRC=pclmul|table picks a slower one (tests, benchmarks) */
+    const char *want = getenv("SDR_CRC");
+    if (want && strcmp(want, "pclmul") == 0)
+        use_vpclmul = 0;
+    else if (want && strcmp(want, "table") == 0)
+        use_pclmul = use_vpclmul = 0;
 #endif
     return PyModule_Create(&module);
 }

@@ -226,41 +226,54 @@ class Receiver:
         """The same checks in one native pass per read (backends/udp/_datapath.c)."""
         if self.gro != self._gro_on:
             self._gro_on = native.set_gro(sock, self.gro) and self.gro
-        cap = self.ring.capacity * (_SLOT // _MIN_PACKET + 1 if self._gro_on else 1)
-        if len(self._native_out) == 0 or len(self._native_out[0]) < cap:
-            self._native_out = tuple(np.empty(cap, dtype=np.int64) for _ in range(5))
         receive, fd, total = native.module.receive, sock.fileno(), 0  # type: ignore[union-attr]
         while total < max_packets:
             want = min(self.ring.capacity, max_packets - total)
-            peers = self._sources_of_peers()
-            if len(self._discards) < len(peers):
-                self._discards = np.zeros((len(peers), len(native.DISCARDS)), dtype=np.int64)
+            tables = self._native_tables(self._gro_on)
             got, segments, listed = receive(
-                fd,
-                self.ring.slots,
-                _SLOT,
-                want,
-                self._gro_on,
-                self._local_ip,
-                self.local[1],
-                self.verify_icrc,
-                self._qpns,
-                self._order,
-                self._rkeys,
-                self._owner,
-                peers,
-                *self._native_out,
-                self._counters,
-                self._discards.reshape(-1),
-            )
-            self._take_native_counters()
-            if listed:
-                ep, offsets, dlen, va, imm = (column[:listed] for column in self._native_out)
-                self._place(ep, offsets, dlen, imm.astype(np.uint32), va)
+                fd, self.ring.slots, _SLOT, want, self._gro_on, self._local_ip, self.local[1],
+                self.verify_icrc, *tables
+            )  # fmt: skip
+            self._native_results(listed)
             total += segments
             if got < want:
                 break
         return total
+
+    def process_native(self, n: int, gso_sizes: np.ndarray | None = None) -> int:
+        """The native pass over ``n`` datagrams already in the ring (as recvmmsg left them;
+        ``gso_sizes`` as UDP_GRO would report them, 0 for one packet); returns the
+        segments seen. The socket-free entry for tests and the fuzz target."""
+        lengths = self.ring.lengths(n)
+        lengths[(self.ring.msgs[:n, 6] & np.uint64(_MSG_TRUNC)) != 0] = -1
+        gso = np.zeros(n, np.int64) if gso_sizes is None else np.asarray(gso_sizes, np.int64)
+        tables = self._native_tables(True)
+        segments, listed = native.module.check(  # type: ignore[union-attr]
+            self.ring.slots, _SLOT, lengths, self.ring.sources(n), gso, self._local_ip,
+            self.local[1], self.verify_icrc, *tables
+        )  # fmt: skip
+        self._native_results(listed)
+        return int(segments)
+
+    def _native_tables(self, gro: bool) -> tuple[np.ndarray, ...]:
+        """The QPN table, the output columns and the counters the native pass takes."""
+        cap = self.ring.capacity * (_SLOT // _MIN_PACKET + 1 if gro else 1)
+        if len(self._native_out) == 0 or len(self._native_out[0]) < cap:
+            self._native_out = tuple(np.empty(cap, dtype=np.int64) for _ in range(5))
+        peers = self._sources_of_peers()
+        if len(self._discards) < len(peers):
+            self._discards = np.zeros((len(peers), len(native.DISCARDS)), dtype=np.int64)
+        return (
+            self._qpns, self._order, self._rkeys, self._owner, peers,
+            *self._native_out, self._counters, self._discards.reshape(-1),
+        )  # fmt: skip
+
+    def _native_results(self, listed: int) -> None:
+        """Count the native pass's discards and place the packets it listed."""
+        self._take_native_counters()
+        if listed:
+            ep, offsets, dlen, va, imm = (column[:listed] for column in self._native_out)
+            self._place(ep, offsets, dlen, imm.astype(np.uint32), va)
 
     def _take_native_counters(self) -> None:
         counters = self._counters

@@ -8,7 +8,11 @@
         A sends to relay.for_a(i), B to relay.for_b(i)
 
 The forwarder runs in a forked child so it has a core to itself; the parent only sets up
-and tears down (always: on exit, exception and Ctrl-C).
+and tears down (always: on exit, exception and Ctrl-C). ``forwarder=`` picks the native
+loop or the Python reference (``"auto"``, ``"native"``, ``"python"``; None reads
+``$SDR_FORWARDER``, default auto: native where built and able to carry the link; see
+:func:`sdr.backends.wan.native_forwarder.choose_forwarder`). ``link.forwarder`` says
+which one ran; ``link.summary["report"]`` is what it did.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 
 from sdr.backends.wan.forwarder import Forwarder, Port
 from sdr.backends.wan.namespaces import NamespacePair
+from sdr.backends.wan.native_forwarder import NativeForwarder, choose_forwarder
 from sdr.backends.wan.udp_relay import Address, RelayEnd, relay_pairs
 from sdr.errors import TransportError
 from sdr.simulator.link_model import LinkSpec
@@ -36,41 +41,79 @@ def reverse_of(spec: LinkSpec) -> LinkSpec:
 
 
 def _serve(
+    kind: str,
     pairs: list[tuple[Port, Port]],
     a_to_b: LinkSpec,
     b_to_a: LinkSpec,
     stop: Any,
+    ready: Any,
     conn: Any,
     corrupt_skip: int,
+    max_packet: int,
 ) -> None:
-    forwarder = Forwarder(pairs, a_to_b, b_to_a, corrupt_skip=corrupt_skip)
+    forwarder: Forwarder | NativeForwarder
+    if kind == "native":
+        forwarder = NativeForwarder(
+            pairs, a_to_b, b_to_a, corrupt_skip=corrupt_skip, max_packet=max_packet
+        )
+    else:
+        forwarder = Forwarder(pairs, a_to_b, b_to_a, corrupt_skip=corrupt_skip)
     try:
+        if isinstance(forwarder, NativeForwarder):
+            forwarder.prepare()  # the first decisions, before the link says it is up
+        ready.set()
         forwarder.run(stop.is_set)
     finally:
         summary = forwarder.summary()
+        summary["forwarder"] = kind
         summary["bad_icrc"] = sum(getattr(p, "bad_icrc", 0) for pair in pairs for p in pair)
         conn.send(summary)
 
 
 class _ForwardingLink:
-    def __init__(self, spec: LinkSpec, reverse: LinkSpec | None, corrupt_skip: int) -> None:
+    def __init__(
+        self,
+        spec: LinkSpec,
+        reverse: LinkSpec | None,
+        corrupt_skip: int,
+        forwarder: str | None = None,
+        max_packet: int = 65535,
+    ) -> None:
         self.spec = spec
         self.reverse = reverse or reverse_of(spec)
         self.corrupt_skip = corrupt_skip
+        self.requested = forwarder
+        self.forwarder = ""
+        """Which forwarder runs the link ("native" or "python"), once started."""
+        self.max_packet = max_packet
         self.summary: dict[str, Any] = {}
         self._proc: Any = None
 
     def _start(self, pairs: list[tuple[Port, Port]]) -> None:
+        self.forwarder = choose_forwarder(self.requested, pairs, self.spec, self.reverse)
         ctx = mp.get_context("fork")
         self._stop = ctx.Event()
+        ready = ctx.Event()
         self._recv, send = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(
             target=_serve,
             daemon=True,
             name="sdr-wan-forwarder",
-            args=(pairs, self.spec, self.reverse, self._stop, send, self.corrupt_skip),
+            args=(
+                self.forwarder,
+                pairs,
+                self.spec,
+                self.reverse,
+                self._stop,
+                ready,
+                send,
+                self.corrupt_skip,
+                self.max_packet,
+            ),
         )
         self._proc.start()
+        if not ready.wait(_STOP_TIMEOUT_S):
+            log.warning("the WAN emulator's forwarder took over %.0f s to start", _STOP_TIMEOUT_S)
 
     def _stop_forwarder(self) -> None:
         if self._proc is None:
@@ -92,8 +135,15 @@ class _ForwardingLink:
 class TunLink(_ForwardingLink):
     """A link between two new network namespaces, carrying any IP traffic (root)."""
 
-    def __init__(self, spec: LinkSpec, reverse: LinkSpec | None = None, mtu: int = 9000) -> None:
-        super().__init__(spec, reverse, corrupt_skip=28)  # keep IPv4 + UDP/ICMP headers intact
+    def __init__(
+        self,
+        spec: LinkSpec,
+        reverse: LinkSpec | None = None,
+        mtu: int = 9000,
+        forwarder: str | None = None,
+    ) -> None:
+        # corrupt_skip keeps the IPv4 + UDP/ICMP headers intact
+        super().__init__(spec, reverse, corrupt_skip=28, forwarder=forwarder, max_packet=mtu)
         self.pair = NamespacePair(mtu=mtu)
         self.ns_a, self.ns_b = self.pair.a, self.pair.b
         self.addr_a, self.addr_b = self.pair.addr_a, self.pair.addr_b
@@ -125,8 +175,9 @@ class RelayLink(_ForwardingLink):
         b_ports: list[Address],
         reverse: LinkSpec | None = None,
         reseal: bool = True,
+        forwarder: str | None = None,
     ) -> None:
-        super().__init__(spec, reverse, corrupt_skip=0)
+        super().__init__(spec, reverse, corrupt_skip=0, forwarder=forwarder)
         self.pairs: list[tuple[RelayEnd, RelayEnd]] = relay_pairs(a_ports, b_ports, reseal=reseal)
 
     def for_a(self, index: int) -> Address:

@@ -23,11 +23,61 @@ from typing import Protocol
 import numpy as np
 
 from sdr.simulator.link_model import LinkDirection, LinkSpec, flip_bit
+from sdr.simulator.loss import GilbertElliott, LossModel
 
-__all__ = ["Port", "Forwarder"]
+__all__ = ["LATE_AFTER_S", "REPORT_KEYS", "Forwarder", "Port", "direction_report"]
 
 _MAX_IDLE_WAIT_S = 0.05
 _READ_BURST = 64
+
+LATE_AFTER_S = 1e-3
+"""A copy written more than this after its delivery time counts as late (seconds)."""
+
+REPORT_KEYS = (
+    "packets",
+    "delivered",
+    "drops_random_loss",
+    "drops_burst_loss",
+    "drops_queue",
+    "drops_blackout",
+    "corrupted",
+    "duplicated",
+    "reordered",
+    "late_packets",
+    "max_lateness_s",
+    "set_delay_s",
+)
+"""Keys of one direction in :meth:`Forwarder.report` (the native forwarder's too)."""
+
+
+def direction_report(
+    spec: LinkSpec,
+    counts: dict[str, int | float],
+    loss_model: LossModel | None,
+    late: int,
+    max_lateness_s: float,
+) -> dict[str, int | float]:
+    """What one direction did, in :data:`REPORT_KEYS`, from its link counters ``counts``
+    (:class:`~sdr.simulator.link_model.LinkStats` names). Losses decided by a
+    Gilbert-Elliott model are burst losses, those of any other model random losses.
+    ``max_lateness_s`` is how long after its delivery time (queueing + serialization + the
+    set delay + any reorder hold) the latest copy was written."""
+    burst = isinstance(loss_model, GilbertElliott)
+    loss = int(counts["loss_drops"])
+    return {
+        "packets": int(counts["packets"]),
+        "delivered": int(counts["delivered"]),
+        "drops_random_loss": 0 if burst else loss,
+        "drops_burst_loss": loss if burst else 0,
+        "drops_queue": int(counts["queue_drops"]),
+        "drops_blackout": int(counts["blackout_drops"]),
+        "corrupted": int(counts["corrupted"]),
+        "duplicated": int(counts["duplicated"]),
+        "reordered": int(counts["reordered"]),
+        "late_packets": int(late),
+        "max_lateness_s": float(max_lateness_s),
+        "set_delay_s": float(spec.one_way_delay),
+    }
 
 
 class Port(Protocol):
@@ -61,6 +111,8 @@ class Forwarder:
         self._heap: list[tuple[float, int, int, bytes]] = []
         self._order = itertools.count()
         self.stats = {"forwarded": 0, "max_lateness_s": 0.0}
+        self._late = [0, 0]  # per direction: copies written > LATE_AFTER_S after due
+        self._max_late = [0.0, 0.0]
 
     def _ingest(self, index: int, now: float) -> int:
         packets = self.ports[index].read_many(_READ_BURST)
@@ -101,13 +153,18 @@ class Forwarder:
         return due
 
     def _deliver(self, now: float) -> None:
-        ports, stats = self.ports, self.stats
+        ports, stats, late_n, max_late = self.ports, self.stats, self._late, self._max_late
         for when, out, packet in self.take_due(now):
             ports[out].write(packet)
             stats["forwarded"] += 1
             late = now - when
             if late > stats["max_lateness_s"]:
                 stats["max_lateness_s"] = late
+            k = (out ^ 1) % 2  # written on a b-side port (odd): direction 0, a to b
+            if late > max_late[k]:
+                max_late[k] = late
+            if late > LATE_AFTER_S:
+                late_n[k] += 1
 
     def run(self, should_stop: Callable[[], bool], until: float | None = None) -> None:
         """Forward until ``should_stop()`` is true (checked at least every 50 ms)."""
@@ -127,10 +184,21 @@ class Forwarder:
                         now = self.clock()
             self._deliver(self.clock())
 
+    def report(self) -> dict[str, dict[str, int | float]]:
+        """What the emulator did, per direction (:data:`REPORT_KEYS`): drops by cause,
+        corrupted, duplicated, reordered, late copies and the largest lateness."""
+        return {
+            name: direction_report(
+                d.spec, d.stats.as_dict(), d.loss, self._late[k], self._max_late[k]
+            )
+            for k, (name, d) in enumerate(zip(("a_to_b", "b_to_a"), self.directions, strict=True))
+        }
+
     def summary(self) -> dict[str, object]:
-        """Counters of both directions and of the loop."""
+        """Counters of both directions and of the loop, and :meth:`report`."""
         return {
             "a_to_b": self.directions[0].stats.as_dict(),
             "b_to_a": self.directions[1].stats.as_dict(),
             **self.stats,
+            "report": self.report(),
         }

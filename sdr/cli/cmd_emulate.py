@@ -10,6 +10,7 @@ import time
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from sdr.backends.wan import LinkSpec, RelayLink, TunLink, can_use_namespaces
 from sdr.cli.transfer_relay import write_map
@@ -77,6 +78,41 @@ DUP = typer.Option(0.0, help="probability a packet is duplicated")
 CORRUPT = typer.Option(0.0, help="probability one bit of a packet is flipped")
 SEED = typer.Option(0, help="seed of the random draws")
 DURATION = typer.Option(None, help="stop after this long (default: until Ctrl-C)")
+FORWARDER = typer.Option(
+    None,
+    help="auto (native where built and able), native or python (default: $SDR_FORWARDER, "
+    "else auto)",
+)
+
+_REPORT_ROWS = (
+    ("packets offered", "packets"),
+    ("copies delivered", "delivered"),
+    ("dropped: random loss", "drops_random_loss"),
+    ("dropped: burst loss", "drops_burst_loss"),
+    ("dropped: queue full", "drops_queue"),
+    ("dropped: blackout", "drops_blackout"),
+    ("corrupted (one bit)", "corrupted"),
+    ("duplicated", "duplicated"),
+    ("reordered", "reordered"),
+    ("late (> 1 ms after due)", "late_packets"),
+)
+
+
+def print_report(summary: dict[str, object]) -> None:
+    """What the emulator did (the forwarder's report), one column per direction."""
+    report = summary.get("report")
+    if not isinstance(report, dict) or not report:
+        console.print("[yellow]the forwarder sent no report[/]")
+        return
+    table = Table(title=f"what the emulator did ({summary.get('forwarder', '?')} forwarder)")
+    table.add_column("")
+    for name in report:
+        table.add_column(name.replace("_", " "), justify="right")
+    for label, key in _REPORT_ROWS:
+        table.add_row(label, *(str(d[key]) for d in report.values()))
+    table.add_row("max lateness", *(f"{d['max_lateness_s'] * 1e3:.3f} ms" for d in report.values()))
+    table.add_row("set delay", *(f"{d['set_delay_s'] * 1e3:.3f} ms" for d in report.values()))
+    console.print(table)
 
 
 @emulate_app.command("tun")
@@ -94,19 +130,22 @@ def tun(
     seed: int = SEED,
     mtu: int = typer.Option(9000, help="MTU of the TUN devices"),
     duration: str = DURATION,
+    forwarder: str = FORWARDER,
 ) -> None:
     """Two network namespaces joined by the emulated link (root). Any IP traffic crosses."""
     if reason := can_use_namespaces():
         raise TransportError(f"emulate tun {reason}; 'sdr emulate relay' needs no root")
     spec = _spec(rate, rtt, loss, burst, per_size, trace, queue, reorder, duplicate, corrupt, seed)
-    with TunLink(spec, mtu=mtu) as link:
+    with TunLink(spec, mtu=mtu, forwarder=forwarder) as link:
         console.print(
             f"[bold]link up[/]: {link.ns_a} ({link.addr_a}) <-> {link.ns_b} "
-            f"({link.addr_b}), {rate}, RTT {rtt}, loss {loss:g} per packet"
+            f"({link.addr_b}), {rate}, RTT {rtt}, loss {loss:g} per packet, "
+            f"{link.forwarder} forwarder"
         )
         console.print(f"run programs with: ip netns exec {link.ns_a} <command>   (Ctrl-C stops)")
         _wait(duration)
     console.print_json(json.dumps(link.summary))
+    print_report(link.summary)
 
 
 @emulate_app.command("relay")
@@ -124,8 +163,9 @@ def relay(
     duplicate: float = DUP,
     corrupt: float = CORRUPT,
     seed: int = SEED,
-    reseal: bool = typer.Option(True, help="fix RoCE ICRCs (NAT)"),
+    reseal: bool = typer.Option(True, help="fix RoCE ICRCs (NAT; the Python forwarder)"),
     duration: str = DURATION,
+    forwarder: str = FORWARDER,
     map_file: str = typer.Option(
         None,
         "--map",
@@ -150,7 +190,7 @@ def relay(
         raise ConfigError(
             f"--map needs two --a and two --b ports (data, then control), got {len(a)}"
         )
-    with RelayLink(spec, a_ports, b_ports, reseal=reseal) as link:
+    with RelayLink(spec, a_ports, b_ports, reseal=reseal, forwarder=forwarder) as link:
         for i, (ra, rb) in enumerate(zip(a, b, strict=True)):
             sa, sb = link.for_a(i), link.for_b(i)
             console.print(
@@ -170,6 +210,7 @@ def relay(
             if map_file is not None and os.path.exists(map_file):
                 os.remove(map_file)  # a stale map would point at closed stand-ins
     console.print_json(json.dumps(link.summary))
+    print_report(link.summary)
 
 
 def register(app: typer.Typer) -> None:

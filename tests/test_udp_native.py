@@ -1,0 +1,360 @@
+"""The UDP backend's native loops (backends/udp/_datapath.c) against the Python reference.
+
+- CRC-32: every implementation the CPU has (vpclmul, pclmul, table) equals zlib's.
+- Receive: the same datagrams (good, runt, truncated, wrong opcode, unknown QPN, stranger,
+  bad length, bad ICRC, bad rkey, duplicate, late, malformed, forged with a valid ICRC)
+  through the reference pass and the native one give identical counters, completions,
+  memory and key-table state; hypothesis drives the fuzz target's differential as well.
+- Send: the native send (with and without GSO) puts the same datagrams on the wire as
+  the reference, byte for byte; GRO on the receiving side changes nothing but the reads.
+- Bounds: a packet outside its region is refused before anything is sent; malformed
+  arguments raise TypeError or ValueError.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import sdr
+from sdr import placement
+from sdr.backends.udp import UdpTransport, native
+from sdr.backends.udp.roce import HEADER_SIZE, ICRC_SIZE, decode_packet, encode_packet
+from sdr.errors import ProtocolError
+from sdr.transport import WriteBatch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools" / "fuzz"))
+from targets_wire import _PEER, _STRANGER, _ReceiveRig, fuzz_udp_native_receive  # noqa: E402
+
+needs_native = pytest.mark.skipif(
+    native.module is None or placement.place_batch_native is None,
+    reason="the native datapath is not built",
+)
+
+
+def test_the_extension_is_built_in_ci() -> None:
+    if os.environ.get("CI", "").lower() != "true":
+        pytest.skip("CI is not set: a build without a compiler may fall back to Python")
+    assert native.module is not None, native.NATIVE_ERROR
+
+
+# --- CRC-32 ---------------------------------------------------------------------------------
+
+_CRC_CHECK = """
+import os, sys, zlib
+from sdr.backends.udp import _datapath as d
+rng = __import__("random").Random(7)
+for n in [0, 1, 3, 15, 16, 63, 64, 127, 128, 255, 256, 511, 512, 513, 4096, 8228, 65536, 99991]:
+    for v in (0, 1, 0xFFFFFFFF, rng.getrandbits(32)):
+        b = os.urandom(n)
+        assert d.crc32(b, v) == zlib.crc32(b, v), (d.implementation(), n, v)
+print(d.implementation())
+"""
+
+
+@needs_native
+@pytest.mark.parametrize("choice", ["", "pclmul", "table"])
+def test_every_crc_implementation_equals_zlib(choice: str) -> None:
+    env = {**os.environ, "SDR_CRC": choice}
+    out = subprocess.run(
+        [sys.executable, "-c", _CRC_CHECK], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    got = out.stdout.strip()
+    if choice == "table":
+        assert got == "table"
+    elif choice == "pclmul":
+        assert got in ("pclmul", "table")  # table: the CPU has no PCLMULQDQ
+    else:
+        assert got in ("vpclmul", "pclmul", "table")
+
+
+@needs_native
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=5000), st.integers(0, 2**32 - 1))
+def test_crc32_is_zlibs(data: bytes, value: int) -> None:
+    assert native.module.crc32(data, value) == zlib.crc32(data, value)  # type: ignore[union-attr]
+
+
+# --- the receive pass -----------------------------------------------------------------------
+
+
+def _rigs() -> tuple[_ReceiveRig, _ReceiveRig]:
+    """Two identical receivers (same seed: same QPNs, rkeys and bindings)."""
+    return _ReceiveRig(), _ReceiveRig()
+
+
+def _hostile(rig: _ReceiveRig) -> list[tuple[bytes, tuple[str, int]]]:
+    """One datagram of every kind the receive pass must tell apart, for ``rig``."""
+    qp, local = rig.qp, rig.local
+    slot_size = rig.attr.max_message_size
+    layout = rig.attr.layout
+    gen, slot, msg_id = 0, 0, 0  # binding (0, 0): region offset 256, 1000 bytes
+    qpn, rkey = qp.qpns[gen][0], qp.rkeys[gen]
+
+    def packet(
+        offset: int,
+        length: int,
+        *,
+        qpn: int = qpn,
+        rkey: int = rkey,
+        imm: int | None = None,
+        src: tuple[str, int] = _PEER,
+        byte: int = 1,
+    ) -> bytes:
+        imm = layout.encode(msg_id, offset // rig.attr.mtu, 0) if imm is None else imm
+        va = slot * slot_size + offset
+        return encode_packet(src, local, qpn, 0, va, rkey, imm, bytes([byte]) * length)
+
+    good = packet(0, 256)
+    corrupt = bytearray(good)
+    corrupt[HEADER_SIZE + 5] ^= 1
+    bad_length = bytearray(packet(256, 256))
+    struct.pack_into("!I", bad_length, 24, 200)
+    return [
+        (good, _PEER),  # placed
+        (good, _PEER),  # duplicate
+        (packet(256, 256, byte=2), _STRANGER),  # bad source (ICRC for the stranger)
+        (b"\x2b" * 20, _PEER),  # runt
+        (b"\x00" + good[1:], _PEER),  # bad opcode
+        (packet(256, 256, qpn=(qpn + 7) & 0xFFFFFF), _PEER),  # unknown QPN
+        (bytes(bad_length), _PEER),  # bad length
+        (bytes(corrupt), _PEER),  # bad ICRC
+        (packet(256, 256, rkey=rkey ^ 1), _PEER),  # bad rkey
+        (packet(256, 256, imm=layout.encode(msg_id + 1, 1, 0)), _PEER),  # late
+        (packet(100, 256), _PEER),  # malformed: not on a packet boundary
+        (packet(512, 256, byte=9), _PEER),  # placed: valid ICRC, forged content
+        (packet(768, 232, byte=3), _PEER),  # placed: the tail of the bound buffer
+    ]
+
+
+def _run(rig: _ReceiveRig, datagrams: list[tuple[bytes, tuple[str, int]]], impl: str) -> None:
+    for i, (data, source) in enumerate(datagrams):
+        rig.load(i, data, source)
+    previous = placement.use_datapath(impl)
+    try:
+        if impl == "python":
+            rig.receiver._process(len(datagrams))
+        else:
+            rig.receiver.process_native(len(datagrams))
+    finally:
+        placement.use_datapath(previous)
+
+
+def _observed(rig: _ReceiveRig) -> dict[str, object]:
+    fields = ("channels", "generations", "imms", "byte_lens", "remote_offsets")
+    rows = []
+    for batch in rig.qp.completions:
+        rows += list(zip(*(getattr(batch, f).tolist() for f in fields), strict=True))
+    return {
+        "counters": rig.qp.counters(),
+        "transport": dict(rig.transport.stats),
+        "completions": rows,
+        "memory": bytes(rig.memory),
+    }
+
+
+@needs_native
+def test_every_discard_reason_agrees_with_the_reference() -> None:
+    ref, nat = _rigs()
+    _run(ref, _hostile(ref), "python")
+    _run(nat, _hostile(nat), "native")
+    a, b = _observed(ref), _observed(nat)
+    assert a == b
+    counters = a["counters"]
+    for name in ("bad_source", "bad_length", "bad_icrc", "bad_rkey", "late", "malformed"):
+        assert counters[name] == 1, (name, counters)  # type: ignore[index]
+    assert counters["duplicates"] == 1  # type: ignore[index]
+    assert a["transport"] == {**a["transport"], "runt": 1, "bad_opcode": 1, "unknown_qpn": 1}  # type: ignore[dict-item]
+    assert len(a["completions"]) == 3  # type: ignore[arg-type]
+    ref.check(True)
+    nat.check(True)
+
+
+@needs_native
+def test_the_native_pass_splits_gro_datagrams_like_separate_ones() -> None:
+    """Three packets of one size back to back in one slot (as UDP_GRO hands them over)
+    place exactly as the same packets in three slots."""
+    ref, nat = _rigs()
+    hostile = _hostile(ref)
+    equal = [hostile[0], hostile[11], hostile[12]]  # sizes 292, 292, 268: GRO's rule
+    _run(ref, equal, "python")
+    joined = b"".join(d for d, _ in _hostile(nat)[:1] + _hostile(nat)[11:13])
+    nat.load(0, joined, _PEER)
+    previous = placement.use_datapath("native")
+    try:
+        segments = nat.receiver.process_native(1, np.array([len(equal[0][0])]))
+    finally:
+        placement.use_datapath(previous)
+    assert segments == 3
+    assert _observed(ref) == _observed(nat)
+
+
+@needs_native
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.binary(max_size=1500))
+def test_native_and_reference_agree_on_fuzz_bytes(raw: bytes) -> None:
+    fuzz_udp_native_receive(raw)  # asserts the two agree; crashes on any difference
+
+
+# --- real sockets: the send pass, GSO and GRO ----------------------------------------------
+
+ATTR = sdr.QPAttr(mtu=1024, chunk_size=4096, max_message_size=1 << 16, max_messages=3)
+
+
+def _batch(region: object, count: int, length: int = 1024, tail: int = 0) -> WriteBatch:
+    lengths = np.full(count, length, np.int64)
+    if tail:
+        lengths[-1] = tail
+    offsets = np.arange(count, dtype=np.int64) * length
+    return WriteBatch(
+        region=region,  # type: ignore[arg-type]
+        generation=0,
+        channels=np.zeros(count, np.int64),
+        src_offsets=offsets,
+        lengths=lengths,
+        remote_offsets=offsets + 7,
+        imms=np.arange(count, dtype=np.uint32) * 3 + 1,
+    )
+
+
+def _connect_to(qp: object, port: int) -> None:
+    """Connect ``qp`` to a fake peer whose data socket is 127.0.0.1:``port``."""
+    gens = ATTR.generations
+    qp.connect(  # type: ignore[attr-defined]
+        {"host": "127.0.0.1", "port": port, "control_port": 1, "control_id": 1,
+         "qpns": [[77 + g] for g in range(gens)], "rkeys": [99] * gens}
+    )  # fmt: skip
+
+
+def _captured(impl: str, gso: bool, count: int, tail: int) -> list[bytes]:
+    """The datagrams one write batch puts on the wire, read by a plain socket."""
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sink.bind(("127.0.0.1", 0))
+    sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    t = UdpTransport(port=0, seed=3, gso=gso)
+    try:
+        qp = t.create_qp(ATTR)
+        _connect_to(qp, sink.getsockname()[1])
+        data = np.random.default_rng(5).integers(0, 256, 1 << 16, dtype=np.uint8)
+        region = t.register(data)
+        previous = placement.use_datapath(impl)
+        try:
+            qp.post_writes(_batch(region, count, tail=tail))
+        finally:
+            placement.use_datapath(previous)
+        out, sink_addr, src = [], sink.getsockname(), (t.host, t.port)
+        sink.settimeout(2)
+        for _ in range(count):
+            got, sender = sink.recvfrom(1 << 16)
+            assert sender == src
+            fields, payload, good = decode_packet(got, src, sink_addr)
+            assert good, "ICRC does not verify"
+            out.append(got[:-ICRC_SIZE])  # the ICRC covers the ports, which differ per run
+        return out
+    finally:
+        t.close()
+        sink.close()
+
+
+@needs_native
+@pytest.mark.parametrize("gso", [False, True])
+@pytest.mark.parametrize("tail", [0, 513])
+def test_the_native_send_puts_the_reference_datagrams_on_the_wire(gso: bool, tail: int) -> None:
+    count = 40
+    assert _captured("native", gso, count, tail) == _captured("python", False, count, tail)
+
+
+@needs_native
+def test_a_packet_outside_its_region_is_refused_before_anything_is_sent() -> None:
+    t = UdpTransport(port=0, seed=3)
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sink.bind(("127.0.0.1", 0))
+    sink.setblocking(False)
+    try:
+        qp = t.create_qp(ATTR)
+        _connect_to(qp, sink.getsockname()[1])
+        region = t.register(np.zeros(4096, np.uint8))
+        previous = placement.use_datapath("native")
+        try:
+            with pytest.raises(ProtocolError, match="outside the region"):
+                qp.post_writes(_batch(region, 5))  # 5 KiB from a 4 KiB region
+        finally:
+            placement.use_datapath(previous)
+        with pytest.raises(BlockingIOError):
+            sink.recv(1 << 16)  # not even the first four packets left
+    finally:
+        t.close()
+        sink.close()
+
+
+def _transfer(impl: str, gso: bool, gro: bool) -> tuple[bytes, dict[str, int]]:
+    """One 60 KiB write between two transports; the bytes received and the counters."""
+    previous = placement.use_datapath(impl)
+    ta = UdpTransport(port=0, seed=1, gso=gso)
+    tb = UdpTransport(port=0, seed=2, gro=gro)
+    try:
+        with sdr.Context(backend=ta) as a, sdr.Context(backend=tb) as b:
+            qa, qb = a.create_qp(ATTR), b.create_qp(ATTR)
+            qa.connect(qb.info())
+            qb.connect(qa.info())
+            src = np.random.default_rng(9).integers(0, 256, 60_000, dtype=np.uint8)
+            dst = np.zeros(60_000, np.uint8)
+            recv = qb.post_recv(b.register(dst))
+            send = qa.post_send(a.register(src))
+            deadline = time.monotonic() + 10
+            while not (recv.arrived and send.sent) and time.monotonic() < deadline:
+                a.progress()
+                b.progress()
+            assert recv.arrived and send.sent
+            assert np.array_equal(src, dst)
+            return dst.tobytes(), qb.transport_qp.counters()
+    finally:
+        placement.use_datapath(previous)
+
+
+@needs_native
+@pytest.mark.parametrize(("gso", "gro"), [(False, False), (True, False), (True, True)])
+def test_a_write_lands_the_same_through_every_path(gso: bool, gro: bool) -> None:
+    want, want_counters = _transfer("python", False, False)
+    got, counters = _transfer("native", gso, gro)
+    assert got == want and counters == want_counters
+
+
+# --- argument checks ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tables() -> Iterator[list[np.ndarray]]:
+    z, out = np.zeros(4, np.int64), [np.zeros(64 * 1821, np.int64) for _ in range(5)]
+    yield [z, z, z, z, z, *out, np.zeros(3, np.int64), np.zeros(16, np.int64)]
+
+
+@needs_native
+def test_check_refuses_bad_arguments(tables: list[np.ndarray]) -> None:
+    check = native.module.check  # type: ignore[union-attr]
+    staging = np.zeros(4 * 65536, np.uint8)
+    one = np.zeros(1, np.int64)
+    with pytest.raises(TypeError, match="int64"):
+        check(staging, 65536, one.astype(np.int32), one, one, 1, 1, True, *tables)
+    with pytest.raises(ValueError, match="slots"):
+        check(staging, 65536, np.zeros(5, np.int64), np.zeros(5, np.int64),
+              np.zeros(5, np.int64), 1, 1, True, *tables)  # fmt: skip
+    short = [*tables[:5], np.zeros(3, np.int64), *tables[6:]]
+    with pytest.raises(ValueError, match="out_ep"):
+        check(staging, 65536, one, one, one, 1, 1, True, *short)
+    with pytest.raises(TypeError, match="writable"):
+        check(bytes(65536), 65536, one, one, one, 1, 1, True, *tables)
