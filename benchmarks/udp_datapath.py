@@ -7,11 +7,16 @@ For each datagram size (4, 8, 32 KiB by default) the same run measures:
      packet is one datagram of that size on the wire), paced at fractions of the iperf3
      goodput and unpaced: goodput = message bytes completely received / (first post_send
      to last message complete; one shared monotonic clock), and loss = packets sent minus
-     packets placed.
+     packets placed. ``--total`` messages of 16 MiB go through ``MESSAGES`` receive
+     buffers, each posted again as soon as its message arrived.
+  3. The unpaced run once per datapath (``--paths``): ``native`` (backends/udp/_datapath.c
+     with GSO and GRO, the default), ``native-plain`` (native, one datagram per system
+     call), ``python`` (the reference loops; the placement step too).
 Sender and receiver are pinned to different cores in both cases (iperf3 -A, sched_setaffinity),
 and run at nice -19 when permitted.
 
-    .venv/bin/python benchmarks/udp_datapath.py [--sizes 4096,8192,32768] [--json out.json]
+    .venv/bin/python benchmarks/udp_datapath.py [--sizes 4096,8192,32768] [--paths ...]
+        [--total 64] [--repeat 3] [--json out.json]
 """
 
 from __future__ import annotations
@@ -31,11 +36,18 @@ from typing import Any
 import numpy as np
 
 import sdr
+from sdr import placement
 from sdr.backends.udp import UdpTransport
 from sdr.backends.udp.roce import HEADER_SIZE, ICRC_SIZE
 
 MESSAGE = 16 << 20
-MESSAGES = 7  # odd: coprime with the receive ids (no straggler warning)
+MESSAGES = 7  # receive buffers; odd: coprime with the receive ids (no straggler warning)
+PATHS = {
+    "native": ("native", {"gso": True}, {"gro": True}),
+    "native-plain": ("native", {"gso": False}, {"gro": False}),
+    "python": ("python", {}, {}),
+}
+"""Datapath name -> (placement.use_datapath, sender transport options, receiver options)."""
 CPUS = sorted(os.sched_getaffinity(0))
 TX_CPU, RX_CPU = CPUS[0], CPUS[-1]
 
@@ -71,22 +83,38 @@ def iperf3(size: int, seconds: float, port: int = 15201) -> dict[str, float]:
     }
 
 
-def _receiver(conn: Connection, attr: sdr.QPAttr, verify: bool) -> None:
+def _receiver(conn: Connection, attr: sdr.QPAttr, verify: bool, path: str, total: int) -> None:
     os.sched_setaffinity(0, {RX_CPU})
-    with sdr.Context(backend=UdpTransport(port=0, verify_icrc=verify)) as ctx:
+    datapath, _, options = PATHS[path]
+    placement.use_datapath(datapath)
+    with sdr.Context(backend=UdpTransport(port=0, verify_icrc=verify, **options)) as ctx:
         qp = ctx.create_qp(attr)
         conn.send(qp.info())
         qp.connect(conn.recv())
-        bufs = [np.zeros(MESSAGE, dtype=np.uint8) for _ in range(MESSAGES)]
-        handles = [qp.post_recv(ctx.register(b)) for b in bufs]
+        regions = [ctx.register(np.zeros(MESSAGE, dtype=np.uint8)) for _ in range(MESSAGES)]
+        handles = [qp.post_recv(r) for r in regions]
         conn.send("ready")
         cpu = 0.0  # CPU time of the polls that found work (the receiver busy-polls)
         idle_since = None
-        done = 0
-        while done < MESSAGES:
+        done = complete = 0
+        while done < total:
             cpu0 = time.process_time()
             work = ctx.progress()
-            while done < MESSAGES and handles[done].record.arrived:
+            # a message is over when it arrived, or a later one did (loopback keeps order:
+            # the rest of it was lost), or nothing came for 50 ms (all in flight lost
+            # packets); release it, its buffer takes the next message
+            stalled = idle_since is not None and time.monotonic() - idle_since > 0.05
+            while done < total and (
+                handles[done].record.arrived
+                or any(h.record.arrived for h in handles[done + 1 :])
+                or (stalled and done < len(handles) - 1)
+            ):
+                if stalled:  # after a quiet 50 ms: give up the oldest only
+                    stalled, idle_since = False, time.monotonic()
+                complete += handles[done].record.arrived
+                if len(handles) < total:
+                    handles[done].complete()
+                    handles.append(qp.post_recv(regions[done % MESSAGES]))
                 done += 1
             if work:
                 cpu += time.process_time() - cpu0
@@ -96,13 +124,16 @@ def _receiver(conn: Connection, attr: sdr.QPAttr, verify: bool) -> None:
             elif time.monotonic() - idle_since > 1.0:
                 break  # the rest was lost
         end = time.monotonic()
-        conn.send({"end": end, "complete": done, "counters": qp.transport_qp.stats, "cpu": cpu})
+        conn.send({"end": end, "complete": complete, "counters": qp.transport_qp.stats, "cpu": cpu})
 
 
-def sdr_oneshot(size: int, rate: float | None, verify: bool = True) -> dict[str, Any]:
-    """Goodput and loss of MESSAGES one-shot writes of MESSAGE bytes at ``rate`` bits/s.
+def sdr_oneshot(
+    size: int, rate: float | None, verify: bool = True, path: str = "native", total: int = 64
+) -> dict[str, Any]:
+    """Goodput and loss of ``total`` one-shot writes of MESSAGE bytes at ``rate`` bits/s.
 
-    verify: whether the receiver checks each packet's ICRC (the default of the backend)."""
+    verify: whether the receiver checks each packet's ICRC (the default of the backend);
+    path: a key of PATHS."""
     mtu = size - HEADER_SIZE - ICRC_SIZE  # one SDR packet = one UDP datagram of ``size``
     mtu -= mtu % 4
     attr = sdr.QPAttr(
@@ -112,12 +143,16 @@ def sdr_oneshot(size: int, rate: float | None, verify: bool = True) -> dict[str,
         max_messages=MESSAGES,
         rate_limit=rate,
     )
+    datapath, options, _ = PATHS[path]
     here, there = mp.get_context("fork").Pipe()
-    proc = mp.get_context("fork").Process(target=_receiver, args=(there, attr, verify), daemon=True)
+    proc = mp.get_context("fork").Process(
+        target=_receiver, args=(there, attr, verify, path, total), daemon=True
+    )
     proc.start()
+    previous = placement.use_datapath(datapath)
     try:
         os.sched_setaffinity(0, {TX_CPU})
-        with sdr.Context(backend=UdpTransport(port=0)) as ctx:
+        with sdr.Context(backend=UdpTransport(port=0, **options)) as ctx:
             qp = ctx.create_qp(attr)
             qp.connect(here.recv())
             here.send(qp.info())
@@ -125,22 +160,28 @@ def sdr_oneshot(size: int, rate: float | None, verify: bool = True) -> dict[str,
             region = ctx.register(src)
             assert here.recv() == "ready"
             start, cpu0 = time.monotonic(), time.process_time()
-            sends = [qp.post_send(region) for _ in range(MESSAGES)]
-            for s in sends:
-                s.wait(timeout=60)
+            sends: list[Any] = []
+            for done in range(total):  # at most MESSAGES in flight: one per receive buffer
+                while len(sends) < total and len(sends) - done < MESSAGES:
+                    sends.append(qp.post_send(region))
+                sends[done].wait(timeout=60)
             tx_cpu = time.process_time() - cpu0
             result = here.recv()
             sent = qp.transport_qp.stats["wire_packets_sent"]
     finally:
+        placement.use_datapath(previous)
         os.sched_setaffinity(0, set(CPUS))
         proc.join(timeout=10)
     placed = result["counters"]["packets_placed"]
     seconds = result["end"] - start
     return {
+        "path": path,
         "rate_limit": rate,
         "verify_icrc": verify,
         "goodput": result["complete"] * MESSAGE * 8 / seconds,
         "complete": result["complete"],
+        "messages": total,
+        "seconds": seconds,
         "packets_sent": sent,
         "packets_lost": sent - placed,
         "loss": (sent - placed) / sent,
@@ -160,6 +201,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="iperf3 duration")
     parser.add_argument("--repeat", type=int, default=1, help="best of N runs, each side")
     parser.add_argument("--json", default=None, help="write results here")
+    parser.add_argument(
+        "--paths", default=",".join(PATHS), help=f"unpaced runs, each of: {', '.join(PATHS)}"
+    )
+    parser.add_argument("--total", type=int, default=64, help="16 MiB messages per SDR run")
     args = parser.parse_args()
     if shutil.which("iperf3") is None:
         sys.exit("iperf3 is not installed (make system installs it)")
@@ -170,8 +215,12 @@ def main() -> None:
     rows = []
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("iperf3 CPU us/packet (tx, rx) is printed per size; SDR's per run")
-    print(f"{'size':>6} {'iperf3 Gbit/s':>13} {'loss':>6} | {'SDR rate':>9} {'ICRC':>5} "
-          f"{'Gbit/s':>7} {'loss':>8} {'ratio':>6} {'tx us/pkt':>9} {'rx us/pkt':>9} "
+    paths = args.paths.split(",")
+    unknown = sorted(set(paths) - set(PATHS))
+    if unknown:
+        sys.exit(f"--paths: unknown {', '.join(unknown)} (choose from {', '.join(PATHS)})")
+    print(f"{'size':>6} {'iperf3 Gbit/s':>13} {'loss':>6} | {'path':>12} {'SDR rate':>9} "
+          f"{'ICRC':>5} {'Gbit/s':>7} {'loss':>8} {'ratio':>6} {'tx us/pkt':>9} {'rx us/pkt':>9} "
           f"{'cpu ratio':>9}")  # fmt: skip
     for size in (int(s) for s in args.sizes.split(",")):
         ref = max((iperf3(size, args.seconds) for _ in range(args.repeat)), key=_goodput)
@@ -180,9 +229,12 @@ def main() -> None:
             f"rx {ref['rx_cpu_us_per_packet']:.1f} us/pkt"
         )
         fractions = [float(f) for f in args.fractions.split(",")]
-        runs = [(ref["goodput"] * f, v) for f in fractions for v in (True, False)]
-        for rate, verify in [*runs, (None, True)]:
-            res = max((sdr_oneshot(size, rate, verify) for _ in range(args.repeat)), key=_goodput)
+        runs = [(ref["goodput"] * f, v, "native") for f in fractions for v in (True, False)]
+        for rate, verify, path in [*runs, *((None, True, p) for p in paths)]:
+            res = max(
+                (sdr_oneshot(size, rate, verify, path, args.total) for _ in range(args.repeat)),
+                key=_goodput,
+            )
             res["ratio"] = res["goodput"] / ref["goodput"]
             # load-robust estimate: ratio of the busier side's CPU time per packet
             res["cpu_ratio"] = max(ref["tx_cpu_us_per_packet"], ref["rx_cpu_us_per_packet"]) / max(
@@ -191,8 +243,9 @@ def main() -> None:
             rows.append({"size": size, "iperf3": ref, "sdr": res})
             label = "unpaced" if rate is None else f"{rate / 1e9:.2f}G"
             print(
-                f"{size:>6} {ref['goodput'] / 1e9:>13.2f} {ref['loss']:>6.1%} | {label:>9} "
-                f"{'on' if verify else 'off':>5} {res['goodput'] / 1e9:>7.2f} {res['loss']:>8.2%} "
+                f"{size:>6} {ref['goodput'] / 1e9:>13.2f} {ref['loss']:>6.1%} | {path:>12} "
+                f"{label:>9} {'on' if verify else 'off':>5} {res['goodput'] / 1e9:>7.2f} "
+                f"{res['loss']:>8.2%} "
                 f"{res['ratio']:>6.2f} {res['tx_cpu_us_per_packet']:>9.1f} "
                 f"{res['rx_cpu_us_per_packet']:>9.1f} {res['cpu_ratio']:>9.2f}",
                 flush=True,
@@ -210,7 +263,8 @@ def main() -> None:
         .strip(),
         "parameters": {
             "message": MESSAGE,
-            "messages": MESSAGES,
+            "receive_buffers": MESSAGES,
+            "messages_per_run": args.total,
             "tx_cpu": TX_CPU,
             "rx_cpu": RX_CPU,
         },
