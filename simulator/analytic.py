@@ -7,11 +7,16 @@ SR: ``T_SR = max_i X_i + RTT`` (see :mod:`sdr.simulator.sr_model`).
 
 EC: all ``M + ceil(M/R)`` data and parity chunks are injected back to back (``base``). If
 every submessage decodes the write completes at ``base + RTT``. Otherwise the receiver's
-fallback timer expires, it NACKs, and the failed submessages' data chunks (``n``) are
-resent with SR: ``base + RTT + beta*RTT + T_SR(n)``. With ``T_SR(0) = RTT`` this is exactly
-the paper's bound ``(M + ceil(M/R))*T_INJ + P_fb*(RTT + beta*RTT) + E[T_SR(E[failures]*k)]``
-when the number of failures is replaced by its mean; :func:`ec_mean` instead averages over
-the exact distribution of failures, and :func:`ec_mean_bound` gives the paper's formula.
+fallback timer expires, it NACKs, and ``n`` data chunks are resent with SR:
+``base + RTT + beta*RTT + T_SR(n)``. Which chunks is ``spec.fallback``: ``"protocol"`` (the
+default) resends the missing data chunks of the failed submessages, as the SDK does, and a
+submessage is done once it is recoverable again (:mod:`sdr.simulator.ec_repair`: the
+fallback then costs ``beta*RTT + RTT + n*T_INJ + O*max_s R_s``); ``"paper"`` resends every
+data chunk of a failed submessage (``k`` each) and waits for all of them. With
+``T_SR(0) = RTT`` and ``"paper"`` this is exactly the paper's bound ``(M + ceil(M/R))*T_INJ
++ P_fb*(RTT + beta*RTT) + E[T_SR(E[failures]*k)]`` when the number of failures is replaced
+by its mean; :func:`ec_mean` instead averages over the exact distribution of ``n``, and
+:func:`ec_mean_bound` gives the paper's formula (whatever ``spec.fallback`` says).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import math
 
 import numpy as np
 
-from sdr.simulator.ec_model import ECLayout, retransmit_distribution
+from sdr.simulator.ec_model import ECLayout, resend_distribution
+from sdr.simulator.ec_repair import message_repair, repair_cdf, repair_mean
 from sdr.simulator.link import Link
 from sdr.simulator.schemes import SchemeSpec
 from sdr.simulator.sr_model import (
@@ -91,10 +97,13 @@ def ec_fallback_probability(link: Link, size: int, p: float, spec: SchemeSpec) -
 
 
 def ec_mean(link: Link, size: int, p: float, spec: SchemeSpec) -> float:
-    """E[T_EC] averaged over the exact distribution of failed submessages."""
+    """E[T_EC] averaged over the exact distribution of the chunks the fallback resends."""
     lossless, extra, layout = ec_parts(link, size, spec)
-    chunks, probs = retransmit_distribution(layout, p, spec.code)
     o = retry_cost_s(link, spec)
+    if spec.fallback == "protocol":
+        n, table = message_repair(layout, p, spec.code)
+        return float(lossless + repair_mean(n, table, link.t_inj_s, o, extra))
+    chunks, probs = resend_distribution(layout, p, spec.code, spec.fallback)
     total = lossless
     limit = 50_000 // max(len(chunks), 1)  # share one exact-sum budget across the mixture
     for n, w in zip(chunks, probs, strict=True):
@@ -117,7 +126,8 @@ def _sr_mean_interpolated(link: Link, x: float, p: float, o: float) -> float:
 def ec_mean_bound(link: Link, size: int, p: float, spec: SchemeSpec) -> float:
     """The paper's lower bound on E[T_EC]:
 
-    ``(M + ceil(M/R))*T_INJ + P_fallback*(RTT + beta*RTT) + E[T_SR(E[failures]*k)]``.
+    ``(M + ceil(M/R))*T_INJ + P_fallback*(RTT + beta*RTT) + E[T_SR(E[failures]*k)]``
+    (always the paper's fallback, whole submessages, whatever ``spec.fallback`` says).
     """
     layout = ec_layout(link, size, spec)
     base = layout.total_chunks * link.t_inj_s
@@ -146,35 +156,55 @@ def _mixture_cdf(
 
 
 def ec_cdf(t: float | np.ndarray, link: Link, size: int, p: float, spec: SchemeSpec) -> np.ndarray:
-    """Exact P(T_EC <= t) under the model (a mixture over the number of failed submessages)."""
+    """Exact P(T_EC <= t) under the model (a mixture over the fallback's resends)."""
+    return _ec_cdf_function(link, size, p, spec)(np.atleast_1d(np.asarray(t, dtype=float)))
+
+
+def _ec_cdf_function(link: Link, size: int, p: float, spec: SchemeSpec):
+    """``t -> P(T_EC <= t)`` with the fallback's law computed once (for bisection)."""
     lossless, extra, layout = ec_parts(link, size, spec)
-    chunks, probs = retransmit_distribution(layout, p, spec.code)
-    t = np.atleast_1d(np.asarray(t, dtype=float))
-    ok = t >= lossless
-    out = np.where(ok, probs[chunks == 0].sum(), 0.0)
-    retry = chunks > 0
-    if retry.any():
-        s = t - lossless - extra
-        out = out + _mixture_cdf(
-            s, chunks[retry], probs[retry], p, link.t_inj_s, retry_cost_s(link, spec)
-        )
-    return out
+    o = retry_cost_s(link, spec)
+    if spec.fallback == "protocol":
+        n, table = message_repair(layout, p, spec.code)
+        clean = float(table[-1][n == 0].sum())
+
+        def protocol_cdf(t: np.ndarray) -> np.ndarray:
+            rest = repair_cdf(t - lossless, n, table, link.t_inj_s, o, extra)
+            return np.where(t >= lossless, clean, 0.0) + rest
+
+        return protocol_cdf
+    chunks, probs = resend_distribution(layout, p, spec.code, spec.fallback)
+
+    def paper_cdf(t: np.ndarray) -> np.ndarray:
+        out = np.where(t >= lossless, probs[chunks == 0].sum(), 0.0)
+        retry = chunks > 0
+        if retry.any():
+            s = t - lossless - extra
+            out = out + _mixture_cdf(s, chunks[retry], probs[retry], p, link.t_inj_s, o)
+        return out
+
+    return paper_cdf
 
 
 def ec_quantile(q: float, link: Link, size: int, p: float, spec: SchemeSpec) -> float:
     """Exact q-quantile of T_EC under the model, by bisection on :func:`ec_cdf`."""
     lossless, extra, layout = ec_parts(link, size, spec)
+    cdf = _ec_cdf_function(link, size, p, spec)
     lo = lossless
-    if ec_cdf(lo, link, size, p, spec)[0] >= q:
+    if cdf(np.array([lo]))[0] >= q:
         return lo
-    chunks, _ = retransmit_distribution(layout, p, spec.code)
     o = retry_cost_s(link, spec)
-    q_hi = 1.0 - (1.0 - q) / 10.0
-    hi = lossless + extra + max_delay_quantile(q_hi, int(chunks.max()), p, link.t_inj_s, o)
+    if spec.fallback == "protocol":
+        n, table = message_repair(layout, p, spec.code)
+        hi = lossless + extra + int(n.max()) * link.t_inj_s + table.shape[0] * o
+    else:
+        chunks, _ = resend_distribution(layout, p, spec.code, spec.fallback)
+        q_hi = 1.0 - (1.0 - q) / 10.0
+        hi = lossless + extra + max_delay_quantile(q_hi, int(chunks.max()), p, link.t_inj_s, o)
     tol = link.t_inj_s * 1e-3
     while hi - lo > tol:
         mid = 0.5 * (lo + hi)
-        if ec_cdf(mid, link, size, p, spec)[0] >= q:
+        if cdf(np.array([mid]))[0] >= q:
             hi = mid
         else:
             lo = mid

@@ -19,7 +19,8 @@ import numpy as np
 
 from sdr.errors import ConfigError
 from sdr.simulator.analytic import ec_parts, retry_cost_s
-from sdr.simulator.ec_model import ECLayout
+from sdr.simulator.ec_model import ECLayout, Fallback, check_fallback
+from sdr.simulator.ec_repair import sample_repair
 from sdr.simulator.link import Link
 from sdr.simulator.schemes import SchemeSpec
 
@@ -78,16 +79,28 @@ def sample_sr(
 
 
 def sample_failures(
-    rng: np.random.Generator, layout: ECLayout, p: float, code: str, samples: int
+    rng: np.random.Generator,
+    layout: ECLayout,
+    p: float,
+    code: str,
+    samples: int,
+    fallback: Fallback = "protocol",
 ) -> np.ndarray:
-    """Samples of the number of data chunks the EC fallback resends."""
+    """Samples of the number of data chunks the EC fallback resends.
+
+    ``fallback="paper"``: ``k`` per failed submessage (``r`` for a partial one);
+    ``"protocol"``: the missing data chunks of each failed submessage
+    (:func:`~sdr.simulator.ec_repair.sample_repair`).
+    """
+    check_fallback(fallback)
+    if fallback == "protocol":
+        return sample_repair(rng, layout, p, code, samples)[0]  # type: ignore[arg-type]
     q_full, q_tail = layout.failure_probabilities(p, code)  # type: ignore[arg-type]
-    failed = rng.binomial(layout.full_submessages, q_full, size=samples) * layout.k
-    if layout.tail_data:
-        failed = failed + (rng.random(samples) < q_tail) * layout.tail_data
-    else:
-        rng.random(samples)  # keep the stream layout independent of M mod k
-    return failed
+    full = rng.binomial(layout.full_submessages, q_full, size=samples)
+    tail = rng.random(samples) < q_tail  # drawn even without a tail: same stream layout
+    if not layout.tail_data:
+        tail[:] = False
+    return full * layout.k + tail * layout.tail_data
 
 
 def sample_ec(
@@ -95,7 +108,11 @@ def sample_ec(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Samples of T_EC in seconds, and whether each sample needed the SR fallback."""
     lossless, extra, layout = ec_parts(link, size, spec)
-    chunks = sample_failures(rng, layout, p, spec.code, samples)
+    if spec.fallback == "protocol":
+        n, rounds = sample_repair(rng, layout, p, spec.code, samples)
+        repair = n * link.t_inj_s + rounds * retry_cost_s(link, spec)
+        return lossless + np.where(n > 0, extra + repair, 0.0), n > 0
+    chunks = sample_failures(rng, layout, p, spec.code, samples, spec.fallback)
     retry = sample_max_delay(rng, chunks, p, link.t_inj_s, retry_cost_s(link, spec), samples)
     fell_back = chunks > 0
     times = lossless + np.where(fell_back, extra + retry, 0.0)

@@ -21,7 +21,7 @@ import numpy as np
 
 from sdr.errors import ConfigError
 from sdr.simulator.analytic import ec_parts, retry_cost_s
-from sdr.simulator.ec_model import ECLayout, xor_group_sizes
+from sdr.simulator.ec_model import ECLayout, check_fallback, xor_group_sizes
 from sdr.simulator.link import Link
 from sdr.simulator.loss import LossModel
 from sdr.simulator.schemes import SchemeSpec
@@ -93,8 +93,14 @@ def ec_failures_trace(
     model: LossModel,
     link: Link,
     streams: int,
+    fallback: str = "protocol",
 ) -> np.ndarray:
-    """Data chunks to resend per stream, decoding each submessage from sampled losses."""
+    """Data chunks to resend per stream, decoding each submessage from sampled losses.
+
+    ``fallback="protocol"``: a failed submessage resends its missing data chunks (the SDK);
+    ``"paper"``: all of its data chunks.
+    """
+    check_fallback(fallback)
     lost = chunk_losses(rng, model, streams, layout.total_chunks, link)
     resend = np.zeros(streams, dtype=int)
     pos = 0
@@ -115,7 +121,7 @@ def ec_failures_trace(
             failed = (per_group >= 2).any(axis=1)
         else:
             raise ConfigError(f"EC code must be 'mds' or 'xor', got {code!r}")
-        resend += failed * k
+        resend += failed * (k if fallback == "paper" else data.sum(axis=1))
     return resend
 
 
@@ -132,7 +138,7 @@ def sample_ec_trace(
     o = retry_cost_s(link, spec)
     times, fell = [], []
     for b in _batched(samples, layout.total_chunks * link.packets_per_chunk):
-        resend = ec_failures_trace(rng, layout, spec.code, model, link, b)
+        resend = ec_failures_trace(rng, layout, spec.code, model, link, b, spec.fallback)
         retry = _max_delay_trace(rng, model, link, o, resend)
         times.append(lossless + np.where(resend > 0, extra + retry, 0.0))
         fell.append(resend > 0)

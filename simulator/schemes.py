@@ -5,6 +5,11 @@
 negative acknowledgements). ``ec-mds`` and ``ec-xor`` are erasure coding with ``k`` data and
 ``m`` parity chunks per submessage (default 32, 8); their SR fallback uses ``rto_rtts``
 (default ``1 + alpha``).
+
+``fallback`` says what the EC models resend when a submessage cannot be decoded:
+``"protocol"`` (default) the missing data chunks of the failed submessages, as the SDK
+does; ``"paper"`` all ``k`` data chunks of each failed submessage, the paper's formula (the
+paper figures use it).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdr.errors import ConfigError
-from sdr.simulator.ec_model import Code
+from sdr.simulator.ec_model import Code, Fallback, check_fallback
 from sdr.simulator.link import Link
 
 __all__ = ["SCHEMES", "SR_SCHEMES", "EC_SCHEMES", "SchemeSpec", "parse_ec"]
@@ -39,12 +44,16 @@ def parse_ec(text: str) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class SchemeSpec:
-    """A scheme name with its parameters; ``None`` means "the scheme's default"."""
+    """A scheme name with its parameters; ``None`` means "the scheme's default".
+
+    ``fallback`` (EC only): ``"protocol"`` or ``"paper"``, see the module docstring.
+    """
 
     name: str
     rto_rtts: float | None = None
     k: int = 32
     m: int = 8
+    fallback: Fallback = "protocol"
 
     def __post_init__(self) -> None:
         if self.name not in SCHEMES:
@@ -53,6 +62,7 @@ class SchemeSpec:
             raise ConfigError(f"RTO must be > 0 RTTs, got {self.rto_rtts!r}")
         if self.k < 1 or self.m < 1:
             raise ConfigError(f"EC needs k >= 1 and m >= 1, got k={self.k}, m={self.m}")
+        check_fallback(self.fallback)
 
     @property
     def is_ec(self) -> bool:

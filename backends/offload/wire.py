@@ -25,6 +25,8 @@ import struct
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import numpy as np
+
 from sdr.errors import ConfigError, TransportError
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "MALFORMED",
     "MAX_DATAGRAM",
     "PacketSource",
+    "STAGED_SLOTS",
     "STAGING_SLOTS",
     "StagingRing",
     "SyntheticSource",
@@ -41,6 +44,7 @@ __all__ = [
     "make_source",
     "parse_header",
     "register_source",
+    "staged_ring",
 ]
 
 MAGIC = 0x5D0F
@@ -54,6 +58,9 @@ STAGING_SLOTS = 256
 """Packets a socket source stages before it reuses a buffer: a packet's view stays valid
 for the next ``STAGING_SLOTS - 1`` receives, so the engine can place them as one batch."""
 _SLOT_BYTES = 1 << 16
+STAGED_SLOTS = 64
+"""Datagrams one ``recvmmsg`` takes on the staged path (64 x 64 KiB slots, pre-faulted)."""
+_NO_ROWS = np.empty(0, dtype=np.int64)
 
 
 class StagingRing:
@@ -99,6 +106,12 @@ class PacketSource(Protocol):
         A raw packet (memoryview in this module's format), or, from a source whose
         ``decoded`` attribute is True, ``(generation, imm, remote_offset, payload)`` or
         :data:`MALFORMED`.
+
+        A source may also offer ``recv_staged(max_count) -> (taken, batch)``, which the
+        native datapath uses: up to ``max_count`` packets at once, valid until the next
+        call; ``batch`` is ``(staging, offsets, lengths)`` (raw packets in one buffer), or
+        from a decoding source ``(malformed, (staging, generations, imms, remotes,
+        payload_offsets, lengths))`` (see ``ChannelEngine.place_staged``).
         """
 
     def address(self) -> Any:
@@ -122,6 +135,7 @@ class UdpSource:
         self.sock.setblocking(False)
         self._staging = StagingRing()
         self.staging_slots = STAGING_SLOTS
+        self._ring: Any = None  # the staged path's recvmmsg ring, made on first use
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -133,6 +147,14 @@ class UdpSource:
         except (BlockingIOError, InterruptedError):
             return None
         return buffer[:n]
+
+    def recv_staged(self, max_count: int) -> tuple[int, tuple[Any, np.ndarray, np.ndarray]]:
+        """Up to ``max_count`` datagrams with one ``recvmmsg`` (never truncated: a slot
+        holds the largest datagram)."""
+        ring = self._ring = self._ring or staged_ring()
+        got = ring.receive(self.sock, max_count)
+        offsets = np.arange(got, dtype=np.int64) * ring.slot_size
+        return got, (ring.view, offsets, ring.lengths(got))
 
     def address(self) -> Any:
         return list(self.sock.getsockname())
@@ -150,6 +172,9 @@ class SyntheticSource:
         self._packets = [memoryview(p) for p in packets]
         self._left = rounds * len(packets) if rounds else -1
         self._next = 0
+        self._lengths = np.array([len(p) for p in self._packets], dtype=np.int64)
+        self._offsets = np.cumsum(self._lengths) - self._lengths
+        self._flat = b"".join(self._packets)
 
     def fileno(self) -> int:
         return -1
@@ -162,12 +187,31 @@ class SyntheticSource:
         self._next = (self._next + 1) % len(self._packets)
         return packet
 
+    def recv_staged(self, max_count: int) -> tuple[int, tuple[Any, np.ndarray, np.ndarray]]:
+        """The next ``max_count`` packets of the cycle, as views of one buffer."""
+        count = max_count if self._left < 0 else min(max_count, self._left)
+        if count <= 0:
+            return 0, (self._flat, _NO_ROWS, _NO_ROWS)
+        n = len(self._packets)
+        rows = (self._next + np.arange(count, dtype=np.int64)) % n
+        self._next = (self._next + count) % n
+        if self._left > 0:
+            self._left -= count
+        return count, (self._flat, self._offsets[rows], self._lengths[rows])
+
     def address(self) -> Any:
         return None
 
     def close(self) -> None:
         self._packets = []
         self._left = 0
+
+
+def staged_ring() -> Any:
+    """A ``recvmmsg`` ring of :data:`STAGED_SLOTS` slots that hold any UDP datagram."""
+    from sdr.backends.udp.mmsg import RecvRing  # Linux batch I/O through ctypes
+
+    return RecvRing(STAGED_SLOTS, _SLOT_BYTES)
 
 
 _SOURCES: dict[str, Callable[..., PacketSource]] = {
