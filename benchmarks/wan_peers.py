@@ -28,7 +28,9 @@ from rich.table import Table
 
 from benchmarks.peers.runner import run_pair
 from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces
+from sdr.cli.defaults import DEFAULT_MTU
 from sdr.cli.demo_report import predict
+from sdr.cli.emulator_report import print_report
 from sdr.cli.wan_transfer import make_payload, transfer_over_link
 from sdr.simulator.link import Link
 from sdr.units import format_size, parse_rate, parse_size, parse_time
@@ -104,8 +106,8 @@ def main() -> None:
     p.add_argument("--rate", default="1Gbit/s")
     p.add_argument("--rtt", default="25ms")
     p.add_argument("--chunk", default="64KiB")
-    p.add_argument("--mtu", type=int, default=32768, help="SDR payload bytes per packet")
-    p.add_argument("--tun-mtu", type=int, default=65000, help="MTU of the emulated link")
+    p.add_argument("--mtu", type=int, default=DEFAULT_MTU, help="SDR payload bytes per packet")
+    p.add_argument("--tun-mtu", type=int, default=9000, help="MTU of the emulated link")
     p.add_argument("--message-size", default="64MiB", help="largest SDR message")
     p.add_argument("--sdr", default=",".join(SDR))
     p.add_argument("--peers", default=",".join(PEERS))
@@ -119,6 +121,7 @@ def main() -> None:
     losses = [float(x) for x in args.losses.split(",")]
     protocols = [s for s in args.sdr.split(",") if s] + [q for q in args.peers.split(",") if q]
     rows: list[dict[str, Any]] = []
+    links: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, Progress() as bar:
         task = bar.add_task("runs", total=len(sizes) * len(losses) * len(protocols))
         for loss in losses:
@@ -140,11 +143,15 @@ def main() -> None:
                             {"protocol": proto, "size": size, "loss": loss, "ideal_s": ideal, **res}
                         )
                         bar.advance(task)
-    report(rows, args)
+            links.append({"loss": loss, **link.summary})  # what the emulator did
+    report(rows, args, links)
 
 
-def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    """One table row per (size, loss): SDR auto, the best SDR scheme, each peer, ratios."""
+def report(
+    rows: list[dict[str, Any]], args: argparse.Namespace, links: list[dict[str, Any]]
+) -> None:
+    """One table row per (size, loss): SDR auto, the best SDR scheme, each peer, ratios;
+    then what the emulator did on each link (one per loss rate)."""
     cells: dict[tuple[int, float], dict[str, Any]] = {}
     for r in rows:
         cells.setdefault((r["size"], r["loss"]), {})[r["protocol"]] = r
@@ -179,7 +186,11 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
             if ok and auto.get("predicted_s")
             else "-",
         )
-    Console(width=150).print(table)
+    console = Console(width=150)
+    console.print(table)
+    for link in links:
+        console.print(f"link with loss {link['loss']:g}:")
+        print_report(link, console)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         meta = {
@@ -189,7 +200,9 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
             "command": " ".join(["python -m benchmarks.wan_peers", *sys.argv[1:]]),
             "args": vars(args),
         }
-        Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        Path(args.json).write_text(
+            json.dumps({"meta": meta, "rows": rows, "links": links}, indent=1)
+        )
     if args.plot:
         plot(rows, Path(args.plot))
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces
+from sdr.cli.emulator_report import print_report
 from sdr.cli.wan_transfer import make_payload, transfer_over_link
 from sdr.errors import TransportError
 from sdr.simulator.link import Link
@@ -117,6 +118,7 @@ def demo(
                 )
                 rows.append(report)
     console.print(results_table(rows, title))
+    print_report(link.summary, console)
     chart = results_chart(rows, out_dir / "demo.png", title)
     (out_dir / "demo.json").write_text(json.dumps({"link": link.summary, "runs": rows}, indent=1))
     drops = link.summary["a_to_b"]["loss_drops"] + link.summary["b_to_a"]["loss_drops"]

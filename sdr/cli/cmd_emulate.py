@@ -10,9 +10,9 @@ import time
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from sdr.backends.wan import LinkSpec, RelayLink, TunLink, can_use_namespaces
+from sdr.cli.emulator_report import print_report
 from sdr.cli.transfer_relay import write_map
 from sdr.errors import ConfigError, TransportError
 from sdr.simulator.loss_options import loss_model
@@ -83,36 +83,6 @@ FORWARDER = typer.Option(
     help="auto (native where built and able), native or python (default: $SDR_FORWARDER, "
     "else auto)",
 )
-
-_REPORT_ROWS = (
-    ("packets offered", "packets"),
-    ("copies delivered", "delivered"),
-    ("dropped: random loss", "drops_random_loss"),
-    ("dropped: burst loss", "drops_burst_loss"),
-    ("dropped: queue full", "drops_queue"),
-    ("dropped: blackout", "drops_blackout"),
-    ("corrupted (one bit)", "corrupted"),
-    ("duplicated", "duplicated"),
-    ("reordered", "reordered"),
-    ("late (> 1 ms after due)", "late_packets"),
-)
-
-
-def print_report(summary: dict[str, object]) -> None:
-    """What the emulator did (the forwarder's report), one column per direction."""
-    report = summary.get("report")
-    if not isinstance(report, dict) or not report:
-        console.print("[yellow]the forwarder sent no report[/]")
-        return
-    table = Table(title=f"what the emulator did ({summary.get('forwarder', '?')} forwarder)")
-    table.add_column("")
-    for name in report:
-        table.add_column(name.replace("_", " "), justify="right")
-    for label, key in _REPORT_ROWS:
-        table.add_row(label, *(str(d[key]) for d in report.values()))
-    table.add_row("max lateness", *(f"{d['max_lateness_s'] * 1e3:.3f} ms" for d in report.values()))
-    table.add_row("set delay", *(f"{d['set_delay_s'] * 1e3:.3f} ms" for d in report.values()))
-    console.print(table)
 
 
 @emulate_app.command("tun")
