@@ -190,6 +190,14 @@ def fuzz_udp_receive(data: bytes) -> None:
     """Batches of forged datagrams through the UDP receive path: nothing lands outside a
     posted buffer, and every placed packet belongs to a binding."""
     rig = _rig()
+    n, from_peer = _load_batch(rig, data)
+    rig.receiver._process(n)
+    rig.check(from_peer)
+
+
+def _load_batch(rig: _ReceiveRig, data: bytes) -> tuple[int, bool]:
+    """Up to 8 datagrams from the input into the rig's staging ring: (how many, whether
+    any came from the peer's address)."""
     r = Reader(data)
     count = 1 + r.u8() % 8
     n, from_peer = 0, False
@@ -200,8 +208,7 @@ def fuzz_udp_receive(data: bytes) -> None:
         rig.load(i, packet, source)
         from_peer |= source == _PEER
         n += 1
-    rig.receiver._process(n)
-    rig.check(from_peer)
+    return n, from_peer
 
 
 # --- the native receive pass against the reference -------------------------------------------
@@ -239,19 +246,7 @@ def fuzz_udp_native_receive(data: bytes) -> None:
     if _PAIR is None:
         _PAIR = (_ReceiveRig(), _ReceiveRig())
     rigs = _PAIR
-    counts = []
-    for rig in rigs:
-        r = Reader(data)
-        count = 1 + r.u8() % 8
-        n, from_peer = 0, False
-        for i in range(count):
-            if r.empty and i:
-                break
-            packet, source = _datagram(rig, r)
-            rig.load(i, packet, source)
-            from_peer |= source == _PEER
-            n += 1
-        counts.append((n, from_peer))
+    counts = [_load_batch(rig, data) for rig in rigs]
     previous = placement.use_datapath("python")
     try:
         rigs[0].receiver._process(counts[0][0])
