@@ -16,11 +16,12 @@ machine, versions, command, parameters and results. Paper reference (BlueField-3
 SC'25): 11.6 / 22.9 / 42.9 / 70.5 Mpkt/s at 4 / 8 / 16 / 32 threads.
 
 Every packet placed is a new one: each channel cycles through the packets of
-``--slots-per-channel`` messages (its own slots, all bound to one buffer; by default
-enough that a worker, stopped by a full ring, can never lap the application), and the
-application reopens a slot's packet bytes once the channel has moved on to the next slot,
-as a receiver posting the next message into it would. (A packet byte already set is a
-duplicate and is never placed again, so cycling one message would measure discards.)
+``--slots-per-channel`` messages (its own slots, bound to a buffer of its own, so
+workers never write the same cache lines; by default enough that a worker, stopped by a
+full ring, does not lap the application), and the application reopens a slot's packet
+bytes once the channel has moved on to the next slot, as a receiver posting the next
+message into it would. (A packet byte already set is a duplicate and is never placed
+again, so cycling one message would measure discards.)
 
 ``--datapath`` picks the workers' datapath (``SDR_DATAPATH``, inherited by the worker
 processes): ``native`` takes staged batches (array header parse, ``sdr._placement``,
@@ -80,17 +81,22 @@ class _Reopener:
 
     def __init__(self, qp: Any, channels: int, per: int, slot_size: int, packets: int) -> None:
         self.qp, self.per, self.slot_size, self.packets = qp, per, slot_size, packets
-        self.current = [0] * channels  # position in the cycle of each channel's last record
+        # Position in its cycle of each channel's last record; None until its first one
+        # (a worker's cycle starts wherever it was when the slots were bound).
+        self.current: list[int | None] = [None] * channels
 
     def saw(self, batch: Any) -> None:
         if not len(batch):
             return
+        chans, first = np.unique(batch.channels, return_index=True)
         backwards = batch.channels[::-1]
-        chans, first = np.unique(backwards, return_index=True)  # each channel's last record
-        rows = len(backwards) - 1 - first
-        for ch, row in zip(chans.tolist(), rows.tolist(), strict=True):
+        _, after = np.unique(backwards, return_index=True)  # each channel's last record
+        rows = len(backwards) - 1 - after
+        for ch, row, row0 in zip(chans.tolist(), rows.tolist(), first.tolist(), strict=True):
             slot = int(batch.remote_offsets[row]) // self.slot_size
             pos, cur = slot - ch * self.per, self.current[ch]
+            if cur is None:
+                cur = int(batch.remote_offsets[row0]) // self.slot_size - ch * self.per
             while cur != pos:  # every slot the channel finished since the last poll
                 self.qp.reopen(0, ch * self.per + cur, 0, self.packets)
                 cur = (cur + 1) % self.per
@@ -115,10 +121,12 @@ def _sender(address: tuple[str, int], packets: list[bytes], seconds: float, out:
 
 
 def slots_per_channel(attr: sdr.QPAttr, length: int) -> int:
-    """Enough slots per channel that a worker can never lap the application: it stops when
-    its ring (``ring_capacity`` records) is full, and a slot is reopened as soon as the
-    application reads the first record after it."""
-    return -(-QPLayout.ring_capacity // -(-length // attr.mtu)) + 2
+    """Enough slots per channel that a worker does not lap the application: it stops when
+    its ring (``ring_capacity`` records) is full, and a slot is reopened once the
+    application has read the first record after it; twice the ring leaves room for an
+    application descheduled between reading a ring and reopening (``duplicates`` in the
+    results count the packets a worker met before their slot was reopened)."""
+    return 2 * -(-QPLayout.ring_capacity // -(-length // attr.mtu)) + 2
 
 
 def measure(
@@ -137,10 +145,10 @@ def measure(
     senders: list[Any] = []
     try:
         qp = transport.create_qp(attr)
-        buf = transport.alloc(length)
+        buf = transport.alloc(length * channels)
         mr = transport.register(buf)
-        for slot in range(channels * per):  # every slot lands in the one buffer
-            qp.bind(0, slot, mr, 0, length, slot)
+        for slot in range(channels * per):  # a channel's slots land in its own buffer
+            qp.bind(0, slot, mr, slot // per * length, length, slot)
         reopen = _Reopener(qp, channels, per, attr.max_message_size, -(-length // attr.mtu))
         queue: Any = None
         if source == "udp":

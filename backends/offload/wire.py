@@ -136,6 +136,8 @@ class UdpSource:
         self._staging = StagingRing()
         self.staging_slots = STAGING_SLOTS
         self._ring: Any = None  # the staged path's recvmmsg ring, made on first use
+        if not _mmsg_available():
+            self.recv_staged = None  # type: ignore[assignment]  # no recvmmsg: per packet
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -205,6 +207,12 @@ class SyntheticSource:
     def close(self) -> None:
         self._packets = []
         self._left = 0
+
+
+def _mmsg_available() -> bool:
+    from sdr.backends.udp.mmsg import available
+
+    return available()
 
 
 def staged_ring() -> Any:
