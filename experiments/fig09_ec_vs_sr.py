@@ -9,7 +9,16 @@ p99.9, so the CSV shows sampling error beside the value.
 
 from __future__ import annotations
 
-from figure_common import DROPS, QUICK_DROPS, QUICK_SIZES, SCHEMES, SIZES, parser, setup
+from figure_common import (
+    DROPS,
+    PAPER_FALLBACK,
+    QUICK_DROPS,
+    QUICK_SIZES,
+    SCHEMES,
+    SIZES,
+    parser,
+    setup,
+)
 
 from sdr.simulator.plots import plot_speedup_heatmaps, speedup_grid
 from sdr.simulator.sweep import make_grid, run_sweep, write_csv
@@ -21,7 +30,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     out = setup(args)
     sizes, drops = (QUICK_SIZES, QUICK_DROPS) if args.quick else (SIZES, DROPS)
     samples = args.samples or (200 if args.quick else 1000)
-    points = make_grid(sizes, drops, SCHEMES, distances=[3.75e6], samples=samples, seed=args.seed)
+    points = make_grid(
+        sizes,
+        drops,
+        SCHEMES,
+        distances=[3.75e6],
+        samples=samples,
+        seed=args.seed,
+        fallback=PAPER_FALLBACK,
+    )
     rows = run_sweep(points, executor="local")
     write_csv(rows, out / "fig09_ec_vs_sr.csv")
     plot_speedup_heatmaps(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import matplotlib.pyplot as plt
-from figure_common import parser, save, setup, write_rows
+from figure_common import PAPER_FALLBACK, parser, save, setup, write_rows
 
 from sdr.simulator import analytic
 from sdr.simulator.link import Link
@@ -25,7 +25,7 @@ SIZES = [2**e for e in range(17, 36)]  # 128 KiB .. 32 GiB
 
 
 def _time(link: Link, size: int, drop: float, scheme: str, metric: str) -> float:
-    spec = SchemeSpec(scheme)
+    spec = SchemeSpec(scheme, fallback=PAPER_FALLBACK)
     if metric == "mean":
         return analytic.scheme_mean(link, size, drop, spec)
     return analytic.scheme_quantile(0.999, link, size, drop, spec)

@@ -9,7 +9,7 @@ from each scheme; a 1 GiB buffer, 400 Gbit/s, 3750 km between neighbours.
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-from figure_common import PAPER_LINK, parser, save, setup, write_rows
+from figure_common import PAPER_FALLBACK, PAPER_LINK, parser, save, setup, write_rows
 
 from sdr.simulator.collective import simulate_ring_allreduce
 from sdr.simulator.schemes import SchemeSpec
@@ -30,7 +30,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         for drop in FIG_DROPS:
             res = {
                 s: simulate_ring_allreduce(
-                    PAPER_LINK, BUFFER, dcs, drop, SchemeSpec(s), samples=samples, seed=args.seed
+                    PAPER_LINK,
+                    BUFFER,
+                    dcs,
+                    drop,
+                    SchemeSpec(s, fallback=PAPER_FALLBACK),
+                    samples=samples,
+                    seed=args.seed,
                 )
                 for s in ("sr-rto", "sr-nack", "ec-mds")
             }

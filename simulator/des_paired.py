@@ -20,7 +20,14 @@ is a control-variate estimate of the simulated mean.
 * EC: the receiver decodes (and acknowledges) as soon as every submessage has ``k`` of its
   chunks, and parity is sent after all data, so a write whose data all arrived ends at
   ``M*T_INJ + RTT``, not ``(M + P)*T_INJ + RTT``; a partial last submessage carries ``m``
-  parity chunks, not ``ceil(r*m/k)``.
+  parity chunks, not ``ceil(r*m/k)``;
+* EC fallback: the fallback timer runs from the first chunk that arrived, and each
+  resent chunk has its own place in the resend queue (the model puts every failed
+  submessage's last needed chunk at the end of the resends).
+
+Fallback writes are paired too: the model's default fallback (``"protocol"``,
+:mod:`sdr.simulator.ec_repair`) resends the missing data chunks of the failed submessages,
+whose retransmission losses the counts hold.
 """
 
 from __future__ import annotations
@@ -45,8 +52,11 @@ def paired_model_time(
 ) -> float:
     """The model's completion time of one write with these lost transmissions per chunk.
 
-    EC writes that needed the SR fallback give NaN (their repair time depends on more
-    than the loss counts); MDS and XOR recovery rules are those of :mod:`sdr.simulator.ec_model`.
+    EC writes that needed the SR fallback: the protocol's repair (the missing data chunks
+    of the failed submessages are resent, a submessage is done once recoverable; the model
+    is :mod:`sdr.simulator.ec_repair`); NaN for the paper's fallback (``spec.fallback ==
+    "paper"``, ``protocol=False``), which resends chunks whose retransmission losses the
+    counts do not hold. MDS and XOR recovery rules are those of :mod:`sdr.simulator.ec_model`.
     """
     z = np.asarray(data_losses, dtype=np.int64)
     n = link.num_chunks(size_bytes)
@@ -64,7 +74,7 @@ def paired_model_time(
     zp = np.asarray(parity_losses, dtype=np.int64)
     k, m = spec.k, spec.m
     subs = -(-n // k)
-    ready, parity_total = [], 0
+    ready, parity_total, needs = [], 0, []
     for s in range(subs):
         data = np.arange(s * k, min(s * k + k, n))
         # the model gives a partial submessage ceil(r*m/k) parity chunks; the SDK sends m
@@ -74,11 +84,87 @@ def paired_model_time(
         data_ok, par_ok = z[data] == 0, zp[par] == 0
         when = _recovered_at(spec, data_ok, par_ok, (data + 1) * t, (n + par + 1) * t)
         if when is None:
-            return float("nan")
-        ready.append(when)
+            needs.extend((data[members], need) for members, need in _needs(spec, data_ok, par_ok))
+        else:
+            ready.append(when)
+    if needs:
+        if not protocol and spec.fallback == "paper":
+            return float("nan")  # resends of chunks that arrived: their losses are unknown
+        return _fallback_time(link, spec, z, zp, parity_total, needs, protocol)
     if protocol:
         return float(max(ready) + rtt)
     return float((n + parity_total) * t + rtt)
+
+
+def _needs(
+    spec: SchemeSpec, data_ok: np.ndarray, par_ok: np.ndarray
+) -> list[tuple[np.ndarray, int]]:
+    """What a failed submessage needs from its resent (missing) data chunks: pairs of
+    (those chunks, how many of them must arrive), all of which must hold."""
+    lost = np.flatnonzero(~data_ok)
+    if spec.code == "mds":
+        return [(lost, int(len(lost) + (~par_ok).sum() - len(par_ok)))]
+    out = []
+    groups = min(len(data_ok), len(par_ok))
+    for g in range(groups):
+        members = np.arange(g, len(data_ok), len(par_ok))
+        missing = members[~data_ok[members]]
+        if len(missing) + int(not par_ok[g]) >= 2:
+            out.append((missing, len(missing) - 1 if par_ok[g] else len(missing)))
+    return out
+
+
+def _fallback_time(
+    link: Link,
+    spec: SchemeSpec,
+    z: np.ndarray,
+    zp: np.ndarray,
+    parity_total: int,
+    needs: list[tuple[np.ndarray, int]],
+    protocol: bool,
+) -> float:
+    """Completion of a write that fell back, from the losses of its resent chunks.
+
+    Resent: the missing data chunks of the failed submessages, in index order, each lost
+    ``z - 1`` more times; a submessage is done once enough of them arrived. The model
+    (:mod:`sdr.simulator.ec_repair`): ``(M + P)*T + (2 + beta)*RTT + n*T + O * max rounds``.
+    The protocol: the fallback timer runs from the first chunk that arrived (and not
+    before ``beta*RTT`` after the last), and every resend has its own place in the queue.
+    """
+    t, rtt, n = link.t_inj_s, link.rtt_s, len(z)
+    o = spec.resolved_rto_rtts(link) * rtt + t
+    # every missing data chunk of a failed submessage is resent (those of submessages that
+    # decode are not NACKed)
+    resent = _failed_missing(z, spec.k, np.concatenate([c for c, _ in needs]))
+    position = np.zeros(n, dtype=np.int64)
+    position[resent] = np.arange(1, len(resent) + 1)
+    retries = z - 1
+    if not protocol:
+        rounds = max(_nth(retries[c], need) for c, need in needs)
+        fire = (n + parity_total) * t + link.beta * rtt
+        return float(fire + 2 * rtt + len(resent) * t + o * rounds)
+    done = np.concatenate([np.arange(1, n + 1) * t, (n + np.arange(len(zp)) + 1) * t])
+    arrived = done[np.concatenate([z == 0, zp == 0])]
+    subs = -(-n // spec.k)
+    first, last = (arrived.min(), arrived.max()) if len(arrived) else (0.0, 0.0)
+    fire = max(first + (n + subs * spec.m) * t, last) + link.beta * rtt
+    nack = fire + rtt
+    at = nack + position * t + o * retries
+    return float(max(_nth(at[c], need) for c, need in needs) + rtt)
+
+
+def _failed_missing(z: np.ndarray, k: int, chunks: np.ndarray) -> np.ndarray:
+    """Every missing data chunk of the submessages that ``chunks`` belong to."""
+    subs = np.unique(chunks // k)
+    members = np.concatenate([np.arange(s * k, min(s * k + k, len(z))) for s in subs])
+    return members[z[members] > 0]
+
+
+def _nth(values: np.ndarray, need: int) -> float:
+    """The ``need``-th smallest value (0 when nothing is needed)."""
+    if need <= 0:
+        return 0.0
+    return float(np.sort(values)[need - 1])
 
 
 def _recovered_at(
@@ -115,7 +201,8 @@ def expected_protocol_difference(
     """E[protocol - model] under i.i.d. chunk losses of probability ``p`` (seconds).
 
     The documented differences of the real protocol from the model (module docstring),
-    averaged over sampled losses (EC writes that fall back are left out). Losses are drawn
+    averaged over sampled losses (EC writes that fall back included, except under
+    ``fallback="paper"``, whose resends the counts cannot price). Losses are drawn
     per packet (``1 - (1 - p)^(1/N)`` each), so that the model sees a chunk lost by every
     transmission that lost any packet and the protocol only until every packet of the
     chunk has arrived once. Adding the result to the model's mean predicts the simulated

@@ -11,8 +11,10 @@ Simplifications, stated so results are read correctly:
   packet stream; each retransmission round is a fresh stream from the model's stationary
   state, aligned with the first pass (a retransmission is O = RTO + T_INJ later, long
   after most bursts have ended);
-* EC's fallback resends the failed submessages' data chunks with SR, as in the analytic
-  model.
+* EC's fallback, as in the analytic model: ``fallback="protocol"`` resends the missing
+  data chunks of the failed submessages and a submessage is done once it is recoverable
+  again (``n*T_INJ + O * max rounds``, :mod:`sdr.simulator.ec_repair`); ``"paper"``
+  resends all their data chunks and waits for every one.
 """
 
 from __future__ import annotations
@@ -41,17 +43,18 @@ def chunk_losses(
     return packets.reshape(streams, chunks, ppc).any(axis=2)
 
 
-def _max_delay_trace(
-    rng: np.random.Generator, model: LossModel, link: Link, o: float, n: np.ndarray
-) -> np.ndarray:
-    """``max_{i <= n_s} (i*T + O*Z_i)`` per row, retransmitting until every chunk arrived."""
+def _retry_rounds(
+    rng: np.random.Generator, model: LossModel, link: Link, n: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(retries, wanted)``, ``(streams, max n)``: how often resend ``i`` of each row was
+    lost, retransmitting until every one of its ``n_s`` chunks arrived."""
     streams, width = n.size, int(n.max(initial=0))
-    if width == 0:
-        return np.zeros(streams)
     index = np.arange(1, width + 1)
     wanted = index[None, :] <= n[:, None]
-    lost = chunk_losses(rng, model, streams, width, link) & wanted
     retries = np.zeros((streams, width))
+    if width == 0:
+        return retries, wanted
+    lost = chunk_losses(rng, model, streams, width, link) & wanted
     for _ in range(_MAX_ROUNDS):
         if not lost.any():
             break
@@ -59,8 +62,84 @@ def _max_delay_trace(
         lost &= chunk_losses(rng, model, streams, width, link)
     else:  # pragma: no cover - a loss rate of ~1
         raise ConfigError("the loss model drops (almost) every chunk; SR never completes")
+    return retries, wanted
+
+
+def _max_delay_trace(
+    rng: np.random.Generator, model: LossModel, link: Link, o: float, n: np.ndarray
+) -> np.ndarray:
+    """``max_{i <= n_s} (i*T + O*Z_i)`` per row, retransmitting until every chunk arrived."""
+    if int(n.max(initial=0)) == 0:
+        return np.zeros(n.size)
+    retries, wanted = _retry_rounds(rng, model, link, n)
+    index = np.arange(1, retries.shape[1] + 1)
     delay = np.where(wanted, index[None, :] * link.t_inj_s + o * retries, 0.0)
     return delay.max(axis=1)
+
+
+def _protocol_repair(
+    rng: np.random.Generator,
+    layout: ECLayout,
+    code: str,
+    model: LossModel,
+    link: Link,
+    streams: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per stream: (resent data chunks, rounds the slowest failed submessage waits)."""
+    lost = chunk_losses(rng, model, streams, layout.total_chunks, link)
+    subs = [(layout.k, layout.m)] * layout.full_submessages
+    if layout.tail_data:
+        subs.append((layout.tail_data, layout.tail_parity))
+    pos, resent = 0, []
+    for k, m in subs:
+        data, parity = lost[:, pos : pos + k], lost[:, pos + k : pos + k + m]
+        pos += k + m
+        resent.append(data & _failed(data, parity, k, m, code)[:, None])
+    resend = np.concatenate(resent, axis=1)  # (streams, M): resent data chunks
+    n = resend.sum(axis=1)
+    retries, _ = _retry_rounds(rng, model, link, n)
+    rounds_of = np.zeros(resend.shape)
+    rounds_of[resend] = retries[np.arange(retries.shape[1])[None, :] < n[:, None]]
+    pos, first, worst = 0, 0, np.zeros(streams)
+    for k, m in subs:
+        data, parity = lost[:, pos : pos + k], lost[:, pos + k : pos + k + m]
+        pos += k + m
+        mine, r = resend[:, first : first + k], rounds_of[:, first : first + k]
+        first += k
+        if code == "mds":
+            need = data.sum(axis=1) + parity.sum(axis=1) - m
+            worst = np.maximum(worst, _nth_smallest(np.where(mine, r, np.inf), need))
+            continue
+        for g in range(len(xor_group_sizes(k, m))):
+            cols = np.arange(g, k, m)
+            missing = mine[:, cols].sum(axis=1)
+            need = np.where(parity[:, g], missing, missing - 1)
+            need = np.where(missing + parity[:, g] >= 2, need, 0)
+            worst = np.maximum(
+                worst, _nth_smallest(np.where(mine[:, cols], r[:, cols], np.inf), need)
+            )
+    return n, worst
+
+
+def _failed(data: np.ndarray, parity: np.ndarray, k: int, m: int, code: str) -> np.ndarray:
+    """Which rows' submessage cannot be decoded."""
+    if code == "mds":
+        return data.sum(axis=1) + parity.sum(axis=1) > m
+    if code != "xor":
+        raise ConfigError(f"EC code must be 'mds' or 'xor', got {code!r}")
+    groups = len(xor_group_sizes(k, m))
+    per_group = np.zeros((data.shape[0], groups), dtype=int)
+    for j in range(k):
+        per_group[:, j % m] += data[:, j]
+    per_group += parity[:, :groups]
+    return (per_group >= 2).any(axis=1)
+
+
+def _nth_smallest(values: np.ndarray, need: np.ndarray) -> np.ndarray:
+    """Per row, the ``need``-th smallest value (0 where ``need <= 0``)."""
+    ordered = np.sort(values, axis=1)
+    pick = np.clip(need - 1, 0, values.shape[1] - 1)[:, None]
+    return np.where(need > 0, np.take_along_axis(ordered, pick, axis=1)[:, 0], 0.0)
 
 
 def _batched(samples: int, packets_per_sample: int) -> list[int]:
@@ -110,17 +189,7 @@ def ec_failures_trace(
     for k, m in subs:
         data, parity = lost[:, pos : pos + k], lost[:, pos + k : pos + k + m]
         pos += k + m
-        if code == "mds":
-            failed = data.sum(axis=1) + parity.sum(axis=1) > m
-        elif code == "xor":
-            groups = len(xor_group_sizes(k, m))
-            per_group = np.zeros((streams, groups), dtype=int)
-            for j in range(k):
-                per_group[:, j % m] += data[:, j]
-            per_group += parity[:, :groups]
-            failed = (per_group >= 2).any(axis=1)
-        else:
-            raise ConfigError(f"EC code must be 'mds' or 'xor', got {code!r}")
+        failed = _failed(data, parity, k, m, code)
         resend += failed * (k if fallback == "paper" else data.sum(axis=1))
     return resend
 
@@ -138,8 +207,12 @@ def sample_ec_trace(
     o = retry_cost_s(link, spec)
     times, fell = [], []
     for b in _batched(samples, layout.total_chunks * link.packets_per_chunk):
-        resend = ec_failures_trace(rng, layout, spec.code, model, link, b, spec.fallback)
-        retry = _max_delay_trace(rng, model, link, o, resend)
+        if spec.fallback == "protocol":
+            resend, rounds = _protocol_repair(rng, layout, spec.code, model, link, b)
+            retry = resend * link.t_inj_s + o * rounds
+        else:
+            resend = ec_failures_trace(rng, layout, spec.code, model, link, b, spec.fallback)
+            retry = _max_delay_trace(rng, model, link, o, resend)
         times.append(lossless + np.where(resend > 0, extra + retry, 0.0))
         fell.append(resend > 0)
     return np.concatenate(times), np.concatenate(fell)

@@ -42,7 +42,7 @@ FORMATS = {"csv": (".csv",), "jsonl": (".jsonl", ".ndjson"), "parquet": (".parqu
 log = logging.getLogger(__name__)
 
 _INT_FIELDS = {"size_bytes", "chunk_size", "mtu", "k", "m", "samples", "seed"}
-_STR_FIELDS = {"scheme", "drop_unit", "method", "quantile_method"}
+_STR_FIELDS = {"scheme", "drop_unit", "method", "quantile_method", "fallback"}
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:

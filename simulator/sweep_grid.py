@@ -42,6 +42,8 @@ class SweepPoint:
     method: str = "montecarlo"
     samples: int = 1000
     seed: int = 0
+    fallback: str = "protocol"
+    """EC fallback model: ``"protocol"`` (the SDK's repair) or ``"paper"`` (the paper's)."""
 
 
 def make_grid(
@@ -90,7 +92,13 @@ def make_grid(
 def run_point(point: SweepPoint) -> dict[str, Any]:
     """Evaluate one grid point; returns a flat row (the point's fields plus the results)."""
     link = Link(point.bandwidth_bps, point.rtt_s, point.mtu, point.chunk_size, point.alpha)
-    spec = SchemeSpec(point.scheme, rto_rtts=point.rto_rtts, k=point.k, m=point.m)
+    spec = SchemeSpec(
+        point.scheme,
+        rto_rtts=point.rto_rtts,
+        k=point.k,
+        m=point.m,
+        fallback=point.fallback,  # type: ignore[arg-type]
+    )
     est = evaluate(
         link,
         point.size_bytes,
