@@ -1,11 +1,15 @@
 """CPU cost of the UDP receive path per batch: fixed cost per recvmmsg batch vs per packet.
 
-    python benchmarks/udp_receive_batch.py [--mtu 4096] [--batches 1,4,16,64] [--json out.json]
+    python benchmarks/udp_receive_batch.py [--mtu 4096] [--batches 1,4,16,64]
+        [--datapaths native,python] [--json out.json]
 
 Sends valid RoCEv2 datagrams from a connected peer over loopback, lets ``recvmmsg``
-stage them once, then times ``Receiver._process`` on the first ``batch`` of them again
-and again: header checks, ICRC, key-table placement and the copy into the registered
-buffer, nothing of the kernel. Fitting ``time = fixed + per_packet * batch``
+stage them once, then times the receive pass on the first ``batch`` of them again and
+again (``Receiver.process_native`` for ``native``, the reference ``Receiver._process``
+for ``python``; the placement step follows the same switch): header checks, ICRC,
+key-table placement and the copy into the registered buffer, nothing of the kernel.
+After each call the packets are accepted once more (``KeyTable.reopen``), so every call
+places them all. Fitting ``time = fixed + per_packet * batch``
 tells how much of a paced receiver's cost (small batches) is per call. Process CPU
 time, median of ``--repeat`` rounds.
 """
@@ -26,6 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import sdr  # noqa: E402
+from sdr import placement  # noqa: E402
 from sdr.backends.udp import UdpTransport  # noqa: E402
 from sdr.backends.udp.roce import encode_packet  # noqa: E402
 
@@ -61,21 +66,31 @@ def _stage(transport, qp, sender: socket.socket, count: int) -> None:  # noqa: A
         raise RuntimeError(f"staged {staged} of {count} datagrams")
 
 
-def measure(mtu: int, batches: list[int], calls: int, repeat: int) -> list[dict]:
+def measure(mtu: int, batches: list[int], calls: int, repeat: int, datapath: str) -> list[dict]:
     """Median CPU microseconds per call and per packet for each batch size."""
+    previous = placement.use_datapath(datapath)
+    try:
+        return _measure(mtu, batches, calls, repeat, datapath)
+    finally:
+        placement.use_datapath(previous)
+
+
+def _measure(mtu: int, batches: list[int], calls: int, repeat: int, datapath: str) -> list[dict]:
     sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sender.bind(("127.0.0.1", 0))
     transport, qp = _rig(mtu, sender.getsockname())
     receiver = transport._receiver
     _stage(transport, qp, sender, max(batches))
     sender.close()
+    process = receiver.process_native if datapath == "native" else receiver._process
     rows = []
     for n in batches:
         samples = []
         for _ in range(repeat + 1):  # the first round warms up
             start = time.process_time()
             for _ in range(calls):
-                receiver._process(n)
+                process(n)
+                qp.keys.reopen(0, 0, 0, n)  # the same packets are new again next call
                 qp.completions.clear()
                 qp.pending = 0
             samples.append((time.process_time() - start) / calls * 1e6)
@@ -83,7 +98,7 @@ def measure(mtu: int, batches: list[int], calls: int, repeat: int) -> list[dict]
         assert placed == (repeat + 1) * calls * n, (placed, qp.discards)  # every one placed
         qp.stats["packets_placed"] = 0
         us = statistics.median(samples[1:])
-        rows.append({"batch": n, "us_per_call": us, "us_per_packet": us / n})
+        rows.append({"datapath": datapath, "batch": n, "us_per_call": us, "us_per_packet": us / n})
     transport.close()
     return rows
 
@@ -94,15 +109,25 @@ def main() -> None:
     ap.add_argument("--batches", default="1,4,16,64")
     ap.add_argument("--calls", type=int, default=500)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--datapaths", default="native,python")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
-    rows = measure(args.mtu, batches, args.calls, args.repeat)
-    per_packet, fixed = np.polyfit([r["batch"] for r in rows], [r["us_per_call"] for r in rows], 1)
-    print(f"| batch | us per call | us per packet |  (MTU {args.mtu})\n|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['batch']} | {r['us_per_call']:.1f} | {r['us_per_packet']:.2f} |")
-    print(f"fit: {fixed:.1f} us per call + {per_packet:.2f} us per packet")
+    rows, fits = [], {}
+    print(f"| datapath | batch | us per call | us per packet |  (MTU {args.mtu})")
+    print("|---|---:|---:|---:|")
+    for datapath in args.datapaths.split(","):
+        mine = measure(args.mtu, batches, args.calls, args.repeat, datapath)
+        for r in mine:
+            print(
+                f"| {datapath} | {r['batch']} | {r['us_per_call']:.1f} | {r['us_per_packet']:.2f} |"
+            )
+        slope, fixed = np.polyfit([r["batch"] for r in mine], [r["us_per_call"] for r in mine], 1)
+        fits[datapath] = {"us_per_call": fixed, "us_per_packet": slope}
+        rows += mine
+    for datapath, fit in fits.items():
+        print(f"fit {datapath}: {fit['us_per_call']:.1f} us per call + "
+              f"{fit['us_per_packet']:.2f} us per packet")  # fmt: skip
     if args.json:
         doc = {
             "command": " ".join(["python", *sys.argv]),
@@ -110,7 +135,7 @@ def main() -> None:
                         "platform": platform.platform(), "python": platform.python_version()},
             "parameters": vars(args),
             "results": rows,
-            "fit": {"us_per_call": fixed, "us_per_packet": per_packet},
+            "fit": fits,
         }  # fmt: skip
         Path(args.json).write_text(json.dumps(doc, indent=1))
 
