@@ -1,0 +1,89 @@
+"""The multipath selector: moves off a worse path after a few rounds, back with hysteresis."""
+
+from __future__ import annotations
+
+import pytest
+
+from sdr.congestion import PathSelector
+from sdr.errors import ConfigError
+
+RTT = 0.025
+
+
+def _round(sel: PathSelector, t: float, rtts: list[float], loss: list[float]) -> float:
+    """One round of 100 packets per path with the given RTTs and loss fractions."""
+    for k in range(100):
+        now = t + RTT * k / 100
+        for p, (rtt, lf) in enumerate(zip(rtts, loss, strict=True)):
+            if k < lf * 100:
+                sel.on_loss(now, p, 4096)
+            else:
+                sel.on_ack(now, p, 4096, rtt)
+    return t + RTT * 1.01
+
+
+def test_moves_off_a_slow_path_and_back() -> None:
+    sel = PathSelector(4, bad_rounds=3, good_rounds=10)
+    t = 0.0
+    for _ in range(5):
+        t = _round(sel, t, [RTT] * 4, [0.0] * 4)
+    assert sel.weights == pytest.approx([0.25] * 4)
+    first_bad = len(sel.moves)
+    for _ in range(6):
+        t = _round(sel, t, [RTT, RTT, RTT, 2 * RTT], [0.0] * 4)
+    assert sel.moves[first_bad:][0][1:] == (3, False)
+    assert sel.weights[3] < 0.01
+    # hysteresis: a path back to 1.3x (inside the off band, outside the back band) stays off
+    for _ in range(20):
+        t = _round(sel, t, [RTT, RTT, RTT, 1.3 * RTT], [0.0] * 4)
+    assert not sel.stats[3].active
+    for _ in range(30):
+        t = _round(sel, t, [RTT] * 4, [0.0] * 4)
+    assert sel.stats[3].active and sel.moves[-1][1:] == (3, True)
+
+
+def test_moves_off_a_lossy_path_within_a_few_rounds() -> None:
+    sel = PathSelector(4)
+    t = 0.0
+    rounds = 0
+    while sel.stats[2].active and rounds < 50:
+        t = _round(sel, t, [RTT] * 4, [0.0, 0.0, 0.05, 0.0])
+        rounds += 1
+    assert rounds <= 8
+    assert all(s.active for i, s in enumerate(sel.stats) if i != 2)
+
+
+def test_random_loss_everywhere_moves_nothing() -> None:
+    sel = PathSelector(3)
+    t = 0.0
+    for _ in range(30):
+        t = _round(sel, t, [RTT] * 3, [0.01] * 3)
+    assert sel.moves == []
+
+
+def test_pick_follows_weights_and_never_all_off() -> None:
+    sel = PathSelector(3)
+    sel.stats[1].active = False
+    picks = [sel.pick() for _ in range(1000)]
+    share = picks.count(1) / len(picks)
+    assert share == pytest.approx(sel.weights[1], abs=0.005)
+    sel.stats[0].active = sel.stats[2].active = False
+    for s in sel.stats:
+        s.srtt = RTT
+    sel._end_round(1.0)
+    assert any(s.active for s in sel.stats)
+
+
+def test_normalized_rtt_removes_propagation_difference() -> None:
+    sel = PathSelector(2)
+    sel.on_ack(0.0, 0, 1, 0.025)
+    sel.on_ack(0.0, 1, 1, 0.050)
+    assert sel.normalized_rtt(1, 0.053) == pytest.approx(0.028)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"paths": 0}, {"paths": 2, "rtt_back": 2.0}, {"paths": 2, "probe_weight": 1.0}]
+)
+def test_bad_parameters(kwargs: dict) -> None:
+    with pytest.raises(ConfigError):
+        PathSelector(**kwargs)
