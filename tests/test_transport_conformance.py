@@ -365,3 +365,24 @@ def test_messages_through_the_context(factory: BackendFactory) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_the_suite_passes_on_the_reference_datapath() -> None:
+    """The whole suite again in a fresh interpreter with ``SDR_DATAPATH=python`` (this run
+    takes the native datapath where it is built): the Python reference of the placement
+    step, the UDP loops and the offload workers must conform as well."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    if os.environ.get("SDR_DATAPATH") == "python":
+        pytest.skip("this run already is the reference datapath")
+    env = {**os.environ, "SDR_DATAPATH": "python"}
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+        cwd=pathlib.Path(__file__).resolve().parents[1],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert " passed" in out.stdout
