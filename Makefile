@@ -49,6 +49,7 @@ ASAN_DIR := build/asan
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g
 ASAN_ENV = SDR_PLACEMENT_NATIVE=$$(ls $(ASAN_DIR)/sdr/_placement*.so) \
 	SDR_UDP_NATIVE=$$(ls $(ASAN_DIR)/sdr/backends/udp/_datapath*.so) \
+	SDR_FORWARD_NATIVE=$$(ls $(ASAN_DIR)/sdr/backends/wan/_forward*.so) \
 	LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1
 asan-build: $(STAMP)
@@ -57,11 +58,11 @@ asan-build: $(STAMP)
 
 asan: asan-build
 	$(ASAN_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_placement_native.py \
-		tests/test_placement_seam.py tests/test_udp_native.py
+		tests/test_placement_seam.py tests/test_udp_native.py tests/test_native_forwarder.py
 
 asan-short: asan-build
 	$(ASAN_ENV) $(BIN)/python -m pytest -q -x -p no:cacheprovider tests/test_placement_seam.py \
-		tests/test_udp_native.py
+		tests/test_udp_native.py tests/test_native_forwarder.py -k "not tun"
 
 # The same extensions built by clang with ASan, UBSan and libFuzzer's coverage
 # instrumentation into build/fuzz, for the fuzz targets over native code (docs/native.md;

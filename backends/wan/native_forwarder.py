@@ -34,16 +34,14 @@ from sdr.backends.wan.forwarder import LATE_AFTER_S, Port, direction_report
 from sdr.backends.wan.tun import TunDevice
 from sdr.backends.wan.udp_relay import RelayEnd
 from sdr.errors import ConfigError
+from sdr.native import load_extension
 from sdr.simulator.link_model import LOSS, LinkDirection, LinkSpec
 from sdr.simulator.loss import Bernoulli, GilbertElliott, LossModel, Schedule, TraceReplay
 
-try:
-    from sdr.backends.wan import _forward  # type: ignore[attr-defined]
-
-    NATIVE_ERROR: str | None = None
-except ImportError as exc:  # not built (no compiler at install time)
-    _forward = None
-    NATIVE_ERROR = str(exc)
+# not built (no compiler at install time): None, and why; SDR_FORWARD_NATIVE names another
+# build to load (the sanitizer build of `make asan`)
+_forward, _why = load_extension("sdr.backends.wan._forward", "SDR_FORWARD_NATIVE")
+NATIVE_ERROR: str | None = _why or None
 
 __all__ = [
     "FORWARDER_ENV",

@@ -33,9 +33,9 @@ def demo(
     loss: float = typer.Option(1e-3, help="packet loss probability on the link"),
     schemes: str = typer.Option(SCHEMES, help="comma-separated schemes to run"),
     mtu: int = typer.Option(
-        32768, help="SDR payload bytes per packet (above the 4096 elsewhere: TUN forwarder ceiling)"
+        8192, help="SDR payload bytes per packet (a jumbo-frame packet: fits the 9000-byte link)"
     ),
-    tun_mtu: int = typer.Option(65000, help="MTU of the emulated link (9000: jumbo frames)"),
+    tun_mtu: int = typer.Option(9000, help="MTU of the emulated link (jumbo frames)"),
     chunk: str = typer.Option("64KiB", help="bitmap chunk size"),
     out: str = typer.Option("out/demo", help="where the table (JSON) and chart (PNG) go"),
     seed: int = typer.Option(1, help="seed of the link's loss process"),

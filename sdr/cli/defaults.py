@@ -3,8 +3,9 @@
 :data:`DEFAULT_MTU` is the payload bytes per packet of ``send``, ``write-bw``, ``sim``,
 ``select``, ``sweep`` and ``bitmap-demo``: 4096, the RoCE path MTU that the paper's model
 and the simulator use, and :class:`sdr.QPAttr`'s own default (read from it here, so the
-library and the CLI cannot drift apart). ``sdr demo`` alone uses larger packets by default,
-since the Python TUN forwarder's per-packet cost caps it (docs/wan-emulator.md).
+library and the CLI cannot drift apart). ``sdr demo`` alone uses 8192-byte packets on a
+9000-byte (jumbo-frame) link by default: on a 2-core machine the sender, the receiver and
+the emulator share the CPU, and the larger packet halves their per-packet work.
 """
 
 from __future__ import annotations
