@@ -279,6 +279,30 @@ def test_the_native_send_puts_the_reference_datagrams_on_the_wire(gso: bool, tai
 
 
 @needs_native
+def test_gso_is_not_asked_of_a_socket_without_udp_checksums() -> None:
+    """SO_NO_CHECK (the soak turns UDP checksums off) makes the kernel refuse UDP_SEGMENT
+    with EINVAL: the send pass must then send one datagram per packet."""
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sink.bind(("127.0.0.1", 0))
+    sink.settimeout(2)
+    t = UdpTransport(port=0, seed=3, gso=True)
+    try:
+        t.data_socket.setsockopt(socket.SOL_SOCKET, native.SO_NO_CHECK, 1)
+        qp = t.create_qp(ATTR)
+        _connect_to(qp, sink.getsockname()[1])
+        region = t.register(np.ones(1 << 16, np.uint8))
+        previous = placement.use_datapath("native")
+        try:
+            qp.post_writes(_batch(region, 20))
+        finally:
+            placement.use_datapath(previous)
+        assert all(len(sink.recv(1 << 16)) == HEADER_SIZE + 1024 + ICRC_SIZE for _ in range(20))
+    finally:
+        t.close()
+        sink.close()
+
+
+@needs_native
 def test_a_packet_outside_its_region_is_refused_before_anything_is_sent() -> None:
     t = UdpTransport(port=0, seed=3)
     sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

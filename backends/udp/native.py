@@ -26,6 +26,7 @@ __all__ = [
     "DISCARDS",
     "NATIVE_ERROR",
     "active",
+    "checksums_off",
     "crc_implementation",
     "module",
     "set_gro",
@@ -51,6 +52,7 @@ DISCARDS = ("bad_source", "bad_length", "bad_icrc", "bad_rkey")
 SOL_UDP = 17
 UDP_SEGMENT = 103
 UDP_GRO = 104
+SO_NO_CHECK = 11  # Linux: send UDP/IPv4 without a checksum
 
 
 def active() -> bool:
@@ -70,6 +72,15 @@ def supports_gso(sock: socket.socket) -> bool:
     except OSError:
         return False
     return True
+
+
+def checksums_off(sock: socket.socket) -> bool:
+    """Whether the socket sends without UDP checksums (``SO_NO_CHECK``): the kernel
+    refuses GSO on such a socket (EINVAL), so the send pass must not ask for it."""
+    try:
+        return bool(sock.getsockopt(socket.SOL_SOCKET, SO_NO_CHECK))
+    except OSError:
+        return False
 
 
 def set_gro(sock: socket.socket, on: bool) -> bool:

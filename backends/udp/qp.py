@@ -221,6 +221,8 @@ class UdpQP(KeyTableBindings, TransportQP):
         t, gen = self.transport, batch.generation
         channels = batch.channels.astype(np.intp)
         segments = self._gso_segments if t.gso and len(batch) > 1 else 1
+        if segments > 1 and native.checksums_off(t.data_socket):
+            segments = 1  # the kernel refuses GSO without UDP checksums
         try:
             return int(
                 native.module.send(  # type: ignore[union-attr]

@@ -86,6 +86,8 @@ class UdpTransport(Transport):
         and packets are still checked for QPN, rkey, length and key-table placement.
     gso: send equal-sized packets several per system call with UDP_SEGMENT, where the
         kernel has it (default; native datapath only). The wire carries the same datagrams.
+        A socket with UDP checksums turned off (SO_NO_CHECK) sends without GSO: the kernel
+        refuses GSO there.
     gro: ask the kernel to hand received datagrams over several per read (UDP_GRO;
         default; native datapath only).
     """

@@ -115,7 +115,7 @@ def tun(
         console.print(f"run programs with: ip netns exec {link.ns_a} <command>   (Ctrl-C stops)")
         _wait(duration)
     console.print_json(json.dumps(link.summary))
-    print_report(link.summary)
+    print_report(link.summary, Console(stderr=True))  # stdout: the JSON summary alone
 
 
 @emulate_app.command("relay")
@@ -180,7 +180,7 @@ def relay(
             if map_file is not None and os.path.exists(map_file):
                 os.remove(map_file)  # a stale map would point at closed stand-ins
     console.print_json(json.dumps(link.summary))
-    print_report(link.summary)
+    print_report(link.summary, Console(stderr=True))  # stdout: the JSON summary alone
 
 
 def register(app: typer.Typer) -> None:
