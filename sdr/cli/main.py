@@ -104,16 +104,19 @@ class SDRGroup(TyperGroup):
 
 def version_text() -> str:
     """What ``sdr --version`` prints: SDR's version, Python's, the CRC-32 in use, the
-    datapath (native or the Python reference) and the UDP loops' ICRC implementation."""
+    datapath (native or the Python reference), the UDP loops' ICRC implementation and
+    the WAN emulator's default forwarder."""
     from sdr import placement  # noqa: PLC0415 - only for this line
     from sdr.backends.udp import native  # noqa: PLC0415
+    from sdr.backends.wan import native_forwarder  # noqa: PLC0415
 
     udp = "native" if native.active() else "python"
     if native.active():
         udp += f", ICRC {native.crc_implementation()}"
     return (
         f"sdr {sdr.__version__} (Python {platform.python_version()}, "
-        f"CRC-32: {CRC32_IMPLEMENTATION}, placement: {placement.DATAPATH}, udp: {udp})"
+        f"CRC-32: {CRC32_IMPLEMENTATION}, placement: {placement.DATAPATH}, udp: {udp}, "
+        f"emulator: {'python' if native_forwarder.NATIVE_ERROR else 'native'} forwarder)"
     )
 
 
