@@ -441,3 +441,17 @@ def test_the_delay_line_holds_packets_and_an_empty_pool_drops_them():
     assert [p[0] for p in got] == [*range(1, 16), 0]  # the first was held 0.1 s more
     for sock in (a_in, a_user, b_out, b_user):
         sock.close()
+
+
+@needs_native
+def test_refusals_print_their_floating_point_values():
+    """PyErr_Format has no %g: the messages are formatted in C first (they used to show a
+    literal '%g')."""
+    with pytest.raises(ValueError, match=r"got 0, 16, 1, 0\.25$"):
+        _forward.Loop([(0, 0, 0, 0), (1, 0, 0, 0)], (1e9, 1e9), (0.0, 0.0), (1e7, 1e7),
+                      [[], []], 0, 16, 1, 0.25)  # fmt: skip
+    loop, socks = _loop()
+    with pytest.raises(ValueError, match=r"got -1, 0, 0"):
+        loop.run(-1.0, 0, 0)
+    for sock in socks:
+        sock.close()

@@ -39,6 +39,19 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+/* PyErr_Format knows no %g: a ValueError formatted by vsnprintf. */
+static void value_error(const char *fmt, ...)
+{
+    char text[320];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(text, sizeof text, fmt, args);
+    va_end(args);
+    PyErr_SetString(PyExc_ValueError, text);
+}
 
 #define MAX_PORTS 64
 #define MAX_BLACKOUTS 64
@@ -439,7 +452,7 @@ static int Loop_init(Loop *s, PyObject *args, PyObject *kw)
         return -1;
     for (int k = 0; k < 2; k++) {
         if (!(r[k] > 0 && isfinite(r[k])) || !(dl[k] >= 0 && isfinite(dl[k])) || !(q[k] > 0)) {
-            PyErr_Format(PyExc_ValueError,
+            value_error(
                          "direction %d: rate must be > 0 bit/s, delay >= 0 s and queue > 0 bytes, "
                          "got %g, %g, %g", k, r[k], dl[k], q[k]);
             return -1;
@@ -447,7 +460,7 @@ static int Loop_init(Loop *s, PyObject *args, PyObject *kw)
     }
     if (skip < 0 || max_packet < 1 || max_packet > (1 << 20) || slots < 16 || slots > (1 << 24)
         || !(late_after >= 0)) {
-        PyErr_Format(PyExc_ValueError,
+        value_error(
                      "corrupt_skip must be >= 0, max_packet in 1..1048576, slots in 16..16777216 "
                      "and late_after >= 0; got %zd, %zd, %zd, %g", skip, max_packet, slots, late_after);
         return -1;
@@ -684,7 +697,7 @@ static PyObject *Loop_run(Loop *s, PyObject *args)
     if (!PyArg_ParseTuple(args, "d|KK", &seconds, &low0, &low1))
         return NULL;
     if (!(seconds >= 0 && seconds <= 3600) || low0 > RING || low1 > RING) {
-        PyErr_Format(PyExc_ValueError,
+        value_error(
                      "run(seconds, low0, low1): seconds must be in [0, 3600] and the low "
                      "marks in 0..%u, got %g, %llu, %llu", RING, seconds, low0, low1);
         return NULL;

@@ -25,6 +25,7 @@ INSTRUMENTED = (
     "targets_connect",
     "targets_control",
     "targets_placement",
+    "targets_forward",
 )
 """Top-level modules whose code atheris instruments (and everything below them)."""
 

@@ -133,6 +133,7 @@ def fuzz_key_table(data: bytes) -> None:
 
 import targets_connect  # noqa: E402,F401
 import targets_control  # noqa: E402,F401
+import targets_forward  # noqa: E402,F401
 import targets_placement  # noqa: E402,F401
 import targets_text  # noqa: E402,F401  (registers its targets)
 import targets_wire  # noqa: E402,F401
