@@ -33,6 +33,16 @@ class TokenBucket:
         if self._last is None or now > self._last:
             self._last = now
 
+    def set_rate(self, now: float, rate: float | None) -> None:
+        """Pace at ``rate`` bits/s from ``now`` on (tokens earned so far are kept)."""
+        if rate is not None and rate <= 0:
+            raise ConfigError(f"rate must be > 0 bits/s or None, got {rate!r}")
+        if self.rate is not None:
+            self._refill(now)
+        self.rate = rate
+        if self._last is None or now > self._last:
+            self._last = now
+
     def budget(self, now: float, packet_bits: float) -> int:
         """Whole packets of ``packet_bits`` that may be sent at ``now``."""
         if self.rate is None:

@@ -139,6 +139,11 @@ class QueuePairCore:
         """
         return self.send.writes(budget, now)
 
+    @property
+    def pacing_rate(self) -> float | None:
+        """None: the core runs no congestion controller (the QP paces at its rate_limit)."""
+        return None
+
     def get_timer(self) -> float | None:
         """The earliest ``now`` at which :meth:`handle_timer` has work (None: no timer)."""
         return self.send.next_timer()

@@ -207,6 +207,10 @@ class TransportQP(ABC):
     def send_budget(self, now: float) -> int:
         """Packets the sender may post now without exceeding the rate limit."""
 
+    def set_pacing_rate(self, now: float, bits_per_s: float) -> None:  # noqa: B027
+        """Pace at ``bits_per_s`` from ``now`` on (a congestion controller's rate, set by
+        the driver loop when it changes); a transport paced by its NIC alone ignores it."""
+
     @abstractmethod
     def post_writes(self, batch: WriteBatch) -> None:
         """Put these packets on the wire (round-robin channels are already assigned)."""

@@ -63,6 +63,10 @@ class DesOptions:
         encode_s_per_byte: EC encode time per data byte (0: free).
         copy_payload: place real bytes and check them after each write (slower).
         nic_queue_packets: packets a NIC accepts ahead of its wire (default: one chunk).
+        congestion: the senders' congestion controller (``fixed``: pace at the NIC's
+            rate; ``delay``, ``bbr``, ``auto``: the SDK's own controller code, started at
+            the link rate).
+        congestion_params: its parameters (``ReliabilityConfig.congestion_params``).
     """
 
     control_loss: LossModel | None = None
@@ -73,6 +77,8 @@ class DesOptions:
     encode_s_per_byte: float = 0.0
     copy_payload: bool = False
     nic_queue_packets: int | None = None
+    congestion: str = "fixed"
+    congestion_params: dict[str, Any] = field(default_factory=dict)
 
     def impairments(self, link: Link, loss: LossModel | None) -> PathImpairments:
         """One direction's impairments with ``loss`` on its data packets."""
@@ -184,7 +190,10 @@ def _new_sim(link: Link, loss: LossModel | None, seed: int | None, opts: DesOpti
 def _pair(
     sim: DesSim, a: DesHost, b: DesHost, link: Link, size: int, spec: SchemeSpec, opts: DesOptions
 ) -> tuple[ReliableQP, ReliableQP]:
-    ra, rb = sim.reliable_pair(a, b, qp_attr(link, size, spec), reliability_config(link, spec))
+    config = reliability_config(link, spec).replace(
+        congestion=opts.congestion, congestion_params=opts.congestion_params
+    )
+    ra, rb = sim.reliable_pair(a, b, qp_attr(link, size, spec), config)
     with_encode_time(ra.scheme, a.transport.now, opts.encode_s_per_byte)
     return ra, rb
 

@@ -32,6 +32,7 @@ import simpy
 from sdr.config import QPAttr
 from sdr.errors import ConfigError, ProtocolError, TransportError
 from sdr.key_table import KeyTable, KeyTableBindings
+from sdr.pacing import TokenBucket
 from sdr.simulator.des_link import DirectionScheduler, Nic, PathImpairments
 from sdr.simulator.link import Link
 from sdr.transport import (
@@ -66,6 +67,9 @@ class DesQP(KeyTableBindings, TransportQP):
         self._order = itertools.count()
         self._granted = 1
         self._wire_mtu = attr.mtu + transport.header_bytes
+        self.pacer = TokenBucket(None, max(attr.chunk_size, 16 * attr.mtu) * 8)
+        """Unpaced (the NIC serializes at the link rate) until a congestion controller
+        sets a rate (:meth:`set_pacing_rate`)."""
         transport.endpoints[self.eid] = self
         transport.fabric.endpoints[self.eid] = self
 
@@ -84,8 +88,16 @@ class DesQP(KeyTableBindings, TransportQP):
 
     # --- sending ------------------------------------------------------------------------
     def send_budget(self, now: float) -> int:
-        self._granted = self.transport.nic.budget(now, self._wire_mtu)
+        nic = self.transport.nic.budget(now, self._wire_mtu)
+        self._granted = min(nic, self.pacer.budget(now, self._wire_mtu * 8))
         return self._granted
+
+    def set_pacing_rate(self, now: float, bits_per_s: float) -> None:
+        self.pacer.set_rate(now, bits_per_s)
+
+    def next_send_time(self, now: float) -> float:
+        """When this QP may post again: the NIC drained and the pacer allows a packet."""
+        return max(self.transport.nic.free_at, self.pacer.next_send_time(now, self._wire_mtu * 8))
 
     @property
     def blocked(self) -> bool:
@@ -102,6 +114,7 @@ class DesQP(KeyTableBindings, TransportQP):
         self._granted -= n
         t = self.transport
         sizes = batch.lengths + t.header_bytes
+        self.pacer.consume(t.now(), float(sizes.sum()) * 8)
         starts = t.nic.reserve(t.now(), sizes)
         t.direction.submit(
             starts, sizes, False, lambda a, b, arrive: self._land(batch, a, b, arrive)
@@ -326,10 +339,10 @@ class DesTransport(Transport):
             self.on_wake(times)
 
     def blocked_until(self) -> float | None:
-        """When the NIC has drained, if a QP used up its send budget (else None)."""
-        if any(qp.blocked for qp in self.endpoints.values()):
-            return self.nic.free_at
-        return None
+        """When a QP that used up its send budget may post again (else None)."""
+        now = self.now()
+        times = [qp.next_send_time(now) for qp in self.endpoints.values() if qp.blocked]
+        return min(times) if times else None
 
     @property
     def idle(self) -> bool:

@@ -78,6 +78,9 @@ class InprocQP(KeyTableBindings, TransportQP):
             )
         self.peer = field_int(info, "endpoint", *ids, path="transport")
 
+    def set_pacing_rate(self, now: float, bits_per_s: float) -> None:
+        self.pacer.set_rate(now, bits_per_s)
+
     def send_budget(self, now: float) -> int:
         return self.pacer.budget(now, self.attr.mtu * 8)
 

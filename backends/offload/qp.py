@@ -175,6 +175,9 @@ class OffloadQP(TransportQP):
         if self._workers and not self._closed:
             self.transport.pool.call(self._workers, ("fence",))  # type: ignore[union-attr]
 
+    def set_pacing_rate(self, now: float, bits_per_s: float) -> None:
+        self.pacer.set_rate(now, bits_per_s)
+
     def send_budget(self, now: float) -> int:
         return self.pacer.budget(now, self.attr.mtu * 8)
 

@@ -116,16 +116,8 @@ class UdpQP(KeyTableBindings, TransportQP):
         self._psn = [[0] * attr.channels for _ in range(attr.generations)]
         self._prefix: IcrcPrefix | None = None
         self.packet_bits = (wire_length(attr.mtu) + IP_UDP_OVERHEAD) * 8
-        burst = max(_BURST_PACKETS * self.packet_bits, (attr.rate_limit or 0) * _BURST_S)
-        self.pacer = TokenBucket(attr.rate_limit, burst)
-        # a paced sender sends in batches, not packet by packet: it waits until a batch
-        # (up to _WAKE_PACKETS, at most _BATCH_S of the rate) is allowed, so the fixed
-        # cost of a progress round is shared by many packets
-        batch_bits = _WAKE_PACKETS * self.packet_bits
-        if attr.rate_limit is not None:
-            batch_bits = min(batch_bits, max(self.packet_bits, attr.rate_limit * _BATCH_S))
-        self._wake_bits = min(burst, batch_bits)
-        self._min_batch = max(1, int(self._wake_bits // self.packet_bits))
+        self.pacer = TokenBucket(attr.rate_limit, self._burst_bits(attr.rate_limit))
+        self._shape_batches(attr.rate_limit)
         self.completions: deque[CompletionBatch] = deque()
         self.pending = 0  # packets in ``completions``
         self.control_in: deque[bytes] = deque()
@@ -185,6 +177,25 @@ class UdpQP(KeyTableBindings, TransportQP):
     # --- key table --------------------------------------------------------------------------
 
     # --- send path --------------------------------------------------------------------------
+    def _burst_bits(self, rate: float | None) -> float:
+        return max(_BURST_PACKETS * self.packet_bits, (rate or 0) * _BURST_S)
+
+    def _shape_batches(self, rate: float | None) -> None:
+        # a paced sender sends in batches, not packet by packet: it waits until a batch
+        # (up to _WAKE_PACKETS, at most _BATCH_S of the rate) is allowed, so the fixed
+        # cost of a progress round is shared by many packets
+        burst = self._burst_bits(rate)
+        self.pacer.burst_bits = burst
+        batch_bits = _WAKE_PACKETS * self.packet_bits
+        if rate is not None:
+            batch_bits = min(batch_bits, max(self.packet_bits, rate * _BATCH_S))
+        self._wake_bits = min(burst, batch_bits)
+        self._min_batch = max(1, int(self._wake_bits // self.packet_bits))
+
+    def set_pacing_rate(self, now: float, bits_per_s: float) -> None:
+        self.pacer.set_rate(now, bits_per_s)
+        self._shape_batches(bits_per_s)
+
     def send_budget(self, now: float) -> int:
         budget = self.pacer.budget(now, self.packet_bits)
         return budget if budget >= self._min_batch else 0

@@ -202,6 +202,11 @@ class VerbsQP(TransportQP):
             entry[0].close()  # deregistered: the rkey is void, late writes are dropped
 
     # --- data path ------------------------------------------------------------------------
+    def set_pacing_rate(self, now: float, bits_per_s: float) -> None:
+        """The software pacer follows the controller (the QP's hardware rate limit, set
+        at connect from ``rate_limit``, stays the ceiling)."""
+        self.pacer.set_rate(now, bits_per_s)
+
     def send_budget(self, now: float) -> int:
         # a QP's sends are retired in groups of SIGNAL_EVERY (selective signaling)
         free = min(SEND_DEPTH - SIGNAL_EVERY - n for row in self._inflight for n in row)

@@ -52,6 +52,7 @@ class AdaptiveScheme(Scheme):
             c: create_scheme(config.replace(**c.changes())) for c in policy.candidates
         }
         self.by_fingerprint = {s.fingerprint: (c, s) for c, s in self.members.items()}
+        self.acks_progressively = all(s.acks_progressively for s in self.members.values())  # type: ignore[misc]
         super().__init__(config)
 
     @property

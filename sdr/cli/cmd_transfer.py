@@ -174,6 +174,11 @@ def send(
         None, help="provisioned link rate (pacing) [default: file's link_rate, else 1Gbit/s]"
     ),
     rtt: str = typer.Option(None, help="round-trip time of the link [default: file's, else 25ms]"),
+    congestion: str = typer.Option(
+        None,
+        help="congestion controller: fixed (pace at --rate), delay, bbr or auto "
+        "[default: file's, else fixed]",
+    ),
     loss: float = typer.Option(1e-3, help="expected packet loss (for auto)"),
     message_size: str = typer.Option(
         "1MiB", help="bytes per reliable message (the progress bar moves by one)"
@@ -199,6 +204,7 @@ def send(
         config=config,
         rate=rate,
         rtt=rtt,
+        congestion=congestion,
         loss=loss,
         message_size=message_size,
         mtu=mtu,

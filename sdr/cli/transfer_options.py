@@ -58,6 +58,8 @@ class TransferOptions:
     scheme: str | None = None
     rate: str | float | None = None
     rtt: str | float | None = None
+    congestion: str | None = None
+    """The congestion controller (``ReliabilityConfig.congestion``)."""
     loss: float = 1e-3
     message_size: str | int = "1MiB"
     mtu: str | int = DEFAULT_MTU
@@ -95,6 +97,7 @@ def merged_config(opts: TransferOptions) -> ReliabilityConfig:
         "chunk_size": opts.chunk_size,
         "k": opts.k,
         "m": opts.m,
+        "congestion": opts.congestion,
     }
     table.update({k: v for k, v in given.items() if v is not None})
     table.update(opts.extra)

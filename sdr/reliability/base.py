@@ -12,7 +12,10 @@ the actions they return, exactly like the SDR core one level down::
     machine.do_work(now)                    # one step of CPU work (checksums, coding)
     machine.handle_timer(now)               # when now >= machine.next_timer()
     for action in machine.actions(): ...    # SendChunks, SendMessage, SealChunks,
-                                            # ReopenChunks, Finished
+                                            # ReopenChunks, Finished, Delivered, Lost
+
+A sender's :class:`Delivered` and :class:`Lost` feed the connection's congestion
+controller (:mod:`sdr.congestion`); a scheme that emits neither is paced by rate alone.
 
 Lanes: each reliable message travels as one SDR stream per lane, matched by order. Lane 0
 (DATA) is the user's buffer at its natural offsets; schemes may add lanes whose buffers
@@ -44,6 +47,8 @@ __all__ = [
     "SealChunks",
     "ReopenChunks",
     "Finished",
+    "Delivered",
+    "Lost",
     "SchemeAction",
     "Status",
     "Machine",
@@ -105,7 +110,29 @@ class Finished:
     error: SDRError | None = None
 
 
-SchemeAction = SendChunks | SendMessage | SealChunks | ReopenChunks | Finished
+@dataclass(frozen=True)
+class Delivered:
+    """Sender: ``nbytes`` of data newly acknowledged; ``rtt_s`` an RTT sample or None.
+
+    The sample follows Karn's rule: ``now`` minus the send time of the newest newly
+    acknowledged chunk that was sent once (a chunk sent twice cannot tell which copy the
+    receiver saw). It includes the receiver's ACK delay (at most ``ack_interval``)."""
+
+    nbytes: int
+    rtt_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Lost:
+    """Sender: ``nbytes`` of data declared lost (queued again for a retransmission);
+    ``sent_at`` the earliest time they were last sent (for the controller's recovery
+    point)."""
+
+    nbytes: int
+    sent_at: float | None = None
+
+
+SchemeAction = SendChunks | SendMessage | SealChunks | ReopenChunks | Finished | Delivered | Lost
 
 
 class Status(enum.Enum):
@@ -213,6 +240,10 @@ class Scheme(ABC):
 
     sender_class: ClassVar[type[SchemeSender]]
     receiver_class: ClassVar[type[SchemeReceiver]]
+    acks_progressively: ClassVar[bool] = True
+    """Whether the receiver acknowledges data as it arrives (Selective Repeat's SACKs), so
+    a congestion window may hold the sender back; a scheme that acknowledges a message
+    only at its end (Erasure Coding) sets False and is paced by rate alone."""
     nack_holes: ClassVar[bool] = False
     """Whether the receiver NACKs a hole as soon as a later chunk shows it, rather than
     leaving its repair to the sender's RTO (``sr-nack`` sets it; the Selective Repeat

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sdr.congestion.registry import check_congestion_name
 from sdr.errors import ConfigError
 from sdr.reliability.registry import check_scheme_name
 from sdr.units import parse_rate, parse_size, parse_time
@@ -82,6 +83,11 @@ class ReliabilityConfig:
     max_in_flight: reliable messages in flight per direction (more writes wait).
     max_queued: writes that may wait beyond max_in_flight; one more raises ResourceBusy
         (backpressure). None: no limit (the queue holds handles, never copies).
+    congestion: the congestion controller (docs/congestion.md): ``fixed`` (pace at
+        link_rate / rate_limit, today's behaviour), ``delay``, ``bbr``, one registered in
+        the ``sdr.congestion`` group, or ``auto`` (``delay`` with a rate, ``bbr`` without).
+    congestion_params: keyword parameters for the controller (``max_rate``, a ceiling
+        above the configured rate, is one every controller takes).
     params: extra parameters for user-registered schemes.
     """
 
@@ -97,6 +103,8 @@ class ReliabilityConfig:
     global_timeout: float | str | None = None
     max_in_flight: int = 16
     max_queued: int | None = None
+    congestion: str = "fixed"
+    congestion_params: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -137,6 +145,12 @@ class ReliabilityConfig:
         set_(self, "max_in_flight", _integer("max_in_flight", self.max_in_flight, 1, 1 << 16))
         if self.max_queued is not None:
             set_(self, "max_queued", _integer("max_queued", self.max_queued, 0, 1 << 30))
+        set_(self, "congestion", check_congestion_name(self.congestion))
+        if not isinstance(self.congestion_params, Mapping):
+            raise ConfigError(
+                f"congestion_params must be a table/mapping, got {self.congestion_params!r}"
+            )
+        set_(self, "congestion_params", dict(self.congestion_params))
         if not isinstance(self.params, Mapping):
             raise ConfigError(f"params must be a table/mapping, got {self.params!r}")
         set_(self, "params", dict(self.params))

@@ -11,6 +11,7 @@ in (the driver):       ``receive_completions(now, batch)``, ``receive_control(no
                        ``handle_timer(now)``;
 out (the driver):      ``writes_to_send(now, budget)``, ``actions_to_do()`` (bind, unbind,
                        seal, reopen, send control), ``get_timer()``;
+out (the pacer):       ``pacing_rate`` (bits/s, or None: the QP's own ``rate_limit``);
 out (the application): ``next_event()``: :class:`~sdr.reliability.events.WriteCompleted`,
                        :class:`~sdr.reliability.events.ReceiveCompleted`,
                        :class:`~sdr.reliability.events.MessageFailed`.
@@ -20,21 +21,33 @@ The core reports departures (the send table's packet ranges) and newly complete 
 control messages are handed to the machines at once; the machines' work and actions run
 once per round, in ``writes_to_send`` (which a driver calls every round, with a budget
 of 0 if it must not send) and ``handle_timer``. A lost CTS is the
-core's business (CTS requests, :mod:`sdr.control`). The blocking shell over it, with
+core's business (CTS requests, :mod:`sdr.control`).
+
+Congestion control (``config.congestion``, :mod:`sdr.congestion`): departures feed the
+controller's ``on_sent``, the machines' :class:`~sdr.reliability.base.Delivered` and
+:class:`~sdr.reliability.base.Lost` its ``on_ack`` and ``on_loss``; ``writes_to_send``
+never lets more than its ``cwnd`` be in flight when the scheme acknowledges as it goes
+(``Scheme.acks_progressively``; EC acknowledges a message at its end, so it is paced by
+rate alone), and the driver paces at :attr:`pacing_rate`. The blocking shell over it, with
 handles and waits, is :class:`sdr.runtime.ReliableQP`.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter, OrderedDict, deque
 
+from sdr.config import QPAttr
+from sdr.congestion import CongestionController, controller_for
 from sdr.errors import ConfigError, MessageFailed, ProtocolError, ResourceBusy, SDRError
 from sdr.errors import TimeoutError as SDRTimeoutError
 from sdr.queue_pair import QueuePairCore
 from sdr.recv_table import RecvRecord
 from sdr.reliability.base import (
+    Delivered,
     Finished,
+    Lost,
     Machine,
     ReopenChunks,
     Scheme,
@@ -65,6 +78,24 @@ log = logging.getLogger(__name__)
 
 _FINISHED_MEMORY = 4096
 _UNHANDLED_MAX = 1024
+
+
+def congestion_controller(config: ReliabilityConfig, attr: QPAttr) -> CongestionController | None:
+    """The controller ``config.congestion`` names for a QP of ``attr`` (None for ``fixed``:
+    the QP's pacer keeps its ``rate_limit``). It starts at ``link_rate`` (else the QP's
+    ``rate_limit``) and never exceeds ``congestion_params["max_rate"]`` (default: that
+    rate)."""
+    if config.congestion == "fixed":
+        return None
+    rate = config.link_rate if config.link_rate is not None else attr.rate_limit
+    params = dict(config.congestion_params)
+    max_rate = params.pop("max_rate", None)
+    if rate is None and max_rate is None and config.congestion != "auto":
+        raise ConfigError(
+            f"congestion {config.congestion!r} needs a rate to start from: set the QP's "
+            "rate_limit or [reliability] link_rate (or congestion_params.max_rate)"
+        )
+    return controller_for(config.congestion, rate, max_rate=max_rate, mtu=attr.mtu, **params)
 
 
 class ReliableConnection:
@@ -109,6 +140,14 @@ class ReliableConnection:
         self._lane_in: dict[RecvRecord, tuple[Incoming, int]] = {}
         self._finished: OrderedDict[int, bool] = OrderedDict()
         self._events: deque[Event] = deque()
+        self.controller = congestion_controller(config, self.attr)
+        """The congestion controller (None: ``fixed``, the QP paces at its rate_limit)."""
+        self._windowed = self.controller is not None and self.scheme.acks_progressively
+
+    @property
+    def pacing_rate(self) -> float | None:
+        """Bits/s the driver should pace at now (None: the QP's own rate_limit)."""
+        return None if self.controller is None else self.controller.pacing_rate
 
     # --- the application's side ---------------------------------------------------------
     def post_write(
@@ -185,12 +224,21 @@ class ReliableConnection:
     def writes_to_send(self, now: float, budget: int) -> list[WriteBatch]:
         """Packets to transmit now (at most ``budget``); their departures reach the machines."""
         self._step(now)
+        cc = self.controller
+        if self._windowed and budget > 0 and math.isfinite(cwnd := cc.cwnd):  # type: ignore[union-attr]
+            room = cwnd - cc.in_flight  # type: ignore[union-attr]
+            idle = cc.in_flight <= 0  # type: ignore[union-attr]
+            budget = min(budget, max(int(room // self.attr.mtu), 1 if idle else 0))
         batches = self.core.writes_to_send(now, budget)
         departures, self.core.send.departures = self.core.send.departures, []
         for rec, first, stop in departures:
             owner = self._lane_of.get(rec)
             if owner is not None:
                 out, lane = owner
+                if cc is not None:
+                    nbytes = out.lanes[lane].departed_bytes(first, stop)
+                    out.cc_bytes += nbytes
+                    cc.on_sent(now, nbytes)
                 chunks = out.lanes[lane].departed(first, stop)
                 if len(chunks) and out.machine.active:
                     out.machine.on_sent(now, lane, chunks)
@@ -282,8 +330,21 @@ class ReliableConnection:
                 out.lanes[action.lane].queue(self.core, now, action.chunks)
             elif isinstance(action, SendMessage):
                 self._send(action.message)
+            elif isinstance(action, Delivered | Lost):
+                self._congestion_signal(now, out, action)
             elif isinstance(action, Finished):
                 self._end_outgoing(now, out, action.error)
+
+    def _congestion_signal(self, now: float, out: Outgoing, signal: Delivered | Lost) -> None:
+        cc = self.controller
+        if cc is None:
+            return
+        nbytes = min(float(signal.nbytes), out.cc_bytes)
+        out.cc_bytes -= nbytes
+        if isinstance(signal, Delivered):
+            cc.on_ack(now, nbytes, signal.rtt_s)
+        else:
+            cc.on_loss(now, nbytes, None, signal.sent_at)
 
     def _end_outgoing(self, now: float, out: Outgoing, error: SDRError | None) -> None:
         if self._sending.pop(out.seq, None) is None:
@@ -291,6 +352,14 @@ class ReliableConnection:
         if error is not None and out.machine.active:
             out.machine.finish(error)
             out.machine.actions()
+        if self.controller is not None and out.cc_bytes > 0:
+            # what no SACK covered (EC's parity, a last chunk the final ACK covered,
+            # duplicates): delivered with the ACK, or forgotten with a failed write
+            if error is None:
+                self.controller.on_ack(now, out.cc_bytes)
+            else:
+                self.controller.on_loss(now, out.cc_bytes, True)
+            out.cc_bytes = 0.0
         reason = MessageFailed(f"write seq {out.seq} is over; unsent ranges dropped")
         for lane in out.lanes:
             lane.close(self.core, now, reason)

@@ -278,6 +278,7 @@ class ErasureCoding(Scheme):
 
     sender_class = ErasureCodingSender
     receiver_class = ErasureCodingReceiver
+    acks_progressively = False  # one ACK per message: a window would stall it
     codec_name: ClassVar[str] = "mds"
 
     def __init__(self, config: ReliabilityConfig) -> None:

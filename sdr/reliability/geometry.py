@@ -25,6 +25,13 @@ class MessageGeometry:
         start = chunk * self.chunk_size
         return start, min(start + self.chunk_size, self.length)
 
+    def chunk_bytes(self, chunks: np.ndarray) -> int:
+        """Bytes in the distinct chunks ``chunks`` (the last chunk may be short)."""
+        n = len(chunks)
+        if n and self.length % self.chunk_size and (np.asarray(chunks) == self.n_chunks - 1).any():
+            return (n - 1) * self.chunk_size + self.length % self.chunk_size
+        return n * self.chunk_size
+
     def submessages(self, k: int) -> int:
         """Submessages of ``k`` data chunks (the last one may hold fewer)."""
         return -(-self.n_chunks // k)

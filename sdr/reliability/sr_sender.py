@@ -23,7 +23,15 @@ from typing import ClassVar
 import numpy as np
 
 from sdr.errors import MessageFailed, TimeoutError
-from sdr.reliability.base import Lane, Scheme, SchemeSender, SendChunks, earliest
+from sdr.reliability.base import (
+    Delivered,
+    Lane,
+    Lost,
+    Scheme,
+    SchemeSender,
+    SendChunks,
+    earliest,
+)
 from sdr.reliability.chunk_tracker import ChunkTracker
 from sdr.reliability.integrity import DigestBuilder
 from sdr.reliability.messages import Abort, Ack, ControlMessage, EcNack, Nack, Probe, Sack
@@ -111,7 +119,7 @@ class SelectiveRepeatSender(SchemeSender):
             else:
                 self.finish(None)
         elif isinstance(message, Sack):
-            self.tracker.ack(message.clipped(self.n_chunks).acked())
+            self.delivered(now, self.tracker.ack(message.clipped(self.n_chunks).acked()))
             self.digest_ok = self.digest_ok or message.digest_ok
             if not message.digest_ok:
                 self.resend_digest(now)
@@ -206,8 +214,25 @@ class SelectiveRepeatSender(SchemeSender):
         self._actions.append(SendChunks(int(lane), chunks, retransmit))
 
     def retransmit(self, chunks: np.ndarray) -> None:
-        """Queue data chunks again (those not already queued)."""
-        self.queue_chunks(Lane.DATA, chunks[~self.tracker.queued[chunks]], retransmit=True)
+        """Queue data chunks again (those not already queued); those that had left are
+        reported lost to the congestion controller."""
+        chunks = chunks[~self.tracker.queued[chunks]]
+        gone = chunks[self.tracker.sends[chunks] > 0]
+        if len(gone):
+            sent_at = float(self.tracker.last_sent[gone].min())
+            self._actions.append(Lost(self.geometry.chunk_bytes(gone), sent_at))
+        self.queue_chunks(Lane.DATA, chunks, retransmit=True)
+
+    def delivered(self, now: float, fresh: np.ndarray) -> None:
+        """Report newly acknowledged chunks, with a Karn RTT sample (see :class:`Delivered`)."""
+        if not len(fresh):
+            return
+        once = fresh[self.tracker.sends[fresh] == 1]
+        rtt = None
+        if len(once):
+            rtt = now - float(self.tracker.last_sent[once].max())
+            rtt = rtt if rtt > 0 else None
+        self._actions.append(Delivered(self.geometry.chunk_bytes(fresh), rtt))
 
     def resend_digest(self, now: float) -> None:
         """Send the checksums again, at most once per RTT."""

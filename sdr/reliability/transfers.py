@@ -58,6 +58,10 @@ class OutLane:
             core.stream_send(now, self.record, self.region, self.base + start, start, stop - start)
             self.queued_packets += -(-stop // mtu) - start // mtu
 
+    def departed_bytes(self, first: int, stop: int) -> int:
+        """Payload bytes in packets [first, stop) of this lane."""
+        return max(0, min(stop * self.mtu, self.geometry.length) - first * self.mtu)
+
     def departed(self, first: int, stop: int) -> np.ndarray:
         """Chunks whose last packet is among packets [first, stop) (a departure event)."""
         g, mtu = self.geometry, self.mtu
@@ -117,6 +121,8 @@ class Outgoing:
     lanes: list[OutLane]
     created: float
     started: bool = False
+    cc_bytes: float = 0.0
+    """Bytes of this write the congestion controller counts in flight."""
 
 
 def open_outgoing(

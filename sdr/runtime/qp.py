@@ -40,6 +40,8 @@ class Protocol(TypingProtocol):
     def receive_completions(self, now: float, batch: CompletionBatch) -> object: ...
     def receive_control(self, now: float, data: bytes) -> None: ...
     def writes_to_send(self, now: float, budget: int) -> list[WriteBatch]: ...
+    @property
+    def pacing_rate(self) -> float | None: ...
     def actions_to_do(self) -> list[Action]: ...
     def get_timer(self) -> float | None: ...
     def handle_timer(self, now: float) -> None: ...
@@ -57,6 +59,7 @@ class QP:
         (:class:`sdr.runtime.ReliableQP` installs one); both take the same calls."""
         self.transport_qp = ctx.transport.create_qp(attr)
         self.connected = False
+        self._paced_at: float | None = None  # the rate last handed to the transport's pacer
 
     def info(self) -> bytes:
         """Bytes to hand to the peer's :meth:`connect` (out of band)."""
@@ -201,6 +204,10 @@ class QP:
             protocol.handle_timer(now)
             work += 1
         work += self._carry_out()
+        rate = protocol.pacing_rate  # a congestion controller's, when one runs
+        if rate is not None and rate != self._paced_at:
+            tqp.set_pacing_rate(now, rate)
+            self._paced_at = rate
         budget = tqp.send_budget(now)
         for batch in protocol.writes_to_send(now, budget):  # no budget: only CTS deadlines
             tqp.post_writes(batch)

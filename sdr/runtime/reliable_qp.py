@@ -155,7 +155,7 @@ class ReliableQP:
     def idle_step(self) -> float:
         """Longest idle wait that keeps a paced sender busy: one chunk at the rate limit
         while queued data waits for the pacer, else unbounded (timers bound the wait)."""
-        rate = self.qp.attr.rate_limit
+        rate = self.connection.pacing_rate or self.qp.attr.rate_limit
         if not rate or not self.connection.backlogged:
             return float("inf")
         return self.qp.attr.chunk_size * 8 / rate  # type: ignore[operator]

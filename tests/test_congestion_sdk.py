@@ -1,0 +1,226 @@
+"""Congestion control inside the SDK: config, the scheme's signals, the window, the pacer.
+
+The controllers themselves are tested in test_congestion_controllers.py; here: what feeds
+them in a real connection (Selective Repeat's SACKs give Karn RTT samples, its
+retransmissions losses), that the window holds a windowed sender back, that the driver
+loop hands the controller's rate to the transport's pacer, and that the simulator runs
+the same code.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from test_reliable_connection import ATTR, Side, Wire, _payload, _register
+
+import sdr
+from sdr.backends.inproc import InprocNetwork, InprocTransport
+from sdr.congestion import BbrLike, DelayBased
+from sdr.errors import ConfigError
+from sdr.pacing import TokenBucket
+from sdr.reliability import ReliabilityConfig
+from sdr.reliability.base import Delivered, Lost
+from sdr.reliability.config import loads
+from sdr.reliability.connection import congestion_controller
+from sdr.reliability.messages import Sack
+from sdr.reliability.registry import create_scheme
+from sdr.runtime import ReliableQP
+from sdr.simulator.des import DesOptions, simulate_flows, simulate_writes
+from sdr.simulator.link import Link
+from sdr.simulator.loss import Bernoulli
+from sdr.simulator.schemes import SchemeSpec
+
+MIB = 1 << 20
+
+
+# --- config ---------------------------------------------------------------------------
+def test_config_takes_a_controller_by_name_and_from_toml() -> None:
+    assert ReliabilityConfig().congestion == "fixed"
+    assert ReliabilityConfig(congestion="DELAY").congestion == "delay"
+    config = loads(
+        '[reliability]\ncongestion = "bbr"\n[reliability.congestion_params]\nmax_rate = 2e9\n'
+    )
+    assert config.congestion == "bbr" and config.congestion_params == {"max_rate": 2e9}
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"congestion": "vegas"}, "congestion 'vegas' is not a known congestion controller"),
+        ({"congestion": 3}, "congestion 3 is not a known"),
+        ({"congestion_params": [1]}, "congestion_params must be a table"),
+    ],
+)
+def test_config_refuses_a_bad_controller_in_one_line(changes, words) -> None:
+    with pytest.raises(ConfigError, match=words) as info:
+        ReliabilityConfig(**changes)
+    assert "\n" not in str(info.value)
+
+
+def test_the_controller_follows_the_config() -> None:
+    attr = sdr.QPAttr(rate_limit=1e9)
+    assert congestion_controller(ReliabilityConfig(), attr) is None  # fixed: the QP paces
+    cc = congestion_controller(ReliabilityConfig(congestion="delay"), attr)
+    assert isinstance(cc, DelayBased) and cc.pacing_rate == 1e9 and cc.mtu == attr.mtu
+    config = ReliabilityConfig(congestion="auto", congestion_params={"max_rate": 4e9})
+    assert isinstance(congestion_controller(config, sdr.QPAttr()), BbrLike)  # no rate: bbr
+    with pytest.raises(ConfigError, match="needs a rate to start from: set the QP's rate_limit"):
+        congestion_controller(ReliabilityConfig(congestion="delay"), sdr.QPAttr())
+    with pytest.raises(ConfigError, match="'delay'.*unexpected keyword argument 'gain'"):
+        congestion_controller(
+            ReliabilityConfig(congestion="delay", congestion_params={"gain": 2}), attr
+        )
+
+
+# --- the scheme's signals -------------------------------------------------------------
+def _sender(length: int = 10 * 4096):
+    config = ReliabilityConfig(rtt=0.01, chunk_size=4096, link_rate=1e9)
+    sender = create_scheme(config).sender(0, memoryview(bytearray(length)))
+    sender.start(0.0)
+    sender.actions()
+    return sender
+
+
+def _have(first: int, n: int) -> np.ndarray:
+    """The arrival mask of chunks [0, first) of n."""
+    return np.arange(n) < first
+
+
+def test_a_sack_reports_the_newly_acked_bytes_with_a_karn_rtt() -> None:
+    sender = _sender(9 * 4096 + 100)  # a short last chunk
+    sender.on_sent(0.001, 0, np.arange(0, 5))
+    sender.on_sent(0.002, 0, np.arange(5, 10))
+    sender.on_control(0.0125, Sack.build(0, _have(10, 10), digest_ok=True))
+    [signal] = [a for a in sender.actions() if isinstance(a, Delivered)]
+    assert signal.nbytes == 9 * 4096 + 100
+    assert signal.rtt_s == pytest.approx(0.0105)  # the newest chunk sent once: 0.002
+    sender.on_control(0.02, Sack.build(0, _have(10, 10), digest_ok=True))
+    assert not [a for a in sender.actions() if isinstance(a, Delivered)]  # nothing new
+
+
+def test_a_retransmitted_chunk_gives_no_rtt_and_its_loss_is_reported() -> None:
+    sender = _sender()
+    sender.on_sent(0.001, 0, np.arange(0, 10))
+    sender.handle_timer(sender.next_timer())  # every chunk's RTO: all queued again
+    [lost] = [a for a in sender.actions() if isinstance(a, Lost)]
+    assert lost.nbytes == 10 * 4096 and lost.sent_at == pytest.approx(0.001)
+    sender.on_sent(0.05, 0, np.arange(0, 10))
+    sender.on_control(0.06, Sack.build(0, _have(3, 10), digest_ok=True))
+    [signal] = [a for a in sender.actions() if isinstance(a, Delivered)]
+    assert signal.nbytes == 3 * 4096 and signal.rtt_s is None  # Karn: sent twice
+
+
+# --- the connection -------------------------------------------------------------------
+@pytest.mark.parametrize("scheme", ["sr-rto", "sr-nack", "ec-mds"])
+@pytest.mark.parametrize("controller", ["delay", "bbr"])
+def test_writes_complete_intact_and_the_books_balance(scheme, controller) -> None:
+    a, b = Side(scheme, congestion=controller), Side(scheme, congestion=controller)
+    wire = Wire(a, b, loss=0.02, seed=3)
+    srcs = [_payload(n, seed=n) for n in (300_000, 70_000)]
+    dsts = [np.zeros_like(s) for s in srcs]
+    for d in dsts:
+        b.conn.post_recv(wire.now, _register(d))
+    for s in srcs:
+        a.conn.post_write(wire.now, _register(s))
+    done: list[object] = []
+    wire.run(lambda: done.extend(a.events()) or len(done) == 2)
+    assert all(np.array_equal(s, d) for s, d in zip(srcs, dsts, strict=True))
+    cc = a.conn.controller
+    assert cc is not None and cc.in_flight == 0  # every byte sent was acked or lost
+    assert cc.delivered >= sum(len(s) for s in srcs)
+    if scheme.startswith("sr"):  # SACKs as the data arrives: RTT samples
+        assert math.isfinite(cc.min_rtt) and cc.min_rtt >= 1e-4  # one wire round
+        assert cc.lost > 0  # 2% of the packets were dropped and retransmitted
+    assert a.conn.pacing_rate == cc.pacing_rate
+
+
+def test_the_window_holds_a_selective_repeat_sender_back() -> None:
+    a = Side("sr-rto", congestion="delay")
+    cc = a.conn.controller
+    assert cc is not None
+    cc.on_sent(0.0, 1024)
+    cc.on_ack(0.001, 1024, rtt_s=0.001)  # min RTT known: a finite window (1 Mbit)
+    window_packets = int(cc.cwnd // ATTR.mtu)
+    b = Side("sr-rto")
+    b.conn.post_recv(0.0, _register(np.zeros(4 * MIB // 4, dtype=np.uint8)))
+    for data in b.conn.core.actions_to_do():  # the CTS
+        if hasattr(data, "data"):
+            a.conn.receive_control(0.0, data.data)
+    a.conn.post_write(0.0, _register(_payload(4 * MIB // 4, seed=1)))
+    sent = sum(len(batch) for batch in a.conn.writes_to_send(0.0, 1 << 16))
+    assert 0 < sent <= window_packets < (4 * MIB // 4) // ATTR.mtu
+    assert sum(len(batch) for batch in a.conn.writes_to_send(0.0, 1 << 16)) == 0  # full
+    assert cc.in_flight == pytest.approx(sent * ATTR.mtu)
+
+
+def test_erasure_coding_is_paced_by_rate_alone() -> None:
+    a = Side("ec-mds", congestion="delay")
+    assert a.conn.controller is not None and not a.conn._windowed  # one ACK per message
+
+
+def test_fixed_changes_nothing() -> None:
+    a = Side("sr-rto")
+    assert a.conn.controller is None and a.conn.pacing_rate is None
+
+
+# --- the driver and the transports ----------------------------------------------------
+def test_the_pacer_keeps_its_tokens_when_the_rate_changes() -> None:
+    bucket = TokenBucket(1e6, 1e6)
+    bucket.consume(0.0, 1e6)  # empty at 0
+    bucket.set_rate(0.5, 2e6)  # 0.5 s at 1 Mbit/s earned 0.5 Mbit
+    assert bucket.budget(0.5, 1e5) == 5
+    assert bucket.budget(0.75, 1e5) == 10  # then 2 Mbit/s: 0.5 Mbit more by 0.75
+    with pytest.raises(ConfigError, match="rate must be > 0"):
+        bucket.set_rate(1.0, 0)
+
+
+def test_the_driver_loop_hands_the_rate_to_the_transport_pacer() -> None:
+    net = InprocNetwork()
+    a, b = sdr.Context(InprocTransport(net)), sdr.Context(InprocTransport(net))
+    attr = sdr.QPAttr(rate_limit=1e9, chunk_size=4096, mtu=1024)
+    qa, qb = a.create_qp(attr), b.create_qp(attr)
+    qa.connect(qb.info())
+    qb.connect(qa.info())
+    sender = ReliableQP(qa, "sr-rto", rtt=0.001, congestion="delay")
+    cc = sender.connection.controller
+    assert isinstance(cc, DelayBased)
+    cc._rate = 2e8  # as if the controller had backed off
+    sender.progress()
+    assert qa.transport_qp.pacer.rate == cc.pacing_rate == 2e8
+    a.close()
+    b.close()
+
+
+# --- the simulator runs the same code -------------------------------------------------
+def test_the_des_runs_the_sdk_controller_and_random_loss_costs_it_nothing() -> None:
+    link = Link(1e9, 0.025)
+    spec, size, loss = SchemeSpec("sr-nack"), 16 * MIB, Bernoulli(1e-2, "packet")
+    fixed = simulate_writes(link, size, spec, loss, samples=2, seed=1)
+    delay = simulate_writes(
+        link, size, spec, loss, samples=2, seed=1, options=DesOptions(congestion="delay")
+    )
+    assert delay.failed == fixed.failed == 0
+    # same losses, same repairs: the controller did not mistake random loss for congestion
+    assert delay.times_s == pytest.approx(fixed.times_s, rel=0.05)
+
+
+def test_the_des_controller_shares_a_queue_with_fewer_drops_than_fixed_pacing() -> None:
+    link = Link(1e9, 0.025)  # two flows, each configured at the link's rate, 1 BDP buffer
+    runs = {
+        cc: simulate_flows(
+            link,
+            8 * MIB,
+            SchemeSpec("sr-rto"),
+            None,
+            flows=2,
+            writes=2,
+            seed=1,
+            options=DesOptions(buffer_bytes=3.125e6, copy_payload=True, congestion=cc),
+        )
+        for cc in ("fixed", "delay")
+    }
+    assert all(r.correct and r.failed == 0 for flows in runs.values() for r in flows)
+    drops = {cc: flows[0].link["a->b"]["queue_drops"] for cc, flows in runs.items()}
+    assert drops["delay"] < drops["fixed"] / 2, drops  # 607 against 2,102 (seed 1)
