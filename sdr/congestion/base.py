@@ -22,11 +22,10 @@ Events, all with ``now`` in seconds:
   if known, so that losses of data sent before the controller's last reduction do not cut
   again (TCP's recovery point, RFC 6582).
 
-Where the events come from in the SDK (docs/congestion.md, "Wiring"): ``on_sent`` from the
-send table's departures; ``on_ack`` from the ACK/SACK control messages the schemes
-already exchange, whose bytes newly covered are the acked bytes; the RTT sample needs a
-sender timestamp echoed in those messages (a wire change, documented there); ``on_loss``
-from NACKs and retransmit timeouts.
+Where the events come from in the SDK (docs/congestion.md, "In the SDK"): ``on_sent``
+from the send table's departures; ``on_ack`` from the schemes' ``Delivered`` actions
+(Selective Repeat: the chunks a SACK newly covers, with a Karn RTT sample); ``on_loss``
+from their ``Lost`` actions (chunks queued again by a NACK or an RTO).
 """
 
 from __future__ import annotations
