@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
@@ -77,6 +78,8 @@ class SendTable:
         self._next_deadline = math.inf  # earliest CTS deadline of a waiting message
         self.departures: list[tuple[SendRecord, int, int]] = []
         """(record, first packet, stop packet) of every batch handed out since drained."""
+        self.channel_for: Callable[[SendRecord, np.ndarray], np.ndarray] | None = None
+        """Picks the channel of each packet of a record (multipath); None: round robin."""
 
     @property
     def in_flight(self) -> int:
@@ -297,8 +300,7 @@ class SendTable:
             packets = np.arange(rng.next_packet, rng.next_packet + n, dtype=np.int64)
             starts = packets * attr.mtu
             lengths = np.minimum(attr.mtu, end - starts)
-            channels = (self._next_channel + np.arange(n)) % attr.channels
-            self._next_channel = (self._next_channel + n) % attr.channels
+            channels = self._channels(rec, packets)
             out.append(
                 WriteBatch(
                     region=rng.region,
@@ -322,6 +324,25 @@ class SendTable:
                 rec._ranges.popleft()
         return sent
 
+    def _channels(self, rec: SendRecord, packets: np.ndarray) -> np.ndarray:
+        if self.channel_for is not None:
+            channels = np.asarray(self.channel_for(rec, packets), dtype=np.int64)
+            if (
+                len(channels) != len(packets)
+                or not ((channels >= 0) & (channels < self.attr.channels)).all()
+            ):
+                raise ConfigError(
+                    f"channel_for returned {channels!r} for {len(packets)} packets; "
+                    f"expected one channel in [0, {self.attr.channels}) per packet"
+                )
+            return channels
+        return self._round_robin(len(packets))
+
+    def _round_robin(self, n: int) -> np.ndarray:
+        channels = (self._next_channel + np.arange(n)) % self.attr.channels
+        self._next_channel = (self._next_channel + n) % self.attr.channels
+        return channels
+
     def _finish(self, rec: SendRecord, budget: int, out: list[WriteBatch]) -> int:
         """Carry uncovered immediate fragments, then mark the message done."""
         missing = np.flatnonzero(~rec._covered)
@@ -331,8 +352,7 @@ class SendTable:
         assert cts is not None
         if len(missing):
             n = len(missing)
-            channels = (self._next_channel + np.arange(n)) % attr.channels
-            self._next_channel = (self._next_channel + n) % attr.channels
+            channels = self._round_robin(n)
             out.append(
                 WriteBatch(
                     region=_NO_REGION,

@@ -20,7 +20,7 @@ from sdr.backends.inproc import InprocNetwork, InprocTransport
 from sdr.congestion import BbrLike, DelayBased
 from sdr.errors import ConfigError
 from sdr.pacing import TokenBucket
-from sdr.reliability import ReliabilityConfig
+from sdr.reliability import ReliabilityConfig, WriteCompleted
 from sdr.reliability.base import Delivered, Lost
 from sdr.reliability.config import loads
 from sdr.reliability.connection import congestion_controller
@@ -224,3 +224,59 @@ def test_the_des_controller_shares_a_queue_with_fewer_drops_than_fixed_pacing() 
     assert all(r.correct and r.failed == 0 for flows in runs.values() for r in flows)
     drops = {cc: flows[0].link["a->b"]["queue_drops"] for cc, flows in runs.items()}
     assert drops["delay"] < drops["fixed"] / 2, drops  # 607 against 2,102 (seed 1)
+
+
+# --- multipath ------------------------------------------------------------------------
+PATH_ATTR = sdr.QPAttr(mtu=1024, chunk_size=4096, max_message_size=1 << 20, channels=4)
+
+
+class BadPathWire(Wire):
+    """Channel 2 drops ``bad_loss`` of its packets; the others none."""
+
+    bad_loss = 0.05
+
+    def loss_of(self, batch) -> np.ndarray:
+        return np.where(batch.channels == 2, self.bad_loss, 0.0)
+
+
+def _move_bytes(multipath: bool) -> tuple[Side, BadPathWire, list[np.ndarray]]:
+    # rtt: the wire's round trip is a round or two (1e-4 s each) plus the ACK delay
+    a = Side("sr-nack", PATH_ATTR, rtt=1e-3, multipath=multipath, congestion="delay")
+    b = Side("sr-nack", PATH_ATTR, rtt=1e-3, multipath=multipath)
+    wire = BadPathWire(a, b, seed=5)
+    srcs = [_payload(1 << 20, seed=i) for i in range(6)]
+    dsts = [np.zeros_like(s) for s in srcs]
+    for d in dsts:
+        b.conn.post_recv(wire.now, _register(d))
+    for s in srcs:
+        a.conn.post_write(wire.now, _register(s))
+    done: list[object] = []
+    wire.run(lambda: done.extend(a.events()) or len(done) == len(srcs))
+    assert [type(e) for e in done] == [WriteCompleted] * len(srcs)
+    assert all(np.array_equal(s, d) for s, d in zip(srcs, dsts, strict=True))
+    return a, wire, srcs
+
+
+def test_multipath_moves_traffic_off_a_lossy_path_and_keeps_every_byte() -> None:
+    a, wire, _ = _move_bytes(multipath=True)
+    selector = a.conn.paths.selector
+    assert not selector.stats[2].active  # moved off
+    assert all(selector.stats[p].active for p in (0, 1, 3))  # the good ones never
+    assert selector.stats[2].loss > 3 * max(selector.stats[p].loss for p in (0, 1, 3))
+    shares = np.array([s.sent for s in selector.stats]) / sum(s.sent for s in selector.stats)
+    assert shares[2] < 0.15  # a quarter before the move, a trickle after
+    sprayed, spray_wire, _ = _move_bytes(multipath=False)
+    assert sprayed.conn.paths is None
+    assert wire.dropped < spray_wire.dropped / 2  # fewer packets sent into the bad path
+
+
+def test_multipath_is_refused_when_it_is_not_a_bool() -> None:
+    with pytest.raises(ConfigError, match="multipath must be true or false, got 'yes'"):
+        ReliabilityConfig(multipath="yes")
+
+
+def test_a_channel_picker_that_returns_nonsense_is_a_clear_error() -> None:
+    core = sdr.QueuePairCore(PATH_ATTR)
+    core.send.channel_for = lambda rec, packets: np.full(len(packets), 9)
+    with pytest.raises(ConfigError, match=r"expected one channel in \[0, 4\) per packet"):
+        core.send._channels(None, np.arange(3))

@@ -38,12 +38,12 @@ def _register(buffer: object) -> MemoryRegion:
 class Side:
     """One end: its connection and the key table its 'NIC' places packets through."""
 
-    def __init__(self, scheme: str, **overrides: object) -> None:
-        config = ReliabilityConfig.coerce(scheme, rtt=0.01, **overrides).resolved(
-            ATTR.chunk_size, 1e9
+    def __init__(self, scheme: str, attr: sdr.QPAttr = ATTR, **overrides: object) -> None:
+        config = ReliabilityConfig.coerce(scheme, **{"rtt": 0.01, **overrides}).resolved(
+            attr.chunk_size, 1e9
         )
-        self.conn = ReliableConnection(sdr.QueuePairCore(ATTR), config, _register)
-        self.keys = KeyTable(ATTR)
+        self.conn = ReliableConnection(sdr.QueuePairCore(attr), config, _register)
+        self.keys = KeyTable(attr)
         self.outbox: list[bytes] = []
 
     def carry_out(self) -> None:
@@ -81,7 +81,7 @@ class Wire:
     def round(self) -> None:
         for me, peer in (self.sides, self.sides[::-1]):
             for batch in me.conn.writes_to_send(self.now, 64):
-                keep = self.rng.random(len(batch)) >= self.loss
+                keep = self.rng.random(len(batch)) >= self.loss_of(batch)
                 self.dropped += int((~keep).sum())
                 payloads = [
                     batch.region.view[int(s) : int(s) + int(n)]
@@ -119,6 +119,10 @@ class Wire:
             deadline = side.conn.get_timer()
             if deadline is not None and deadline <= self.now:
                 side.conn.handle_timer(self.now)
+
+    def loss_of(self, batch) -> float | np.ndarray:
+        """The drop probability of each packet of ``batch`` (a subclass may vary it)."""
+        return self.loss
 
     def run(self, until, rounds: int = 200_000) -> None:
         for _ in range(rounds):

@@ -110,26 +110,30 @@ class Finished:
     error: SDRError | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Delivered:
     """Sender: ``nbytes`` of data newly acknowledged; ``rtt_s`` an RTT sample or None.
 
     The sample follows Karn's rule: ``now`` minus the send time of the newest newly
-    acknowledged chunk that was sent once (a chunk sent twice cannot tell which copy the
-    receiver saw). It includes the receiver's ACK delay (at most ``ack_interval``)."""
+    acknowledged chunk that was sent once (``sample_chunk``; a chunk sent twice cannot
+    tell which copy the receiver saw). It includes the receiver's ACK delay (at most
+    ``ack_interval``). ``chunks``: the data chunks, for per-path accounting."""
 
     nbytes: int
     rtt_s: float | None = None
+    chunks: np.ndarray | None = None
+    sample_chunk: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Lost:
     """Sender: ``nbytes`` of data declared lost (queued again for a retransmission);
     ``sent_at`` the earliest time they were last sent (for the controller's recovery
-    point)."""
+    point); ``chunks``: the data chunks, for per-path accounting."""
 
     nbytes: int
     sent_at: float | None = None
+    chunks: np.ndarray | None = None
 
 
 SchemeAction = SendChunks | SendMessage | SealChunks | ReopenChunks | Finished | Delivered | Lost

@@ -88,6 +88,9 @@ class ReliabilityConfig:
         the ``sdr.congestion`` group, or ``auto`` (``delay`` with a rate, ``bbr`` without).
     congestion_params: keyword parameters for the controller (``max_rate``, a ceiling
         above the configured rate, is one every controller takes).
+    multipath: treat the QP's channels as paths (the UDP backend sends each from its own
+        source port): each chunk takes one path, picked by per-path loss and delay, and
+        traffic moves off a worse path (docs/congestion.md, "Multipath").
     params: extra parameters for user-registered schemes.
     """
 
@@ -105,6 +108,7 @@ class ReliabilityConfig:
     max_queued: int | None = None
     congestion: str = "fixed"
     congestion_params: Mapping[str, Any] = field(default_factory=dict)
+    multipath: bool = False
     params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -151,6 +155,8 @@ class ReliabilityConfig:
                 f"congestion_params must be a table/mapping, got {self.congestion_params!r}"
             )
         set_(self, "congestion_params", dict(self.congestion_params))
+        if not isinstance(self.multipath, bool):
+            raise ConfigError(f"multipath must be true or false, got {self.multipath!r}")
         if not isinstance(self.params, Mapping):
             raise ConfigError(f"params must be a table/mapping, got {self.params!r}")
         set_(self, "params", dict(self.params))

@@ -38,6 +38,8 @@ import logging
 import math
 from collections import Counter, OrderedDict, deque
 
+import numpy as np
+
 from sdr.config import QPAttr
 from sdr.congestion import CongestionController, controller_for
 from sdr.errors import ConfigError, MessageFailed, ProtocolError, ResourceBusy, SDRError
@@ -67,6 +69,7 @@ from sdr.reliability.messages import (
     decode_message,
     is_reliability_message,
 )
+from sdr.reliability.multipath import ChunkPaths
 from sdr.reliability.registry import create_scheme
 from sdr.reliability.transfers import Incoming, Outgoing, Register, open_outgoing
 from sdr.send_table import SendRecord, SendState
@@ -140,9 +143,15 @@ class ReliableConnection:
         self._lane_in: dict[RecvRecord, tuple[Incoming, int]] = {}
         self._finished: OrderedDict[int, bool] = OrderedDict()
         self._events: deque[Event] = deque()
+        self._sending_at = 0.0  # ``now`` of the writes_to_send round in progress
         self.controller = congestion_controller(config, self.attr)
         """The congestion controller (None: ``fixed``, the QP paces at its rate_limit)."""
         self._windowed = self.controller is not None and self.scheme.acks_progressively
+        self.paths: ChunkPaths | None = None
+        """Per-chunk path choice over the channels (``config.multipath``), else None."""
+        if config.multipath and self.attr.channels > 1:
+            self.paths = ChunkPaths(self.attr.channels, self.attr.mtu, self.attr.chunk_size)
+            core.send.channel_for = self._channels_for
 
     @property
     def pacing_rate(self) -> float | None:
@@ -224,6 +233,7 @@ class ReliableConnection:
     def writes_to_send(self, now: float, budget: int) -> list[WriteBatch]:
         """Packets to transmit now (at most ``budget``); their departures reach the machines."""
         self._step(now)
+        self._sending_at = now
         cc = self.controller
         if self._windowed and budget > 0 and math.isfinite(cwnd := cc.cwnd):  # type: ignore[union-attr]
             room = cwnd - cc.in_flight  # type: ignore[union-attr]
@@ -336,15 +346,32 @@ class ReliableConnection:
                 self._end_outgoing(now, out, action.error)
 
     def _congestion_signal(self, now: float, out: Outgoing, signal: Delivered | Lost) -> None:
+        rtt = signal.rtt_s if isinstance(signal, Delivered) else None
+        if self.paths is not None and signal.chunks is not None:
+            lane = out.lanes[0].record
+            if isinstance(signal, Delivered):
+                rtt = self.paths.delivered(now, lane, signal.chunks, rtt, signal.sample_chunk)
+            else:
+                self.paths.lost(now, lane, signal.chunks)
         cc = self.controller
         if cc is None:
             return
         nbytes = min(float(signal.nbytes), out.cc_bytes)
         out.cc_bytes -= nbytes
         if isinstance(signal, Delivered):
-            cc.on_ack(now, nbytes, signal.rtt_s)
+            cc.on_ack(now, nbytes, rtt)
         else:
             cc.on_loss(now, nbytes, None, signal.sent_at)
+
+    def _channels_for(self, rec: SendRecord, packets: np.ndarray) -> np.ndarray:
+        """The send table's channel choice under multipath: each chunk on one path."""
+        assert self.paths is not None
+        owner = self._lane_of.get(rec)
+        if owner is None:  # not a lane of a reliable write: spread it
+            return np.arange(len(packets)) % self.attr.channels
+        out, index = owner
+        n_chunks = out.lanes[index].geometry.n_chunks
+        return self.paths.channels(rec, n_chunks, packets, self._sending_at)
 
     def _end_outgoing(self, now: float, out: Outgoing, error: SDRError | None) -> None:
         if self._sending.pop(out.seq, None) is None:
@@ -364,6 +391,8 @@ class ReliableConnection:
         for lane in out.lanes:
             lane.close(self.core, now, reason)
             self._lane_of.pop(lane.record, None)
+            if self.paths is not None:
+                self.paths.forget(lane.record)
         self._finish("write", out.seq, out.length, error, out.machine.stats)
         self._admit(now)
 

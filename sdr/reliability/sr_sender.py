@@ -220,7 +220,7 @@ class SelectiveRepeatSender(SchemeSender):
         gone = chunks[self.tracker.sends[chunks] > 0]
         if len(gone):
             sent_at = float(self.tracker.last_sent[gone].min())
-            self._actions.append(Lost(self.geometry.chunk_bytes(gone), sent_at))
+            self._actions.append(Lost(self.geometry.chunk_bytes(gone), sent_at, gone))
         self.queue_chunks(Lane.DATA, chunks, retransmit=True)
 
     def delivered(self, now: float, fresh: np.ndarray) -> None:
@@ -228,11 +228,12 @@ class SelectiveRepeatSender(SchemeSender):
         if not len(fresh):
             return
         once = fresh[self.tracker.sends[fresh] == 1]
-        rtt = None
+        rtt, sample = None, None
         if len(once):
-            rtt = now - float(self.tracker.last_sent[once].max())
-            rtt = rtt if rtt > 0 else None
-        self._actions.append(Delivered(self.geometry.chunk_bytes(fresh), rtt))
+            newest = once[int(np.argmax(self.tracker.last_sent[once]))]
+            rtt = now - float(self.tracker.last_sent[newest])
+            rtt, sample = (rtt, int(newest)) if rtt > 0 else (None, None)
+        self._actions.append(Delivered(self.geometry.chunk_bytes(fresh), rtt, fresh, sample))
 
     def resend_digest(self, now: float) -> None:
         """Send the checksums again, at most once per RTT."""

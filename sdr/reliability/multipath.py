@@ -1,0 +1,86 @@
+"""Multipath for a reliable connection: each channel is a path, chosen per chunk.
+
+A QP's channels are its paths (the UDP backend sends each channel from its own source
+port: the ECMP entropy RoCEv2 uses). Without multipath the send table sprays packets over
+the channels in turn. With it, :class:`ChunkPaths` gives every chunk of a data or parity
+lane one path each time the chunk is (re)transmitted, picked by a
+:class:`~sdr.congestion.PathSelector` (smooth weighted round robin), so a chunk's fate
+tells about one path: the scheme's ``Delivered``/``Lost`` chunks become per-path ACKs
+(with the RTT sample on the path that carried it) and losses, and the selector moves
+traffic off a path whose loss or delay is worse (PLB-style). Reordering between paths
+is harmless: chunks are placed by offset, and a NACK for a hole is repaired only after
+half an RTT (the Selective Repeat sender's rule).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sdr.congestion import PathSelector
+
+__all__ = ["ChunkPaths"]
+
+
+class ChunkPaths:
+    """Paths per chunk of each outgoing lane, and the selector they feed (sans-I/O)."""
+
+    def __init__(self, paths: int, mtu: int, chunk_size: int) -> None:
+        self.selector = PathSelector(paths)
+        self.mtu = mtu
+        self.chunk_size = chunk_size
+        self._lanes: dict[object, np.ndarray] = {}
+
+    def channels(self, lane: object, n_chunks: int, packets: np.ndarray, now: float) -> np.ndarray:
+        """Channels for ``packets`` of ``lane`` (a key: its send record). A packet that
+        starts a chunk picks the chunk's path afresh; the others follow their chunk."""
+        paths = self._lanes.get(lane)
+        if paths is None:
+            paths = self._lanes[lane] = np.full(n_chunks, -1, dtype=np.int16)
+        starts = packets * self.mtu
+        chunks = starts // self.chunk_size
+        fresh = (starts % self.chunk_size == 0) | (paths[chunks] < 0)
+        for chunk in np.unique(chunks[fresh]).tolist():
+            paths[chunk] = self.selector.pick()
+        channels = paths[chunks].astype(np.int64)
+        sent = np.bincount(channels, minlength=len(self.selector.stats)) * self.mtu
+        for path in np.flatnonzero(sent).tolist():
+            self.selector.on_sent(now, path, float(sent[path]))
+        return channels
+
+    def delivered(
+        self,
+        now: float,
+        lane: object,
+        chunks: np.ndarray,
+        rtt_s: float | None,
+        sample_chunk: int | None,
+    ) -> float | None:
+        """Acknowledged chunks of ``lane``, per path; returns the RTT sample normalized to
+        the shortest path (what the connection's one controller is fed)."""
+        paths = self._lanes.get(lane)
+        if paths is None or not len(chunks):
+            return rtt_s
+        sample_path = int(paths[sample_chunk]) if sample_chunk is not None else -1
+        for path, nbytes in self._per_path(paths[chunks]):
+            rtt = rtt_s if path == sample_path else None
+            self.selector.on_ack(now, path, nbytes, rtt)
+        if rtt_s is None or sample_path < 0:
+            return rtt_s
+        return self.selector.normalized_rtt(sample_path, rtt_s)
+
+    def lost(self, now: float, lane: object, chunks: np.ndarray) -> None:
+        """Chunks of ``lane`` declared lost, per path."""
+        paths = self._lanes.get(lane)
+        if paths is None or not len(chunks):
+            return
+        for path, nbytes in self._per_path(paths[chunks]):
+            self.selector.on_loss(now, path, nbytes)
+
+    def forget(self, lane: object) -> None:
+        """The lane's message is over."""
+        self._lanes.pop(lane, None)
+
+    def _per_path(self, paths: np.ndarray) -> list[tuple[int, float]]:
+        known = paths[paths >= 0].astype(np.int64)
+        counts = np.bincount(known, minlength=len(self.selector.stats))
+        return [(p, float(counts[p]) * self.chunk_size) for p in np.flatnonzero(counts).tolist()]
