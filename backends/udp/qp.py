@@ -38,6 +38,8 @@ from sdr.peer_info import (
     check_int_grid,
     check_int_list,
     check_keys,
+    check_list,
+    check_port,
     field_host,
     field_int,
     field_port,
@@ -74,6 +76,10 @@ _EMPTY = CompletionBatch.empty()
 _U32 = (1 << 32) - 1
 INFO_FIELDS = ("host", "port", "control_port", "control_id", "qpns", "rkeys")
 """The fields of a UDP QP's transport info (:meth:`UdpQP.info`)."""
+OPTIONAL_INFO_FIELDS = ("ports",)
+"""Fields a UDP QP's info may carry: ``ports``, the peer's data ports, one per path
+(``UdpTransport(paths=...)``; absent: the one ``port``)."""
+_MAX_PORTS = 64
 
 
 def _rows(batch: CompletionBatch, start: int, stop: int) -> CompletionBatch:
@@ -115,6 +121,9 @@ class UdpQP(KeyTableBindings, TransportQP):
         self.peer_rkeys: list[int] = []
         self._psn = [[0] * attr.channels for _ in range(attr.generations)]
         self._prefix: IcrcPrefix | None = None
+        self._prefixes: list[IcrcPrefix] = []
+        self.peer_ports: list[int] = []
+        """The peer's data ports, one per path (one unless its transport has ``paths``)."""
         self.packet_bits = (wire_length(attr.mtu) + IP_UDP_OVERHEAD) * 8
         self.pacer = TokenBucket(attr.rate_limit, self._burst_bits(attr.rate_limit))
         self._shape_batches(attr.rate_limit)
@@ -149,14 +158,14 @@ class UdpQP(KeyTableBindings, TransportQP):
             "control_id": self.control_id,
             "qpns": self.qpns,
             "rkeys": self.rkeys,
-        }
+        } | ({"ports": list(t.ports)} if len(getattr(t, "ports", ())) > 1 else {})
 
     def connect(self, remote: dict[str, Any]) -> None:
         """Connect to the peer's :meth:`info`; every field is validated first (ProtocolError
         or ConfigError naming it), so a refused connect changes nothing."""
         attr, path = self.attr, "transport"
         info = require_object(remote, path)
-        check_keys(info, path, INFO_FIELDS)
+        check_keys(info, path, INFO_FIELDS, OPTIONAL_INFO_FIELDS)
         # the ICRC and the source check need the peer's own IPv4 address, not a name
         host = field_host(info, "host", path=path, ipv4_only=True)
         port = field_port(info, "port", path=path)
@@ -166,9 +175,13 @@ class UdpQP(KeyTableBindings, TransportQP):
             info["qpns"], f"{path}.qpns", attr.generations, attr.channels, QPN_MIN, QPN_MAX, True
         )
         rkeys = check_int_list(info["rkeys"], f"{path}.rkeys", attr.generations, 0, _U32)
+        ports = _peer_ports(info, port, path)
         self.peer, self.peer_control, self.peer_control_id = (host, port), control, control_id
         self.peer_qpns, self.peer_rkeys = qpns, rkeys
-        self._prefix = IcrcPrefix((self.transport.host, self.transport.port), self.peer)
+        self.peer_ports = ports
+        local = (self.transport.host, self.transport.port)
+        self._prefixes = [IcrcPrefix(local, (host, p)) for p in ports]
+        self._prefix = self._prefixes[0]
         self._peer_qpn_array = [np.asarray(g, dtype=np.int64) for g in qpns]
         self._ring.set_peer(host, port)
         self._peer_ip = int.from_bytes(socket.inet_aton(host), "big")
@@ -212,21 +225,41 @@ class UdpQP(KeyTableBindings, TransportQP):
                 f"generation {batch.generation} has no QPN at the peer "
                 f"({len(self.peer_qpns)} generations)"
             )
-        if native.active():
-            wire = self._send_native(batch)
-        else:
-            ring, cap = self._ring, self._ring.capacity
-            base = address_of(batch.region.view)
-            wire = 0
-            for start in range(0, len(batch), cap):
-                stop = min(len(batch), start + cap)
-                wire += self._post_slice(batch, start, stop, base)
-                ring.send(self.transport.data_socket, stop - start)
+        wire = 0
+        for path, part in self._by_path(batch):
+            if native.active():
+                wire += self._send_native(part, path)
+            else:
+                wire += self._send_python(part, path)
         self.stats["wire_packets_sent"] += len(batch)
         self.stats["wire_bytes_sent"] += wire
         self.pacer.consume(self.transport.now(), wire * 8)
 
-    def _send_native(self, batch: WriteBatch) -> int:
+    def _by_path(self, batch: WriteBatch) -> list[tuple[int, WriteBatch]]:
+        """The batch split by the peer port its channels go to (channel c: port c % n)."""
+        n = len(self.peer_ports)
+        if n == 1:
+            return [(0, batch)]
+        paths = batch.channels.astype(np.int64) % n
+        parts = []
+        for path in np.unique(paths).tolist():
+            take = paths == path
+            parts.append((path, _subset(batch, take)))
+        return parts
+
+    def _send_python(self, batch: WriteBatch, path: int) -> int:
+        """The reference send: headers and ICRCs in Python, sendmmsg through ctypes."""
+        ring, cap = self._ring, self._ring.capacity
+        ring.set_peer(self.peer[0], self.peer_ports[path])  # type: ignore[index]
+        base = address_of(batch.region.view)
+        wire = 0
+        for start in range(0, len(batch), cap):
+            stop = min(len(batch), start + cap)
+            wire += self._post_slice(batch, start, stop, base, self._prefixes[path])
+            ring.send(self.transport.data_socket, stop - start)
+        return wire
+
+    def _send_native(self, batch: WriteBatch, path: int = 0) -> int:
         """Headers, ICRCs and sendmmsg (with GSO where the transport has it) in one native
         pass (backends/udp/_datapath.c); returns the IP bytes sent."""
         t, gen = self.transport, batch.generation
@@ -239,7 +272,7 @@ class UdpQP(KeyTableBindings, TransportQP):
                 native.module.send(  # type: ignore[union-attr]
                     t.data_socket.fileno(),
                     self._peer_ip,
-                    self.peer[1],  # type: ignore[index]
+                    self.peer_ports[path],
                     t.local_ip,
                     t.port,
                     batch.region.view,
@@ -258,7 +291,9 @@ class UdpQP(KeyTableBindings, TransportQP):
         except OSError as exc:
             raise TransportError(f"sendmmsg: {exc}") from exc
 
-    def _post_slice(self, batch: WriteBatch, start: int, stop: int, base: int) -> int:
+    def _post_slice(
+        self, batch: WriteBatch, start: int, stop: int, base: int, prefix: IcrcPrefix
+    ) -> int:
         """Fill the ring's descriptors for packets [start, stop); returns their IP bytes."""
         ring, k, gen = self._ring, stop - start, batch.generation
         channels = batch.channels[start:stop].astype(np.intp)
@@ -275,7 +310,7 @@ class UdpQP(KeyTableBindings, TransportQP):
         hdr["dlen"] = lengths
         hdr["imm"] = batch.imms[start:stop]
         sizes = HEADER_SIZE + lengths + pads + ICRC_SIZE
-        state, hv, view = self._prefix.state, self._header_view, batch.region.view  # type: ignore[union-attr]
+        state, hv, view = prefix.state, self._header_view, batch.region.view
         crcs = [
             crc32(view[s : s + n], crc32(hv[o : o + HEADER_SIZE], state(size)))
             for o, s, n, size in zip(
@@ -372,3 +407,28 @@ class UdpQP(KeyTableBindings, TransportQP):
 
     def close(self) -> None:
         self.transport.forget(self)
+
+
+def _peer_ports(info: dict[str, Any], port: int, path: str) -> list[int]:
+    """The peer's data ports from its info: ``ports`` if given (starting with ``port``)."""
+    if "ports" not in info:
+        return [port]
+    items = check_list(info["ports"], f"{path}.ports", max_length=_MAX_PORTS)
+    ports = [check_port(v, f"{path}.ports[{i}]") for i, v in enumerate(items)]
+    if not ports or ports[0] != port or len(set(ports)) != len(ports):
+        raise ProtocolError(
+            f"{path}.ports must list distinct ports starting with port {port}, got {ports}"
+        )
+    return ports
+
+
+def _subset(batch: WriteBatch, take: np.ndarray) -> WriteBatch:
+    return WriteBatch(
+        region=batch.region,
+        generation=batch.generation,
+        channels=batch.channels[take],
+        remote_offsets=batch.remote_offsets[take],
+        imms=batch.imms[take],
+        src_offsets=batch.src_offsets[take],
+        lengths=batch.lengths[take],
+    )

@@ -29,7 +29,7 @@ from sdr.backends.udp.receive import Receiver
 from sdr.backends.udp.roce import ROCE_PORT, crc32
 from sdr.backends.udp.sockets import DEFAULT_SOCKET_BUFFER, open_udp_socket, prefault
 from sdr.config import QPAttr
-from sdr.errors import ResourceBusy, TransportError
+from sdr.errors import ConfigError, ResourceBusy, TransportError
 from sdr.queue_pair import MAX_QUEUED_CONTROL
 from sdr.transport import MAX_CONTROL_SIZE, MemoryRegion, Transport, as_byte_view
 
@@ -41,6 +41,8 @@ _CRC = struct.Struct("!I")
 """Control datagrams end with a CRC-32 of what precedes it (the data path has its ICRC):
 with UDP checksums off, a damaged CTS would otherwise misdirect a whole message."""
 _OVERHEAD = CONTROL_HEADER.size + _CRC.size
+MAX_PATHS = 64
+"""Data ports a transport may receive on (``paths``)."""
 _RANDOM_TRIES = 64  # random draws for a free QPN or control id before a scan
 CONTROL_READS_PER_PUMP = MAX_QUEUED_CONTROL
 """Most control datagrams one :meth:`UdpTransport.pump_control` reads: a flood faster than
@@ -90,6 +92,10 @@ class UdpTransport(Transport):
         refuses GSO there.
     gro: ask the kernel to hand received datagrams over several per read (UDP_GRO;
         default; native datapath only).
+    paths: data ports to receive on (default 1). With more, a QP's channel c is sent to
+        the peer's port ``c % paths``, so the channels differ in the 5-tuple an ECMP
+        switch hashes and may take distinct routes (multipath; the first port is
+        ``port``, the others are picked free). Each port has its own receive pass.
     """
 
     name: ClassVar[str] = "udp"
@@ -105,15 +111,25 @@ class UdpTransport(Transport):
         verify_icrc: bool = True,
         gso: bool = True,
         gro: bool = True,
+        paths: int = 1,
     ) -> None:
+        if isinstance(paths, bool) or not isinstance(paths, int) or not 1 <= paths <= MAX_PATHS:
+            raise ConfigError(f"paths must be an integer in [1, {MAX_PATHS}], got {paths!r}")
         self.rng = np.random.default_rng(seed)
         self.data_socket = open_udp_socket(host, int(port), int(socket_buffer))
+        self.data_sockets = [self.data_socket]
+        """One per path: the first sends every datagram and receives path 0's."""
         try:
+            for _ in range(paths - 1):
+                self.data_sockets.append(open_udp_socket(host, 0, int(socket_buffer)))
             self.control_socket = open_udp_socket(host, int(control_port), 1 << 20)
         except TransportError:
-            self.data_socket.close()
+            for sock in self.data_sockets:
+                sock.close()
             raise
         self.host, self.port = self.data_socket.getsockname()  # canonical: "127.1" -> "127.0.0.1"
+        self.ports = [sock.getsockname()[1] for sock in self.data_sockets]
+        """The data ports, path by path (``ports[0] == port``)."""
         self.control_port = self.control_socket.getsockname()[1]
         self.prefault = prefault
         self._endpoints = EndpointTable()
@@ -134,7 +150,12 @@ class UdpTransport(Transport):
         }
         self.local_ip = int.from_bytes(socket.inet_aton(self.host), "big")
         self.gso = bool(gso) and native.supports_gso(self.data_socket)
-        self._receiver = Receiver((self.host, self.port), self.stats, verify_icrc, bool(gro))
+        self._receivers = [
+            Receiver((self.host, p), self.stats, verify_icrc, bool(gro)) for p in self.ports
+        ]
+        self._receiver = self._receivers[0]
+        self.port_datagrams = [0] * len(self.ports)
+        """Datagrams read on each data port (path), for tools and tests."""
 
     # --- Transport interface ----------------------------------------------------------------
     def now(self) -> float:
@@ -161,12 +182,13 @@ class UdpTransport(Transport):
             if now < when < wake:
                 wake = when
         if wake > now:
-            select.select([self.data_socket, self.control_socket], [], [], wake - now)
+            select.select([*self.data_sockets, self.control_socket], [], [], wake - now)
 
     def close(self) -> None:
         for qp in list(self._qps):
             self.forget(qp)
-        self.data_socket.close()
+        for sock in self.data_sockets:
+            sock.close()
         self.control_socket.close()
 
     # --- QP bookkeeping ---------------------------------------------------------------------
@@ -188,9 +210,13 @@ class UdpTransport(Transport):
     def endpoints_changed(self, qp: UdpQP | None = None) -> None:
         """Tell the receive path that QPNs or rkeys were added or removed, or (``qp``) that
         this QP's peer changed."""
+        table = self._endpoints
         if qp is not None:
-            self._endpoints.touched.extend(q for row in qp.qpns for q in row)
-        self._receiver.set_endpoints(self._endpoints)
+            table.touched.extend(q for row in qp.qpns for q in row)
+        touched = list(table.touched)
+        for receiver in self._receivers:  # each port's pass takes the same changes
+            table.touched[:] = touched
+            receiver.set_endpoints(table)
 
     def new_control_id(self, qp: UdpQP) -> int:
         """A fresh random 32-bit id addressing ``qp`` on the control socket."""
@@ -218,9 +244,20 @@ class UdpTransport(Transport):
     # --- receive datapath -------------------------------------------------------------------
     def pump(self, max_packets: int) -> int:
         """Receive up to ``max_packets`` datagrams, validate and place them; returns the count."""
-        got = self._receiver.pump(self.data_socket, max_packets)
+        got, drained = 0, True
+        for path, (receiver, sock) in enumerate(
+            zip(self._receivers, self.data_sockets, strict=True)
+        ):
+            left = max_packets - got
+            if left <= 0:
+                drained = False
+                break
+            n = receiver.pump(sock, left)
+            self.port_datagrams[path] += n
+            got += n
+            drained &= n < left  # fewer than asked: this port is empty
         self.pump_round += 1
-        self.drained = got < max_packets
+        self.drained = drained
         return got
 
     # --- control path -----------------------------------------------------------------------
@@ -267,7 +304,8 @@ class UdpTransport(Transport):
 
     def info(self) -> dict[str, Any]:
         """Where this transport listens (for logs and tools)."""
-        return {"host": self.host, "port": self.port, "control_port": self.control_port}
+        info = {"host": self.host, "port": self.port, "control_port": self.control_port}
+        return info | ({"ports": list(self.ports)} if len(self.ports) > 1 else {})
 
 
 def loopback_pair(**kwargs: Any) -> tuple[UdpTransport, UdpTransport]:
