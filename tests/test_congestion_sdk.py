@@ -113,20 +113,28 @@ def test_a_retransmitted_chunk_gives_no_rtt_and_its_loss_is_reported() -> None:
 
 
 # --- the connection -------------------------------------------------------------------
-@pytest.mark.parametrize("scheme", ["sr-rto", "sr-nack", "ec-mds"])
-@pytest.mark.parametrize("controller", ["delay", "bbr"])
-def test_writes_complete_intact_and_the_books_balance(scheme, controller) -> None:
-    a, b = Side(scheme, congestion=controller), Side(scheme, congestion=controller)
-    wire = Wire(a, b, loss=0.02, seed=3)
-    srcs = [_payload(n, seed=n) for n in (300_000, 70_000)]
+def _transfer(wire: Wire, sizes: list[int]) -> list[np.ndarray]:
+    """Writes of ``sizes`` from side a to side b over ``wire``: every one completes, and
+    every byte arrives; returns the sources."""
+    a, b = wire.sides
+    srcs = [_payload(n, seed=i) for i, n in enumerate(sizes)]
     dsts = [np.zeros_like(s) for s in srcs]
     for d in dsts:
         b.conn.post_recv(wire.now, _register(d))
     for s in srcs:
         a.conn.post_write(wire.now, _register(s))
     done: list[object] = []
-    wire.run(lambda: done.extend(a.events()) or len(done) == 2)
+    wire.run(lambda: done.extend(a.events()) or len(done) == len(srcs))
+    assert [type(e) for e in done] == [WriteCompleted] * len(srcs)
     assert all(np.array_equal(s, d) for s, d in zip(srcs, dsts, strict=True))
+    return srcs
+
+
+@pytest.mark.parametrize("scheme", ["sr-rto", "sr-nack", "ec-mds"])
+@pytest.mark.parametrize("controller", ["delay", "bbr"])
+def test_writes_complete_intact_and_the_books_balance(scheme, controller) -> None:
+    a, b = Side(scheme, congestion=controller), Side(scheme, congestion=controller)
+    srcs = _transfer(Wire(a, b, loss=0.02, seed=3), [300_000, 70_000])
     cc = a.conn.controller
     assert cc is not None and cc.in_flight == 0  # every byte sent was acked or lost
     assert cc.delivered >= sum(len(s) for s in srcs)
@@ -244,17 +252,7 @@ def _move_bytes(multipath: bool) -> tuple[Side, BadPathWire, list[np.ndarray]]:
     a = Side("sr-nack", PATH_ATTR, rtt=1e-3, multipath=multipath, congestion="delay")
     b = Side("sr-nack", PATH_ATTR, rtt=1e-3, multipath=multipath)
     wire = BadPathWire(a, b, seed=5)
-    srcs = [_payload(1 << 20, seed=i) for i in range(6)]
-    dsts = [np.zeros_like(s) for s in srcs]
-    for d in dsts:
-        b.conn.post_recv(wire.now, _register(d))
-    for s in srcs:
-        a.conn.post_write(wire.now, _register(s))
-    done: list[object] = []
-    wire.run(lambda: done.extend(a.events()) or len(done) == len(srcs))
-    assert [type(e) for e in done] == [WriteCompleted] * len(srcs)
-    assert all(np.array_equal(s, d) for s, d in zip(srcs, dsts, strict=True))
-    return a, wire, srcs
+    return a, wire, _transfer(wire, [1 << 20] * 6)
 
 
 def test_multipath_moves_traffic_off_a_lossy_path_and_keeps_every_byte() -> None:
