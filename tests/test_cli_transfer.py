@@ -112,6 +112,23 @@ def test_config_file_is_honoured_and_flags_given_override_it(tmp_path: Path) -> 
     assert out.read_bytes() == source.read_bytes()
 
 
+def test_multipath_and_congestion_control_from_the_command_line(tmp_path: Path) -> None:
+    source = _payload(tmp_path / "in.bin", 3 << 20)
+    out = tmp_path / "out.bin"
+    receiver, port = _receiver(out, "--timeout", "60")
+    sender = _sender(
+        source, port, "--paths", "4", "--congestion", "delay", "--scheme", "sr-nack",
+        "--rate", "2Gbit/s", "--rtt", "5ms", "--message-size", "1MiB", "--json",
+    )  # fmt: skip
+    stdout, stderr = sender.communicate(timeout=120)
+    assert sender.returncode == 0, stderr
+    assert receiver.wait(60) == 0, receiver.communicate()
+    report = _lines(stdout)[-1]["report"]
+    assert report["paths"] == 4
+    assert report["config"]["multipath"] is True and report["config"]["congestion"] == "delay"
+    assert out.read_bytes() == source.read_bytes()
+
+
 @pytest.mark.parametrize(
     ("killed", "keep"), [("sender", False), ("sender", True), ("receiver", False)]
 )
@@ -172,6 +189,8 @@ def test_send_without_receiver_honours_timeout_and_says_it_waits(tmp_path: Path)
         (["--config", "missing.toml"], "cannot read reliability config"),
         (["--rtt", "fast"], "rtt"),
         (["--to", "127.0.0.1:notaport"], "port"),
+        (["--paths", "0"], "--paths must be an integer in [1, 64], got 0"),
+        (["--congestion", "vegas"], "congestion 'vegas' is not a known congestion controller"),
     ],
 )
 def test_send_validates_before_touching_the_network(

@@ -188,6 +188,9 @@ def send(
         None, help="bitmap chunk size [default: file's chunk_size, else 64KiB]"
     ),
     channels: int = typer.Option(2, help="channels (QPs) per generation"),
+    paths: int = typer.Option(
+        1, help="UDP data ports per side; > 1: multipath (each channel its own port)"
+    ),
     secret: str = typer.Option(None, envvar="SDR_SECRET", help="shared secret (HMAC set-up)"),
     timeout: float = typer.Option(
         300.0, help="seconds to wait for the receiver, and then for the transfer"
@@ -210,6 +213,7 @@ def send(
         mtu=mtu,
         chunk_size=chunk,
         channels=channels,
+        paths=paths,
         secret=secret,
         timeout=timeout,
         relay=relay,

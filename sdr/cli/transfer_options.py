@@ -15,6 +15,7 @@ from typing import Any
 
 import sdr
 from sdr.auth import check_secret
+from sdr.backends.udp.transport import MAX_PATHS
 from sdr.cli.defaults import DEFAULT_MTU
 from sdr.errors import ConfigError
 from sdr.reliability import ReliabilityConfig, load_config
@@ -65,6 +66,9 @@ class TransferOptions:
     mtu: str | int = DEFAULT_MTU
     chunk_size: str | int | None = None
     channels: int = 2
+    paths: int = 1
+    """UDP data ports (paths) per side; more than one turns on multipath (each channel
+    goes to its own port; at least ``paths`` channels)."""
     alpha: float | None = None
     k: int | None = None
     m: int | None = None
@@ -84,6 +88,13 @@ def _file_table(path: str) -> dict[str, Any]:
     return dict(doc.get("reliability", doc))
 
 
+def check_paths(paths: object) -> int:
+    """``paths`` if it is a number of UDP data ports in [1, MAX_PATHS], else ConfigError."""
+    if isinstance(paths, bool) or not isinstance(paths, int) or not 1 <= paths <= MAX_PATHS:
+        raise ConfigError(f"--paths must be an integer in [1, {MAX_PATHS}], got {paths!r}")
+    return paths
+
+
 def merged_config(opts: TransferOptions) -> ReliabilityConfig:
     """The reliability config: :data:`DEFAULTS`, then the file, then the options given."""
     table = dict(DEFAULTS)
@@ -98,6 +109,7 @@ def merged_config(opts: TransferOptions) -> ReliabilityConfig:
         "k": opts.k,
         "m": opts.m,
         "congestion": opts.congestion,
+        "multipath": True if check_paths(opts.paths) > 1 else None,
     }
     table.update({k: v for k, v in given.items() if v is not None})
     table.update(opts.extra)
@@ -134,7 +146,7 @@ def qp_attr(opts: TransferOptions, config: ReliabilityConfig) -> sdr.QPAttr:
         chunk_size=config.chunk_size,
         max_message_size=message,
         max_messages=63,  # odd: see sdr.id_reuse
-        channels=opts.channels,
+        channels=max(opts.channels, check_paths(opts.paths)),
         rate_limit=config.link_rate,
     )
 

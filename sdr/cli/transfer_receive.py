@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import socket
@@ -14,6 +15,7 @@ from sdr import errors
 from sdr.auth import check_secret
 from sdr.backends import oob
 from sdr.backends.udp import UdpTransport
+from sdr.backends.udp.transport import MAX_PATHS
 from sdr.cli.transfer_options import Progress
 from sdr.cli.transfer_peer import WATCH_S, agree_secret, peer_error, tell_peer, watch
 from sdr.cli.transfer_pieces import map_file, pieces, sha256, stats, verified, with_arrived
@@ -119,7 +121,8 @@ def _receive(
     open(partial, "wb").close()
     renamed = False
     fh, buf = map_file(partial, size, write=True)
-    transport = side.transport() if side else UdpTransport(host=conn.getsockname()[0], port=0)
+    host = conn.getsockname()[0]
+    transport = side.transport() if side else UdpTransport(host, 0, paths=_paths_of(info))
     ctx = sdr.Context(transport, secret=secret)
     try:
         qp = ctx.create_qp(attr)
@@ -193,3 +196,12 @@ def _kept(exc: SDRError, partial: str, keep_partial: bool) -> SDRError:
     if not keep_partial:
         return exc
     return type(exc)(f"{exc}; partial data kept in {partial}")
+
+
+def _paths_of(info: str) -> int:
+    """As many data ports as the sender's QP info lists (its ``connect`` checks them)."""
+    try:
+        ports = json.loads(info)["transport"].get("ports", [0])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return 1
+    return len(ports) if isinstance(ports, list) and 1 <= len(ports) <= MAX_PATHS else 1

@@ -16,7 +16,7 @@ from sdr.cli.transfer_options import Progress, TransferOptions, plan, qp_attr, v
 from sdr.cli.transfer_peer import agree_secret, peer_error, tell_peer, watch
 from sdr.cli.transfer_pieces import map_file, pieces, sha256, stats, verified, with_arrived
 from sdr.cli.transfer_relay import RelaySide, load_side
-from sdr.errors import MessageFailed, ProtocolError, SDRError
+from sdr.errors import ConfigError, MessageFailed, ProtocolError, SDRError
 from sdr.reliability import ReliabilityConfig
 from sdr.reliability.registry import create_scheme
 from sdr.runtime import ReliableQP
@@ -63,7 +63,9 @@ def send_file(
     sock: socket.socket | None = None
     try:
         sock = oob.connect(host, port, opts.timeout, waiting)
-        transport = side.transport() if side else UdpTransport(host=_source_address(host), port=0)
+        if side and opts.paths > 1:
+            raise ConfigError("--paths needs a direct link: a relay carries one path")
+        transport = side.transport() if side else _transport(host, opts.paths)
         ctx = sdr.Context(transport, secret=secret)
         return _send(sock, ctx, path, size, buf, opts, attr, config, selection, progress, side)
     except (SDRError, OSError) as exc:
@@ -146,6 +148,7 @@ def _send(
         "predicted_mean_s": selection.mean_s if selection else None,
         "wire_bytes": counters["bytes_sent"],
         "packets_sent": counters["packets_sent"],
+        "paths": len(getattr(qp.ctx.transport, "ports", (0,))),
         "stats": stats(handles),
         "sha256": digest,
     }
@@ -153,3 +156,7 @@ def _send(
 
 def _config_dict(config: ReliabilityConfig) -> dict[str, Any]:
     return {k: v for k, v in asdict(config).items() if v is not None}
+
+
+def _transport(host: str, paths: int) -> UdpTransport:
+    return UdpTransport(host=_source_address(host), port=0, paths=paths)
