@@ -144,23 +144,38 @@ def test_writes_complete_intact_and_the_books_balance(scheme, controller) -> Non
     assert a.conn.pacing_rate == cc.pacing_rate
 
 
-def test_the_window_holds_a_selective_repeat_sender_back() -> None:
-    a = Side("sr-rto", congestion="delay")
+def _windowed_burst(rtt: float, sample: float) -> tuple[int, int]:
+    """Packets a fresh 1 MiB sr-rto write may send at once after one RTT sample of
+    ``sample`` s (configured ``rtt``), and the window in packets the connection allowed."""
+    a = Side("sr-rto", rtt=rtt, congestion="delay")
     cc = a.conn.controller
     assert cc is not None
     cc.on_sent(0.0, 1024)
-    cc.on_ack(0.001, 1024, rtt_s=0.001)  # min RTT known: a finite window (1 Mbit)
-    window_packets = int(cc.cwnd // ATTR.mtu)
+    cc.on_ack(sample, 1024, rtt_s=sample)  # min RTT known: a finite window
+    window = max(cc.cwnd, cc.pacing_rate / 8 * a.conn.config.rto)
     b = Side("sr-rto")
-    b.conn.post_recv(0.0, _register(np.zeros(4 * MIB // 4, dtype=np.uint8)))
+    b.conn.post_recv(0.0, _register(np.zeros(MIB, dtype=np.uint8)))
     for data in b.conn.core.actions_to_do():  # the CTS
         if hasattr(data, "data"):
             a.conn.receive_control(0.0, data.data)
-    a.conn.post_write(0.0, _register(_payload(4 * MIB // 4, seed=1)))
+    a.conn.post_write(0.0, _register(_payload(MIB, seed=1)))
     sent = sum(len(batch) for batch in a.conn.writes_to_send(0.0, 1 << 16))
-    assert 0 < sent <= window_packets < (4 * MIB // 4) // ATTR.mtu
     assert sum(len(batch) for batch in a.conn.writes_to_send(0.0, 1 << 16)) == 0  # full
     assert cc.in_flight == pytest.approx(sent * ATTR.mtu)
+    return sent, int(window // ATTR.mtu)
+
+
+def test_the_window_holds_a_selective_repeat_sender_back() -> None:
+    # 1 Gbit/s x 1 ms x 2: 244 packets; the RTO floor (1 Gbit/s x 0.3 ms) is smaller
+    sent, window = _windowed_burst(rtt=1e-4, sample=1e-3)
+    assert 0 < sent <= window == 244 < MIB // ATTR.mtu
+
+
+def test_the_window_never_stalls_before_the_rto_could_free_it() -> None:
+    # a configured rtt 100x the measured one: the window covers an RTO at the rate
+    # (1 Gbit/s x 3 ms: 366 packets), not 2 x the 0.1 ms sample (24 packets)
+    sent, window = _windowed_burst(rtt=1e-3, sample=1e-4)
+    assert sent == window == 366
 
 
 def test_erasure_coding_is_paced_by_rate_alone() -> None:
@@ -266,6 +281,15 @@ def test_multipath_moves_traffic_off_a_lossy_path_and_keeps_every_byte() -> None
     sprayed, spray_wire, _ = _move_bytes(multipath=False)
     assert sprayed.conn.paths is None
     assert wire.dropped < spray_wire.dropped / 2  # fewer packets sent into the bad path
+
+
+def test_a_window_under_a_long_configured_rtt_still_lets_lossy_writes_finish() -> None:
+    # rtt configured 10 ms over a wire whose round trip is ~0.1 ms: before the RTO floor,
+    # lost chunks held the 2-sample-RTT window until their 30 ms RTO and two of these six
+    # writes hit their global timeout
+    a = Side("sr-nack", PATH_ATTR, congestion="delay")
+    b = Side("sr-nack", PATH_ATTR)
+    _transfer(BadPathWire(a, b, seed=5), [1 << 20] * 6)
 
 
 def test_multipath_is_refused_when_it_is_not_a_bool() -> None:
