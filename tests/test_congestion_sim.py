@@ -118,3 +118,15 @@ def test_bad_specs() -> None:
         Bottleneck([])
     with pytest.raises(ConfigError):
         TcpFlow("vegas")
+
+
+def test_the_sweep_measures_a_point_alone_and_against_tcp() -> None:
+    from benchmarks.congestion_sweep import run_point
+
+    alone = run_point("delay", 1e-2, 1.0, "none", seed=1, until=3.0)
+    assert alone["share_vs_fair"] is None and alone["competitor_mbps"] == 0
+    assert alone["utilization"] == pytest.approx(1.0, abs=0.02)  # random loss: no cut
+    shared = run_point("delay", 0.0, 1.0, "reno", seed=1, until=3.0)
+    total = shared["sdr_mbps"] + shared["competitor_mbps"]
+    assert shared["share_vs_fair"] == pytest.approx(2 * shared["sdr_mbps"] / total)
+    assert 0 < shared["sdr_mbps"] < 1000 and shared["queue_p95_ms"] > 0
