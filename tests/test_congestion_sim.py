@@ -130,3 +130,20 @@ def test_the_sweep_measures_a_point_alone_and_against_tcp() -> None:
     total = shared["sdr_mbps"] + shared["competitor_mbps"]
     assert shared["share_vs_fair"] == pytest.approx(2 * shared["sdr_mbps"] / total)
     assert 0 < shared["sdr_mbps"] < 1000 and shared["queue_p95_ms"] > 0
+
+
+def test_delay_joining_a_standing_cubic_queue_competes_instead_of_fading() -> None:
+    def share(**params) -> tuple[float, bool]:
+        engine = Bottleneck([PathSpec(rate=1e9, rtt=0.025, buffer=3_125_000)], seed=1)
+        engine.add(TcpFlow("cubic"))
+        cc = controller_for("delay", 1e9, **params)
+        engine.add(SdrFlow(cc, start=1.0))  # its minimum RTT holds CUBIC's queue
+        result = engine.run(6.0)
+        t, s = result.throughput(0, 0.5)[4:], result.throughput(1, 0.5)[4:]
+        return 2 * s.sum() / (s.sum() + t.sum()), cc.competing
+
+    with_detector, competing = share()
+    without, _ = share(stuck_windows=10_000)
+    assert competing and with_detector > without + 0.04  # 0.43 -> 0.51 over 8 s (seed 1)
+    with pytest.raises(ConfigError, match="stuck_windows must be an integer >= 1, got 0"):
+        controller_for("delay", 1e9, stuck_windows=0)

@@ -31,7 +31,12 @@ congestion signal, not loss. Here the control variable is a pacing rate (SDR pac
   RTTs stays above ``compete_factor x target`` for two windows, the controller measures
   delay from the previous window's smallest RTT instead of the all-time one (the standing
   queue is not its own) and keeps its loss response; it leaves the mode when a window's
-  floor comes back under twice the target. (Copa's "competitive mode", Arun and
+  floor comes back under twice the target. A second detector catches a flow that joined
+  a standing queue (its minimum RTT already holds the other flow's queue, so the floor
+  stays just over the target however often it cuts): ``stuck_windows`` windows in a row
+  in which it cut and the floor never fell to the target also enter the mode, since cuts
+  that do not drain the queue are not ours to make; the mode ends when the floor falls
+  under twice the target and under half of what it was at entry. (Copa's "competitive mode", Arun and
   Balakrishnan, NSDI 2018, makes the same move with another detector.)
 
 The window ``cwnd`` is ``cwnd_gain`` BDPs at the current rate: a safety net when ACKs stop.
@@ -67,6 +72,7 @@ class DelayBased(CongestionController):
     loss_beta: the cut for a congestion loss.
     min_rate: floor in bits/s (default ``max_rate / 1000``).
     compete_rtts, compete_factor: the competing-mode detector (window, threshold).
+    stuck_windows: windows of cuts that did not drain the queue before competing mode.
     cwnd_gain: the window in BDPs at the current rate.
     """
 
@@ -89,6 +95,7 @@ class DelayBased(CongestionController):
         min_rate: float | None = None,
         compete_rtts: float = 8.0,
         compete_factor: float = 4.0,
+        stuck_windows: int = 3,
         cwnd_gain: float = 2.0,
     ) -> None:
         super().__init__(rate, max_rate=max_rate, mtu=mtu)
@@ -121,6 +128,16 @@ class DelayBased(CongestionController):
         self._win_min = math.inf
         self._floor = math.inf
         self._high_windows = 0
+        self._stuck_windows = 0
+        self._win_decreases = 0
+        self._entry_floor_q = 0.0  # the floor's queueing delay when competing mode began
+        if (
+            isinstance(stuck_windows, bool)
+            or not isinstance(stuck_windows, int)
+            or stuck_windows < 1
+        ):
+            raise ConfigError(f"stuck_windows must be an integer >= 1, got {stuck_windows!r}")
+        self.stuck_windows = stuck_windows
         self.decreases = 0
         """How many times the rate was cut (delay or loss): for tests and logs."""
 
@@ -230,10 +247,19 @@ class DelayBased(CongestionController):
         floor_q = self._win_min - self.min_rtt
         target = self.target_delay
         self._high_windows = self._high_windows + 1 if floor_q > self.compete_factor * target else 0
-        if not self.competing and self._high_windows >= 2:
+        # cuts that do not drain: we cut in this window and the queue never fell to the
+        # target (a flow that joined a standing queue counts it in its minimum RTT, so
+        # the floor stays just over the target however often it cuts)
+        stuck = floor_q > target and self.decreases > self._win_decreases
+        self._stuck_windows = self._stuck_windows + 1 if stuck else 0
+        self._win_decreases = self.decreases
+        if not self.competing and (
+            self._high_windows >= 2 or self._stuck_windows >= self.stuck_windows
+        ):
             self.competing = True
-        elif self.competing and floor_q < 2 * target:
-            self.competing = False
+            self._entry_floor_q = floor_q
+        elif self.competing and floor_q < min(2 * target, self._entry_floor_q / 2):
+            self.competing = False  # the queue drained (half of what made us enter)
         self._floor = self._win_min
         self._win_start, self._win_min = now, math.inf
 
