@@ -36,8 +36,8 @@ congestion signal, not loss. Here the control variable is a pacing rate (SDR pac
   stays just over the target however often it cuts): ``stuck_windows`` windows in a row
   in which it cut and the floor never fell to the target also enter the mode, since cuts
   that do not drain the queue are not ours to make; the mode ends when the floor falls
-  under twice the target and under half of what it was at entry. (Copa's "competitive mode", Arun and
-  Balakrishnan, NSDI 2018, makes the same move with another detector.)
+  under twice the target and under half of what it was at entry. (Copa's "competitive
+  mode", Arun and Balakrishnan, NSDI 2018, makes the same move with another detector.)
 
 The window ``cwnd`` is ``cwnd_gain`` BDPs at the current rate: a safety net when ACKs stop.
 The controller starts at the configured ``rate`` (as ``fixed`` does), so a transfer on an

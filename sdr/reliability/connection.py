@@ -252,6 +252,7 @@ class ReliableConnection:
                 if cc is not None:
                     nbytes = out.lanes[lane].departed_bytes(first, stop)
                     out.cc_bytes += nbytes
+                    out.last_sent = now
                     cc.on_sent(now, nbytes)
                 chunks = out.lanes[lane].departed(first, stop)
                 if len(chunks) and out.machine.active:
@@ -367,6 +368,17 @@ class ReliableConnection:
         else:
             cc.on_loss(now, nbytes, None, signal.sent_at)
 
+    def _final_rtt(self, now: float, out: Outgoing) -> float | None:
+        """An RTT sample from a write's final ACK, for schemes without SACK samples (EC):
+        from its last departure, unless it retransmitted (Karn). It holds the receiver's
+        decoding time too: one sample per message, biased high by that."""
+        if self._windowed or out.last_sent is None:
+            return None
+        if out.machine.stats.get("chunks_retransmitted", 0):
+            return None
+        rtt = now - out.last_sent
+        return rtt if rtt > 0 else None
+
     def _channels_for(self, rec: SendRecord, packets: np.ndarray) -> np.ndarray:
         """The send table's channel choice under multipath: each chunk on one path."""
         assert self.paths is not None
@@ -387,7 +399,7 @@ class ReliableConnection:
             # what no SACK covered (EC's parity, a last chunk the final ACK covered,
             # duplicates): delivered with the ACK, or forgotten with a failed write
             if error is None:
-                self.controller.on_ack(now, out.cc_bytes)
+                self.controller.on_ack(now, out.cc_bytes, self._final_rtt(now, out))
             else:
                 self.controller.on_loss(now, out.cc_bytes, True)
             out.cc_bytes = 0.0

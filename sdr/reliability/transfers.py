@@ -123,6 +123,8 @@ class Outgoing:
     started: bool = False
     cc_bytes: float = 0.0
     """Bytes of this write the congestion controller counts in flight."""
+    last_sent: float | None = None
+    """When a packet of this write last left (for the RTT sample of its final ACK)."""
 
 
 def open_outgoing(
