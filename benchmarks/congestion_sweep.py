@@ -3,8 +3,10 @@
 One SDR flow (the real ``sdr.congestion`` controller) on a 1 Gbit/s, 25 ms bottleneck,
 alone or joining one TCP flow (Reno or CUBIC window model) at 1 s; measured over 2 s to
 the end. Per point: SDR's goodput, its share of the fair rate (with a competitor), the
-competitor's goodput, the queueing delay (p50/p95) and the drops. The heatmaps show
-where each controller holds its own and where it starves or floods.
+competitor's goodput with SDR and alone (at random loss TCP cannot fill the link by
+itself: max-min fairness then leaves SDR the rest, so SDR's rate is read against
+``max(half the link, link - TCP alone)``), the queueing delay (p50/p95) and the drops.
+The heatmaps show where each controller holds its own and where it starves or floods.
 
     python -m benchmarks.congestion_sweep                 # ~2-4 min on 2 cores
     python -m benchmarks.congestion_sweep --quick         # 2 x 2 x 2 x 2 points
@@ -56,6 +58,9 @@ def run_point(
     bins = result.throughput(len(engine.flows) - 1, 0.5)[4:]  # from 2 s
     sdr = float(bins.mean())
     other = float(result.throughput(0, 0.5)[4:].mean()) if competitor != "none" else 0.0
+    alone = _tcp_alone(competitor, spec, seed, until) if competitor != "none" else 0.0
+    # max-min fair: TCP limited by random loss below half the link leaves SDR the rest
+    fair = max(GBIT / 2, GBIT - alone)
     q = result.queue_delay[0][result.queue_t[0] > 2.0]
     return {
         "controller": controller,
@@ -65,11 +70,21 @@ def run_point(
         "sdr_mbps": sdr / 1e6,
         "competitor_mbps": other / 1e6,
         "share_vs_fair": 2 * sdr / (sdr + other) if competitor != "none" else None,
+        "competitor_alone_mbps": alone / 1e6,
+        "competitor_kept": other / alone if alone else None,
+        "share_vs_maxmin": sdr / fair if competitor != "none" else None,
         "utilization": (sdr + other) / GBIT,
         "queue_p50_ms": float(np.median(q) * 1e3) if len(q) else 0.0,
         "queue_p95_ms": float(np.percentile(q, 95) * 1e3) if len(q) else 0.0,
         "drops": int(result.drops[0]),
     }
+
+
+def _tcp_alone(kind: str, spec: PathSpec, seed: int, until: float) -> float:
+    """The competitor's goodput from 2 s with the link to itself (bits/s)."""
+    engine = Bottleneck([spec], seed=seed)
+    engine.add(TcpFlow(kind))
+    return float(engine.run(until).throughput(0, 0.5)[4:].mean())
 
 
 def sweep(grid: dict[str, tuple], seed: int, until: float) -> list[dict[str, Any]]:
@@ -80,8 +95,9 @@ def sweep(grid: dict[str, tuple], seed: int, until: float) -> list[dict[str, Any
 def plot(rows: list[dict[str, Any]], grid: dict[str, tuple], path: Path) -> str:
     """One heatmap per competitor: rows controller x buffer, columns loss. Alone: the
     colour is the utilization, the text SDR's Mbit/s. With a competitor: the colour is
-    how far SDR's share is from fair (|log2 share|: green fair, red 2x or more off), the
-    text the share and SDR's Mbit/s."""
+    how far SDR's rate is from its max-min fair rate (half the link, or what the TCP flow
+    alone leaves when random loss holds it below half; |log2|: green fair, red 2x or
+    more off), the text that ratio and the share of its lone rate the TCP flow kept."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -101,10 +117,10 @@ def plot(rows: list[dict[str, Any]], grid: dict[str, tuple], path: Path) -> str:
             if comp == "none":
                 value[i, j] = r["utilization"]
                 text[i, j] = f"{r['sdr_mbps']:.0f}"
-            else:  # distance from fair on a log scale: 0 fair, 1 a factor of 2 off
-                share = max(r["share_vs_fair"], 1e-3)
+            else:  # distance from max-min fair on a log scale: 0 fair, 1 a factor 2 off
+                share = max(r["share_vs_maxmin"], 1e-3)
                 value[i, j] = abs(np.log2(share))
-                text[i, j] = f"{share:.2f}\n{r['sdr_mbps']:.0f}"
+                text[i, j] = f"{share:.2f}\n{r['competitor_kept']:.0%}"
         if comp == "none":
             im = ax.imshow(value, cmap="RdYlGn", vmin=0, vmax=1)
         else:
@@ -114,7 +130,7 @@ def plot(rows: list[dict[str, Any]], grid: dict[str, tuple], path: Path) -> str:
         ax.set_xticks(range(len(grid["loss"])), [f"{x:g}" for x in grid["loss"]])
         ax.set_yticks(range(len(labels)), labels, fontsize=7)
         ax.set_xlabel("random loss")
-        title = "alone: utilization" if comp == "none" else f"vs {comp}: SDR share / fair"
+        title = "alone: utilization" if comp == "none" else f"vs {comp}: SDR / max-min fair"
         ax.set_title(title, fontsize=9)
         fig.colorbar(im, ax=ax, shrink=0.7)
     fig.suptitle("One SDR flow on 1 Gbit/s, 25 ms (simulated)", fontsize=10)
@@ -157,7 +173,13 @@ def main() -> None:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     for r in rows:
-        share = "" if r["share_vs_fair"] is None else f" share {r['share_vs_fair']:.2f}"
+        share = (
+            ""
+            if r["share_vs_maxmin"] is None
+            else (
+                f" vs max-min fair {r['share_vs_maxmin']:.2f}, TCP kept {r['competitor_kept']:.0%}"
+            )
+        )
         print(
             f"{r['controller']:6} loss {r['loss']:<6g} buffer {r['buffer_bdp']:<4g} "
             f"vs {r['competitor']:5}: {r['sdr_mbps']:6.0f} Mbit/s{share}, "
