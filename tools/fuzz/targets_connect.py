@@ -158,10 +158,11 @@ def _udp_rig() -> _Rig:
     if rig is None:
         from sdr.backends.udp import UdpTransport
 
-        def make(seed: int) -> sdr.Context:
-            return sdr.Context(
-                backend=UdpTransport(port=0, socket_buffer=1 << 16, prefault=False, seed=seed)
+        def make(seed: int) -> sdr.Context:  # two paths: the info lists its ports too
+            transport = UdpTransport(
+                port=0, socket_buffer=1 << 16, prefault=False, seed=seed, paths=2
             )
+            return sdr.Context(backend=transport)
 
         rig = _RIGS["udp"] = _Rig(make(11), make(12))
     return rig
