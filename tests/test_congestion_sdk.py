@@ -293,6 +293,16 @@ def test_a_window_under_a_long_configured_rtt_still_lets_lossy_writes_finish() -
     _transfer(BadPathWire(a, b, seed=5), [1 << 20] * 6)
 
 
+def test_a_window_smaller_than_a_chunk_does_not_deadlock() -> None:
+    # at 1 Mbit/s the RTO floor is 375 B and delay's own window 4 packets: below one
+    # 16 KiB chunk, which the receiver acknowledges only whole; before the two-chunk
+    # floor the sender stopped with a chunk half sent (found on the emulator)
+    attr = sdr.QPAttr(mtu=1024, chunk_size=16384, max_message_size=4 << 20)
+    a = Side("sr-nack", attr, congestion="delay", link_rate=1e6)
+    b = Side("sr-nack", attr, link_rate=1e6)
+    _transfer(Wire(a, b), [1 << 20])
+
+
 def test_multipath_is_refused_when_it_is_not_a_bool() -> None:
     with pytest.raises(ConfigError, match="multipath must be true or false, got 'yes'"):
         ReliabilityConfig(multipath="yes")

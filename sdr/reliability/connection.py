@@ -238,8 +238,9 @@ class ReliableConnection:
         if self._windowed and budget > 0 and math.isfinite(cwnd := cc.cwnd):  # type: ignore[union-attr]
             # never less than an RTO at the pacing rate: bytes lost in flight leave the
             # books only when the scheme notices (an RTO at worst), and the window must
-            # not stall the sender before that
-            cwnd = max(cwnd, cc.pacing_rate / 8 * self.config.rto)  # type: ignore[union-attr]
+            # not stall the sender before that; nor less than two chunks: the receiver
+            # acknowledges whole chunks, so a window inside one would never open again
+            cwnd = max(cwnd, cc.pacing_rate / 8 * self.config.rto, 2.0 * self.attr.chunk_size)  # type: ignore[union-attr]
             room = cwnd - cc.in_flight  # type: ignore[union-attr]
             idle = cc.in_flight <= 0  # type: ignore[union-attr]
             budget = min(budget, max(int(room // self.attr.mtu), 1 if idle else 0))
