@@ -20,7 +20,12 @@ from sdr.backends.inproc import InprocNetwork, InprocTransport
 from sdr.congestion import BbrLike, DelayBased
 from sdr.errors import ConfigError
 from sdr.pacing import TokenBucket
-from sdr.reliability import ReliabilityConfig, WriteCompleted
+from sdr.reliability import (
+    MessageFailedEvent,
+    ReceiveCompleted,
+    ReliabilityConfig,
+    WriteCompleted,
+)
 from sdr.reliability.base import Delivered, Lost
 from sdr.reliability.config import loads
 from sdr.reliability.connection import congestion_controller
@@ -301,6 +306,26 @@ def test_a_window_smaller_than_a_chunk_does_not_deadlock() -> None:
     a = Side("sr-nack", attr, congestion="delay", link_rate=1e6)
     b = Side("sr-nack", attr, link_rate=1e6)
     _transfer(Wire(a, b), [1 << 20])
+
+
+@pytest.mark.parametrize("congestion", ["fixed", "delay"])
+def test_with_a_controller_the_deadline_follows_progress(congestion) -> None:
+    # a 1 MiB write needs 16 rounds of 0.1 ms; the global timeout is 1 ms. With fixed it
+    # is a hard deadline; under a controller (which may pace far below link_rate, and
+    # did on the emulator: writes failed with nothing lost) it is the longest stall
+    cfg = {"congestion": congestion, "global_timeout": 1e-3, "ack_interval": 2e-4}
+    a, b = Side("sr-rto", **cfg), Side("sr-rto", **cfg)
+    wire = Wire(a, b)
+    src, dst = _payload(1 << 20, seed=2), np.zeros(1 << 20, dtype=np.uint8)
+    b.conn.post_recv(0.0, _register(dst))
+    a.conn.post_write(0.0, _register(src))
+    done: list[object] = []
+    wire.run(lambda: done.extend(a.events() + b.events()) or len(done) == 2)
+    if congestion == "fixed":
+        assert all(isinstance(e, MessageFailedEvent) for e in done)
+    else:
+        assert {type(e) for e in done} == {WriteCompleted, ReceiveCompleted}
+        assert np.array_equal(src, dst)
 
 
 def test_multipath_is_refused_when_it_is_not_a_bool() -> None:

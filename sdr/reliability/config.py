@@ -197,6 +197,16 @@ class ReliabilityConfig:
         tx = length * 8 / self.link_rate if self.link_rate else 0.0  # type: ignore[operator]
         return max(_MIN_TIMEOUT_S, _TIMEOUT_RTOS * self.rto) + _TIMEOUT_TX * tx
 
+    @property
+    def stall_timeout(self) -> float | None:
+        """With a congestion controller (which may pace far below ``link_rate``), how long
+        a message may go without progress (newly acknowledged or arrived chunks) before it
+        fails: its deadline moves on with every bit of progress. None with ``fixed``: the
+        deadline stays where :meth:`timeout_for` put it."""
+        if self.congestion == "fixed":
+            return None
+        return self.timeout_for(0)
+
     def replace(self, **changes: Any) -> ReliabilityConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)

@@ -64,6 +64,9 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         if not self.active:
             return
         self.begin(now)
+        stall = self.config.stall_timeout
+        if stall is not None and len(chunks):  # a controller paces: follow progress
+            self._deadline = max(self._deadline, now + stall)
         if lane == Lane.DATA:
             chunks = chunks[chunks < self.n_chunks]
             self.arrived[chunks] = True

@@ -227,6 +227,9 @@ class SelectiveRepeatSender(SchemeSender):
         """Report newly acknowledged chunks, with a Karn RTT sample (see :class:`Delivered`)."""
         if not len(fresh):
             return
+        stall = self.config.stall_timeout
+        if stall is not None:  # a controller paces: the deadline follows progress
+            self._deadline = max(self._deadline, now + stall)
         once = fresh[self.tracker.sends[fresh] == 1]
         rtt, sample = None, None
         if len(once):
