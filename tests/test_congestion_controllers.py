@@ -202,3 +202,11 @@ def test_bad_rates_are_one_line_errors(kwargs: dict) -> None:
     with pytest.raises(ConfigError) as info:
         DelayBased(**kwargs)
     assert "\n" not in str(info.value)
+
+
+def test_the_delay_target_takes_units_as_every_config_time_does() -> None:
+    from sdr.congestion import controller_for
+
+    assert controller_for("delay", 1e9, target="10ms").target == pytest.approx(0.01)
+    with pytest.raises(ConfigError, match="target: time '10' has no unit"):
+        controller_for("delay", 1e9, target="10")

@@ -51,6 +51,7 @@ from typing import Any
 
 from sdr.congestion.base import CongestionController, check_rate
 from sdr.errors import ConfigError
+from sdr.units import parse_time
 
 __all__ = ["DelayBased"]
 
@@ -84,7 +85,7 @@ class DelayBased(CongestionController):
         *,
         max_rate: float | None = None,
         mtu: int = 4096,
-        target: float | None = None,
+        target: float | str | None = None,
         target_fraction: float = 0.05,
         target_min: float = 0.5e-3,
         ai: float = 0.01,
@@ -99,6 +100,8 @@ class DelayBased(CongestionController):
         cwnd_gain: float = 2.0,
     ) -> None:
         super().__init__(rate, max_rate=max_rate, mtu=mtu)
+        if isinstance(target, str):  # a config's "10ms"
+            target = parse_time(target, field="target")
         if target is not None and not (isinstance(target, int | float) and 0 < target < 60):
             raise ConfigError(f"target must be a queueing delay in (0, 60) s, got {target!r}")
         self.target = target
