@@ -11,19 +11,26 @@
  * slots keyed by delivery time, CLOCK_MONOTONIC) and writes each copy when it is due.
  *
  *   Loop(ports, rates, delays, queues, blackouts, corrupt_skip, max_packet, slots,
- *        late_after)
+ *        late_after, coalesce=True)   # coalesce: merge due runs into GSO writes (kind 2)
  *   loop.feed(direction, loss, extra, dup, corrupt, where, bit)   # decision columns
  *   loop.run(seconds, low0, low1) -> 0 (time is up) | 1 (direction k has < low_k left)
  *   loop.pending(direction), loop.room(direction), loop.stats(direction) -> dict
  *
  * A port is (fd, kind, ipv4 host as int, udp port): kind 0 is a TUN device (one packet
- * per read/write), kind 1 a UDP socket (recvmmsg; sendto the target). Ports come in
- * couples: an even index is an a side, a packet read on port i leaves through port i ^ 1,
- * and what the even ports read goes through direction 0 (a to b).
+ * per read/write), kind 1 a UDP socket (recvmmsg; sendto the target), kind 2 a TUN device
+ * opened with IFF_VNET_HDR and offloads (TUNSETOFFLOAD): every read and write carries a
+ * virtio_net_hdr, a read may be a GSO super-packet (TCP or UDP, up to 64 KiB), which is
+ * cut here into the wire packets the kernel would have sent (each meets the link on its
+ * own, one decision each), and a write may be a run of due wire packets of one flow merged
+ * back into one super-packet where GRO would have merged them. Ports come in couples: an
+ * even index is an a side, a packet read on port i leaves through port i ^ 1, and what
+ * the even ports read goes through direction 0 (a to b).
  *
  * run() releases the GIL; no Python object is touched per packet. Every length is checked
  * against the slot before a read lands there, every decision index is masked into its
- * ring, and feed() validates every column (type, length, range) before copying any.
+ * ring, and feed() validates every column (type, length, range) before copying any. A
+ * virtio header and the IP/TCP/UDP headers behind it are checked whole (every length and
+ * offset against what was read) before a byte of a segment is written.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -37,6 +44,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 #include <stdarg.h>
@@ -63,7 +71,43 @@ static void value_error(const char *fmt, ...)
 #define MAX_POOL_BYTES (4ull << 30) /* virtual size of the packet pool */
 #define QUEUE_SLACK_BYTES 1e-6      /* as the link model: float rounding of the backlog */
 
-enum { KIND_TUN = 0, KIND_UDP = 1 };
+#define MAX_SEGS 64               /* wire packets per GSO packet (the devices' gso_max_segs) */
+#define GSO_BYTES 65536u          /* the largest packet a TUN device hands over */
+
+enum { KIND_TUN = 0, KIND_UDP = 1, KIND_TUN_VNET = 2 };
+
+/* The virtio net header in front of every packet of a TUN device with IFF_VNET_HDR (the
+ * virtio spec's legacy layout, 10 bytes, native byte order: TUNSETVNETHDRSZ and
+ * TUNSETVNETLE are left unset). The constants are the spec's. */
+typedef struct {
+    uint8_t flags, gso_type;
+    uint16_t hdr_len, gso_size, csum_start, csum_offset;
+} VnetHdr;
+#define VNET_HDR 10
+#define VNET_NEEDS_CSUM 1
+#define GSO_NONE 0
+#define GSO_TCPV4 1
+#define GSO_TCPV6 4
+#define GSO_UDP_L4 5
+#define TCP_FIN 0x01
+#define TCP_PSH 0x08
+#define TCP_ACK 0x10
+#define TCP_CWR 0x80
+
+/* What a slot's packet needs at the write: its L4 checksum left to finish (partial, as the
+ * kernel handed it over with VIRTIO_NET_HDR_F_NEEDS_CSUM), and whether its headers were
+ * parsed (merge: IPv4/IPv6 + TCP/UDP, checksum at the L4 header) so it may join a run. */
+typedef struct {
+    uint16_t csum_start, csum_offset;
+    uint8_t partial, merge, proto, v6, l4, hdr;
+} Meta;
+
+/* The headers of one IP packet: L4 offset, all headers, the bytes past them. */
+typedef struct {
+    size_t l4, hdr, payload, gso;
+    unsigned segs;
+    uint8_t proto, v6;
+} L34;
 enum { LOSS_NONE = 0, LOSS_RANDOM = 1, LOSS_BURST = 2 };
 
 typedef struct {
@@ -88,7 +132,8 @@ typedef struct {
     int n_blackouts;
     /* counters */
     uint64_t packets, bytes, delivered, queue_drops, loss_random, loss_burst, blackout_drops,
-        duplicated, reordered, corrupted, forwarded, write_errors, pool_drops, oversize, late;
+        duplicated, reordered, corrupted, forwarded, write_errors, pool_drops, oversize, late,
+        malformed, gso_in, gso_out;
     double max_backlog_bytes, max_lateness_s;
 } Direction;
 
@@ -101,14 +146,18 @@ typedef struct {
     size_t pool_bytes, slot_size;
     uint32_t n_slots, n_free;
     uint32_t *free_list, *length;
+    Meta *meta;
     uint8_t *refs;
+    uint8_t *rx; /* a GSO packet read from a vnet port, whole (max(slot, 64 KiB) bytes) */
+    size_t rx_size;
     uint8_t *scratch; /* where packets go that find the pool empty */
     Event *heap;
     uint32_t heap_n, heap_cap;
     uint64_t seq;
     size_t corrupt_skip, max_packet;
     double late_after;
-    int busy;
+    int busy, coalesce;
+    uint64_t need[2]; /* decisions a read needs: MAX_SEGS where vnet ports feed the direction */
 } Loop;
 
 static double mono(void)
@@ -174,6 +223,168 @@ static inline void slot_release(Loop *s, uint32_t slot)
 
 static inline uint64_t pending_of(const Direction *d) { return d->tail - d->head; }
 
+/* --- IP/TCP/UDP headers and checksums (RFC 791, 793, 768, 8200; RFC 1071's sum) --- */
+
+static inline uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+static inline uint32_t get32(const uint8_t *p) { return (uint32_t)get16(p) << 16 | get16(p + 2); }
+static inline void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
+static inline void put32(uint8_t *p, uint32_t v) { put16(p, v >> 16); put16(p + 2, v); }
+
+/* The ones' complement sum of `n` bytes as big-endian 16-bit words (an odd last byte is
+ * padded with zero), added to `acc`; fold() takes it to 16 bits. */
+static uint64_t sum16(const uint8_t *p, size_t n, uint64_t acc)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        acc += get32(p + i);
+    for (; i + 2 <= n; i += 2)
+        acc += get16(p + i);
+    if (i < n)
+        acc += (uint32_t)p[i] << 8;
+    return acc;
+}
+
+static uint16_t fold(uint64_t acc)
+{
+    while (acc >> 16)
+        acc = (acc & 0xffff) + (acc >> 16);
+    return (uint16_t)acc;
+}
+
+/* The pseudo-header sum (addresses, protocol, L4 length) folded, not complemented: what a
+ * partial checksum field holds before the device finishes it. */
+static uint16_t pseudo_sum(const uint8_t *ip, int v6, uint8_t proto, size_t l4len)
+{
+    uint64_t acc = v6 ? sum16(ip + 8, 32, 0) : sum16(ip + 12, 8, 0);
+    return fold(acc + proto + l4len);
+}
+
+/* IPv4/IPv6 with TCP or UDP right behind: 0 and the headers in *g, or -1 (anything else,
+ * or lengths that disagree with the `len` bytes read). Reads nothing at or past len. */
+static int parse_l34(const uint8_t *p, size_t len, L34 *g)
+{
+    if (len < 1)
+        return -1;
+    if (p[0] >> 4 == 4) {
+        size_t ihl = (size_t)(p[0] & 15u) * 4u;
+        if (len < 20 || ihl < 20 || ihl > len || get16(p + 2) != len || (get16(p + 6) & 0x3fff))
+            return -1; /* short, lengths off, or a fragment (MF or an offset) */
+        g->v6 = 0;
+        g->proto = p[9];
+        g->l4 = ihl;
+    } else if (p[0] >> 4 == 6) {
+        if (len < 40 || (size_t)get16(p + 4) + 40u != len)
+            return -1;
+        g->v6 = 1;
+        g->proto = p[6]; /* extension headers are not parsed: not TCP or UDP then */
+        g->l4 = 40;
+    } else {
+        return -1;
+    }
+    size_t l4h;
+    if (g->proto == IPPROTO_TCP) {
+        if (g->l4 + 20 > len)
+            return -1;
+        l4h = (size_t)(p[g->l4 + 12] >> 4) * 4u;
+        if (l4h < 20)
+            return -1;
+    } else if (g->proto == IPPROTO_UDP) {
+        l4h = 8;
+    } else {
+        return -1;
+    }
+    if (g->l4 + l4h > len)
+        return -1;
+    if (g->proto == IPPROTO_UDP && get16(p + g->l4 + 4) != len - g->l4)
+        return -1;
+    g->hdr = g->l4 + l4h;
+    g->payload = len - g->hdr;
+    return 0;
+}
+
+enum { READ_OK = 0, READ_MALFORMED = 1, READ_OVERSIZE = 2 };
+
+/* A GSO packet of `len` bytes and its virtio header: READ_OK with the segments in *g, or
+ * why not. The header must agree with the packet (type, checksum position) and every
+ * segment must fit a slot. */
+static int parse_gso(const VnetHdr *h, const uint8_t *p, size_t len, size_t max_packet, L34 *g)
+{
+    if (!(h->flags & VNET_NEEDS_CSUM) || parse_l34(p, len, g) < 0)
+        return READ_MALFORMED;
+    int tcp = g->proto == IPPROTO_TCP;
+    int want = g->v6 ? (tcp ? GSO_TCPV6 : GSO_UDP_L4) : (tcp ? GSO_TCPV4 : GSO_UDP_L4);
+    if (h->gso_type != want || h->csum_start != g->l4 || h->csum_offset != (tcp ? 16 : 6)
+        || h->gso_size == 0 || g->payload == 0)
+        return READ_MALFORMED;
+    g->gso = h->gso_size;
+    size_t segs = (g->payload + g->gso - 1) / g->gso;
+    size_t first = g->payload < g->gso ? g->payload : g->gso;
+    if (segs > MAX_SEGS || g->hdr + first > max_packet)
+        return READ_OVERSIZE;
+    g->segs = (unsigned)segs;
+    return READ_OK;
+}
+
+/* Headers at p (g->hdr bytes) made those of a packet with `payload` bytes behind them:
+ * lengths, the IPv4 header checksum, the L4 checksum left partial (the pseudo-header sum,
+ * as the kernel leaves it for a device that checksums). */
+static void set_lengths(uint8_t *p, const L34 *g, size_t payload)
+{
+    size_t l4len = g->hdr - g->l4 + payload;
+    if (g->v6) {
+        put16(p + 4, l4len);
+    } else {
+        put16(p + 2, g->hdr + payload);
+        put16(p + 10, 0);
+        put16(p + 10, (uint16_t)~fold(sum16(p, g->l4, 0)));
+    }
+    uint8_t *l4 = p + g->l4;
+    if (g->proto == IPPROTO_UDP)
+        put16(l4 + 4, l4len);
+    put16(l4 + (g->proto == IPPROTO_UDP ? 6 : 16), pseudo_sum(p, g->v6, g->proto, l4len));
+}
+
+/* Segment k (`payload` bytes) of a GSO packet: what the kernel's TSO/USO writes into each
+ * one (IPv4 ID + k, TCP sequence + k * gso_size, FIN and PSH on the last segment only, CWR
+ * on the first only). p holds a copy of the super-packet's headers. */
+static void segment_headers(uint8_t *p, const L34 *g, unsigned k, size_t payload)
+{
+    if (!g->v6)
+        put16(p + 4, get16(p + 4) + k);
+    if (g->proto == IPPROTO_TCP) {
+        uint8_t *th = p + g->l4;
+        put32(th + 4, get32(th + 4) + (uint32_t)(k * g->gso));
+        if (k + 1 < g->segs)
+            th[13] &= (uint8_t)~(TCP_FIN | TCP_PSH);
+        if (k > 0)
+            th[13] &= (uint8_t)~TCP_CWR;
+    }
+    set_lengths(p, g, payload);
+}
+
+static Meta meta_of(const L34 *g)
+{
+    Meta m = {(uint16_t)g->l4, (uint16_t)(g->proto == IPPROTO_TCP ? 16 : 6), 1, 1, g->proto,
+              g->v6, (uint8_t)g->l4, (uint8_t)g->hdr};
+    return m;
+}
+
+/* Finish a partial L4 checksum in place (what the device would do), for a packet that is
+ * corrupted next or leaves through a port without offloads. The read checked the span. */
+static void finish_csum(Loop *s, uint32_t slot)
+{
+    Meta *m = &s->meta[slot];
+    if (!m->partial)
+        return;
+    uint8_t *p = slot_at(s, slot);
+    size_t len = s->length[slot], at = (size_t)m->csum_start + m->csum_offset;
+    if (at + 2 <= len) {
+        uint16_t c = (uint16_t)~fold(sum16(p + m->csum_start, len - m->csum_start, 0));
+        put16(p + at, c ? c : 0xffff);
+    }
+    m->partial = m->merge = 0;
+}
+
 /* One packet of `len` bytes, read at `now` into `slot` on port `in`, meets the link. */
 static void offer(Loop *s, int in, uint32_t slot, size_t len, double now)
 {
@@ -216,6 +427,8 @@ static void offer(Loop *s, int in, uint32_t slot, size_t len, double now)
         d->reordered++;
     if (d->bad[i]) {
         d->corrupted++;
+        finish_csum(s, slot); /* the sender's checksum covers the bytes before the flip */
+        s->meta[slot].merge = 0;
         if (len > s->corrupt_skip) {
             size_t span = len - s->corrupt_skip;
             double at = d->where[i] * (double)span; /* where in [0, 1): feed() checked */
@@ -240,29 +453,132 @@ static void offer(Loop *s, int in, uint32_t slot, size_t len, double now)
     }
 }
 
+/* Whether the packet in slot c may join the run (same flow, right behind its last packet,
+ * as GRO would merge them): equal headers but lengths, checksums, IPv4 ID (+1 per packet)
+ * and TCP sequence (contiguous); payloads of the first's size, the last one may be
+ * shorter; TCP with ACK only, PSH or FIN on the last; at most 64 KiB in all. */
+static int joins(Loop *s, const Event *run, unsigned n, uint32_t c, size_t total)
+{
+    const Meta *f = &s->meta[run[0].slot], *m = &s->meta[c];
+    if (!m->merge || m->proto != f->proto || m->v6 != f->v6 || m->hdr != f->hdr)
+        return 0;
+    const uint8_t *a = slot_at(s, run[0].slot), *b = slot_at(s, c), *q = slot_at(s, run[n - 1].slot);
+    size_t seg = s->length[run[0].slot] - f->hdr, prev = s->length[run[n - 1].slot] - f->hdr;
+    size_t mine = s->length[c] - f->hdr;
+    if (prev != seg || mine == 0 || mine > seg || f->hdr + total + mine > 65535)
+        return 0;
+    if (f->v6) {
+        if (memcmp(a, b, 4) || memcmp(a + 6, b + 6, 34))
+            return 0;
+    } else if (a[0] != b[0] || a[1] != b[1] || memcmp(a + 6, b + 6, 4)
+               || memcmp(a + 12, b + 12, (size_t)f->l4 - 12)
+               || (uint16_t)(get16(a + 4) + n) != get16(b + 4)) {
+        return 0;
+    }
+    const uint8_t *ta = a + f->l4, *tb = b + f->l4, *tq = q + f->l4;
+    if (memcmp(ta, tb, 4))
+        return 0; /* ports */
+    if (f->proto == IPPROTO_UDP)
+        return 1;
+    if (memcmp(ta + 8, tb + 8, 5) || memcmp(ta + 14, tb + 14, 2)
+        || memcmp(ta + 18, tb + 18, (size_t)f->hdr - f->l4 - 18))
+        return 0; /* ack, header length, window, urgent pointer, options */
+    if (tq[13] != TCP_ACK || (tb[13] & (uint8_t)~(TCP_PSH | TCP_FIN)) != TCP_ACK)
+        return 0;
+    return get32(tb + 4) == get32(tq + 4) + (uint32_t)prev;
+}
+
+/* Write one packet, or a run of them merged into one GSO packet, to a vnet port. */
+static ssize_t write_vnet(Loop *s, int fd, const Event *run, unsigned n)
+{
+    const Meta *f = &s->meta[run[0].slot];
+    uint8_t *first = slot_at(s, run[0].slot);
+    VnetHdr h = {0, GSO_NONE, 0, 0, 0, 0};
+    struct iovec iov[MAX_SEGS + 2];
+    iov[0].iov_base = &h;
+    iov[0].iov_len = VNET_HDR;
+    if (f->partial) {
+        h.flags = VNET_NEEDS_CSUM;
+        h.csum_start = f->csum_start;
+        h.csum_offset = f->csum_offset;
+    }
+    if (n == 1) {
+        iov[1].iov_base = first;
+        iov[1].iov_len = s->length[run[0].slot];
+        return writev(fd, iov, 2);
+    }
+    uint8_t head[256];
+    L34 g = {f->l4, f->hdr, 0, 0, n, f->proto, f->v6};
+    size_t total = 0;
+    for (unsigned k = 0; k < n; k++) {
+        size_t payload = s->length[run[k].slot] - f->hdr;
+        iov[2 + k].iov_base = slot_at(s, run[k].slot) + f->hdr;
+        iov[2 + k].iov_len = payload;
+        total += payload;
+    }
+    memcpy(head, first, f->hdr);
+    if (f->proto == IPPROTO_TCP)
+        head[f->l4 + 13] = slot_at(s, run[n - 1].slot)[f->l4 + 13]; /* the last one's PSH/FIN */
+    set_lengths(head, &g, total);
+    h.gso_type = f->proto == IPPROTO_UDP ? GSO_UDP_L4 : (f->v6 ? GSO_TCPV6 : GSO_TCPV4);
+    h.hdr_len = f->hdr;
+    h.gso_size = (uint16_t)(s->length[run[0].slot] - f->hdr);
+    iov[1].iov_base = head;
+    iov[1].iov_len = f->hdr;
+    return writev(fd, iov, (int)n + 2);
+}
+
+/* Due events that leave together with run[0]: 1 unless run[0] goes to a vnet port. */
+static unsigned gather(Loop *s, Event *run, double now)
+{
+    unsigned n = 1;
+    if (!s->coalesce || s->ports[run[0].out].kind != KIND_TUN_VNET || !s->meta[run[0].slot].merge)
+        return n;
+    size_t total = s->length[run[0].slot] - s->meta[run[0].slot].hdr;
+    while (n < MAX_SEGS && s->heap_n > 0 && s->heap[0].when <= now && s->heap[0].out == run[0].out
+           && joins(s, run, n, s->heap[0].slot, total)) {
+        run[n] = heap_pop(s);
+        total += s->length[run[n].slot] - s->meta[run[n].slot].hdr;
+        n++;
+    }
+    return n;
+}
+
 static void deliver(Loop *s, double now)
 {
     while (s->heap_n > 0 && s->heap[0].when <= now) {
-        Event e = heap_pop(s);
-        Port *p = &s->ports[e.out];
-        Direction *d = s->dir[(e.out ^ 1u) & 1u];
-        uint32_t len = s->length[e.slot];
-        const uint8_t *buf = slot_at(s, e.slot);
-        ssize_t n;
-        if (p->kind == KIND_TUN)
-            n = write(p->fd, buf, len);
-        else
-            n = sendto(p->fd, buf, len, 0, (const struct sockaddr *)&p->target, sizeof p->target);
-        if (n < 0)
-            d->write_errors++; /* queue full or interface gone: lost, as on a wire */
-        else
-            d->forwarded++;
-        double late = now - e.when;
-        if (late > d->max_lateness_s)
-            d->max_lateness_s = late;
-        if (late > s->late_after)
-            d->late++;
-        slot_release(s, e.slot);
+        Event run[MAX_SEGS];
+        run[0] = heap_pop(s);
+        unsigned n = gather(s, run, now);
+        Port *p = &s->ports[run[0].out];
+        Direction *d = s->dir[(run[0].out ^ 1u) & 1u];
+        uint32_t len = s->length[run[0].slot];
+        const uint8_t *buf = slot_at(s, run[0].slot);
+        ssize_t written;
+        if (p->kind == KIND_TUN_VNET) {
+            written = write_vnet(s, p->fd, run, n);
+        } else {
+            finish_csum(s, run[0].slot); /* no device behind to finish it */
+            if (p->kind == KIND_TUN)
+                written = write(p->fd, buf, len);
+            else
+                written = sendto(p->fd, buf, len, 0, (const struct sockaddr *)&p->target,
+                                 sizeof p->target);
+        }
+        if (n > 1 && written >= 0)
+            d->gso_out++;
+        for (unsigned k = 0; k < n; k++) {
+            if (written < 0)
+                d->write_errors++; /* queue full or interface gone: lost, as on a wire */
+            else
+                d->forwarded++;
+            double late = now - run[k].when;
+            if (late > d->max_lateness_s)
+                d->max_lateness_s = late;
+            if (late > s->late_after)
+                d->late++;
+            slot_release(s, run[k].slot);
+        }
     }
 }
 
@@ -276,6 +592,113 @@ static inline uint32_t slot_take(Loop *s)
     return slot;
 }
 
+/* A read that never became a packet (too long, malformed, no slot): it was offered, so
+ * it uses up one decision, and is counted by why. */
+static void drop_read(Loop *s, Direction *d, uint32_t slot, uint64_t *counter)
+{
+    d->head++;
+    d->packets++;
+    (*counter)++;
+    slot_release(s, slot);
+}
+
+/* A GSO packet (whole in s->rx, its first bytes also in `slot`) cut into its wire packets,
+ * each offered to the link on its own. read_vnet made sure of MAX_SEGS decisions. */
+static void offer_segments(Loop *s, int in, uint32_t slot, const L34 *g, double now)
+{
+    Direction *d = s->dir[in & 1];
+    const uint8_t *pkt = s->rx;
+    d->gso_in++;
+    for (unsigned k = 0; k < g->segs; k++) {
+        size_t off = (size_t)k * g->gso, left = g->payload - off;
+        size_t payload = left < g->gso ? left : g->gso;
+        uint32_t t = k == 0 ? slot : slot_take(s);
+        if (t == UINT32_MAX) {
+            drop_read(s, d, t, &d->pool_drops);
+            continue;
+        }
+        uint8_t *dst = slot_at(s, t); /* hdr + payload <= max_packet: parse_gso checked */
+        memcpy(dst, pkt, g->hdr);
+        memcpy(dst + g->hdr, pkt + g->hdr + off, payload);
+        segment_headers(dst, g, k, payload);
+        s->length[t] = (uint32_t)(g->hdr + payload);
+        s->meta[t] = meta_of(g);
+        offer(s, in, t, g->hdr + payload, now);
+    }
+}
+
+/* One packet (no GSO) of `len` bytes in `slot` and its virtio header: its checksum state
+ * (a partial checksum's span must lie inside the packet), or -1 (malformed). */
+static int single_meta(const VnetHdr *h, const uint8_t *p, size_t len, Meta *m)
+{
+    memset(m, 0, sizeof *m);
+    if (!(h->flags & VNET_NEEDS_CSUM))
+        return 0;
+    if ((size_t)h->csum_start + h->csum_offset + 2 > len)
+        return -1;
+    L34 g;
+    if (parse_l34(p, len, &g) == 0 && h->csum_start == g.l4
+        && h->csum_offset == (g.proto == IPPROTO_TCP ? 16 : 6)) {
+        *m = meta_of(&g);
+        return 0;
+    }
+    m->csum_start = h->csum_start;
+    m->csum_offset = h->csum_offset;
+    m->partial = 1;
+    return 0;
+}
+
+/* Read up to BURST packets from a vnet TUN port: each read is a virtio header and a packet
+ * or a GSO packet of up to 64 KiB; the first max_packet + 1 bytes land in a slot, the rest
+ * in s->rx. Only while MAX_SEGS decisions are left, so every segment has its own. */
+static int read_vnet(Loop *s, int in, double now)
+{
+    Port *p = &s->ports[in];
+    Direction *d = s->dir[in & 1];
+    size_t cap = s->max_packet + 1;
+    int got = 0;
+    while (got < BURST && pending_of(d) >= MAX_SEGS) {
+        uint32_t slot = slot_take(s);
+        uint8_t *buf = slot == UINT32_MAX ? s->scratch : slot_at(s, slot);
+        VnetHdr h;
+        struct iovec iov[3] = {{&h, VNET_HDR}, {buf, cap}, {s->rx + cap, s->rx_size - cap}};
+        ssize_t n = readv(p->fd, iov, s->rx_size > cap ? 3 : 2);
+        if (n < 0) {
+            slot_release(s, slot);
+            break;
+        }
+        got++;
+        if (slot == UINT32_MAX) {
+            drop_read(s, d, slot, &d->pool_drops);
+            continue;
+        }
+        if (n < VNET_HDR) {
+            drop_read(s, d, slot, &d->malformed);
+            continue;
+        }
+        size_t len = (size_t)n - VNET_HDR;
+        if (h.gso_type == GSO_NONE) {
+            if (len > s->max_packet) {
+                drop_read(s, d, slot, &d->oversize);
+            } else if (single_meta(&h, buf, len, &s->meta[slot]) < 0) {
+                drop_read(s, d, slot, &d->malformed);
+            } else {
+                s->length[slot] = (uint32_t)len;
+                offer(s, in, slot, len, now);
+            }
+            continue;
+        }
+        L34 g;
+        memcpy(s->rx, buf, len < cap ? len : cap); /* the packet whole in rx */
+        int why = parse_gso(&h, s->rx, len, s->max_packet, &g);
+        if (why != READ_OK)
+            drop_read(s, d, slot, why == READ_OVERSIZE ? &d->oversize : &d->malformed);
+        else
+            offer_segments(s, in, slot, &g, now);
+    }
+    return got;
+}
+
 /* Read up to BURST packets from port `in`; returns how many were read (0: none waiting). */
 static int read_port(Loop *s, int in, double now)
 {
@@ -283,6 +706,8 @@ static int read_port(Loop *s, int in, double now)
     Direction *d = s->dir[in & 1];
     size_t cap = s->max_packet + 1; /* one byte more than allowed: a full read is oversize */
     int got = 0;
+    if (p->kind == KIND_TUN_VNET)
+        return read_vnet(s, in, now);
     if (p->kind == KIND_TUN) {
         while (got < BURST && pending_of(d) > 0) {
             uint32_t slot = slot_take(s);
@@ -304,6 +729,7 @@ static int read_port(Loop *s, int in, double now)
                 continue;
             }
             s->length[slot] = (uint32_t)n;
+            memset(&s->meta[slot], 0, sizeof(Meta));
             offer(s, in, slot, (size_t)n, now);
         }
         return got;
@@ -350,6 +776,7 @@ static int read_port(Loop *s, int in, double now)
             continue;
         }
         s->length[slots[k]] = (uint32_t)len;
+        memset(&s->meta[slots[k]], 0, sizeof(Meta));
         offer(s, in, slots[k], len, now);
     }
     for (unsigned k = (unsigned)n; k < want; k++)
@@ -371,7 +798,8 @@ static int run_loop(Loop *s, double seconds, uint64_t low0, uint64_t low1)
         deliver(s, now);
         if (now >= deadline)
             return 0;
-        if (pending_of(s->dir[0]) < low0 || pending_of(s->dir[1]) < low1)
+        if (pending_of(s->dir[0]) < (low0 > s->need[0] ? low0 : s->need[0])
+            || pending_of(s->dir[1]) < (low1 > s->need[1] ? low1 : s->need[1]))
             return 1;
         if (!busy) {
             double wait = deadline - now;
@@ -415,11 +843,14 @@ static void loop_free(Loop *s)
     }
     PyMem_RawFree(s->free_list);
     PyMem_RawFree(s->length);
+    PyMem_RawFree(s->meta);
+    PyMem_RawFree(s->rx);
     PyMem_RawFree(s->refs);
     PyMem_RawFree(s->scratch);
     PyMem_RawFree(s->heap);
     s->free_list = s->length = NULL;
-    s->refs = s->scratch = NULL;
+    s->meta = NULL;
+    s->refs = s->scratch = s->rx = NULL;
     s->heap = NULL;
 }
 
@@ -432,16 +863,18 @@ static void Loop_dealloc(Loop *s)
 static int Loop_init(Loop *s, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"ports", "rates", "delays", "queues", "blackouts", "corrupt_skip",
-                            "max_packet", "slots", "late_after", NULL};
+                            "max_packet", "slots", "late_after", "coalesce", NULL};
     PyObject *ports, *rates, *delays, *queues, *blackouts;
     Py_ssize_t skip, max_packet, slots;
     double late_after;
+    int coalesce = 1;
     if (s->pool != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Loop is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOnnnd", names, &ports, &rates, &delays,
-                                     &queues, &blackouts, &skip, &max_packet, &slots, &late_after))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOnnnd|p", names, &ports, &rates, &delays,
+                                     &queues, &blackouts, &skip, &max_packet, &slots, &late_after,
+                                     &coalesce))
         return -1;
     double r[2], dl[2], q[2];
     if (!PyTuple_Check(rates) || !PyTuple_Check(delays) || !PyTuple_Check(queues)) {
@@ -484,11 +917,11 @@ static int Loop_init(Loop *s, PyObject *args, PyObject *kw)
             Py_DECREF(pseq);
             return -1;
         }
-        if (fd < 0 || (kind != KIND_TUN && kind != KIND_UDP) || host > 0xffffffffUL || port < 0
+        if (fd < 0 || kind < KIND_TUN || kind > KIND_TUN_VNET || host > 0xffffffffUL || port < 0
             || port > 65535) {
             PyErr_Format(PyExc_ValueError,
-                         "port %zd: fd must be >= 0, kind 0 (TUN) or 1 (UDP), host an IPv4 "
-                         "address as int and port in 0..65535", i);
+                         "port %zd: fd must be >= 0, kind 0 (TUN), 1 (UDP) or 2 (TUN with "
+                         "IFF_VNET_HDR), host an IPv4 address as int and port in 0..65535", i);
             Py_DECREF(pseq);
             return -1;
         }
@@ -498,6 +931,8 @@ static int Loop_init(Loop *s, PyObject *args, PyObject *kw)
         s->ports[i].target.sin_family = AF_INET;
         s->ports[i].target.sin_addr.s_addr = htonl((uint32_t)host);
         s->ports[i].target.sin_port = htons((uint16_t)port);
+        if (kind == KIND_TUN_VNET)
+            s->need[i & 1] = MAX_SEGS;
     }
     Py_DECREF(pseq);
     s->n_ports = (int)n;
@@ -554,6 +989,7 @@ static int Loop_init(Loop *s, PyObject *args, PyObject *kw)
     s->corrupt_skip = (size_t)skip;
     s->max_packet = (size_t)max_packet;
     s->late_after = late_after;
+    s->coalesce = coalesce;
     s->slot_size = ((size_t)max_packet + 1 + 63) & ~(size_t)63;
     if ((size_t)slots * s->slot_size > MAX_POOL_BYTES)
         slots = (Py_ssize_t)(MAX_POOL_BYTES / s->slot_size);
@@ -563,11 +999,15 @@ static int Loop_init(Loop *s, PyObject *args, PyObject *kw)
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     s->free_list = PyMem_RawMalloc(sizeof(uint32_t) * s->n_slots);
     s->length = PyMem_RawCalloc(s->n_slots, sizeof(uint32_t));
+    s->meta = PyMem_RawCalloc(s->n_slots, sizeof(Meta));
+    s->rx_size = (size_t)max_packet + 1 > GSO_BYTES ? (size_t)max_packet + 1 : GSO_BYTES + 1;
+    s->rx = PyMem_RawMalloc(s->rx_size);
     s->refs = PyMem_RawCalloc(s->n_slots, 1);
     s->scratch = PyMem_RawMalloc(s->slot_size);
     s->heap_cap = 2 * s->n_slots;
     s->heap = PyMem_RawMalloc(sizeof(Event) * s->heap_cap);
-    if (s->pool == MAP_FAILED || !s->free_list || !s->length || !s->refs || !s->scratch || !s->heap) {
+    if (s->pool == MAP_FAILED || !s->free_list || !s->length || !s->meta || !s->rx || !s->refs
+        || !s->scratch || !s->heap) {
         if (s->pool == MAP_FAILED)
             s->pool = NULL;
         loop_free(s);
@@ -736,12 +1176,13 @@ static PyObject *Loop_stats(Loop *s, PyObject *arg)
         return NULL;
     Direction *d = s->dir[k];
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsdsdsIsI}", "packets", d->packets, "bytes", d->bytes,
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsdsdsIsI}", "packets", d->packets, "bytes", d->bytes,
         "delivered", d->delivered, "queue_drops", d->queue_drops, "loss_random", d->loss_random,
         "loss_burst", d->loss_burst, "blackout_drops", d->blackout_drops, "duplicated",
         d->duplicated, "reordered", d->reordered, "corrupted", d->corrupted, "forwarded",
         d->forwarded, "write_errors", d->write_errors, "pool_drops", d->pool_drops, "oversize",
-        d->oversize, "late", d->late, "max_backlog_bytes", d->max_backlog_bytes, "max_lateness_s",
+        d->oversize, "late", d->late, "malformed", d->malformed, "gso_in", d->gso_in, "gso_out",
+        d->gso_out, "max_backlog_bytes", d->max_backlog_bytes, "max_lateness_s",
         d->max_lateness_s, "in_flight", s->heap_n, "slots", s->n_slots);
 }
 
@@ -793,5 +1234,8 @@ PyMODINIT_FUNC PyInit__forward(void)
     PyModule_AddIntConstant(m, "LOW_WATER", LOW_WATER);
     PyModule_AddIntConstant(m, "KIND_TUN", KIND_TUN);
     PyModule_AddIntConstant(m, "KIND_UDP", KIND_UDP);
+    PyModule_AddIntConstant(m, "KIND_TUN_VNET", KIND_TUN_VNET);
+    PyModule_AddIntConstant(m, "MAX_SEGS", MAX_SEGS);
+    PyModule_AddIntConstant(m, "VNET_HDR", VNET_HDR);
     return m;
 }

@@ -12,7 +12,10 @@ and tears down (always: on exit, exception and Ctrl-C). ``forwarder=`` picks the
 loop or the Python reference (``"auto"``, ``"native"``, ``"python"``; None reads
 ``$SDR_FORWARDER``, default auto: native where built and able to carry the link; see
 :func:`sdr.backends.wan.native_forwarder.choose_forwarder`). ``link.forwarder`` says
-which one ran; ``link.summary["report"]`` is what it did.
+which one ran; ``link.summary["report"]`` is what it did. ``TunLink(offload=...)``:
+TUN offloads for the native forwarder (``"auto"``, ``"on"``, ``"off"``; None reads
+``$SDR_TUN_OFFLOAD``; see :func:`~sdr.backends.wan.native_forwarder.choose_offload`);
+``link.offload`` is the TUN_F_* flags the kernel took (0: none).
 """
 
 from __future__ import annotations
@@ -20,13 +23,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import multiprocessing as mp
+import os
 from typing import Any
 
 from sdr.backends.wan.forwarder import Forwarder, Port
 from sdr.backends.wan.namespaces import NamespacePair
-from sdr.backends.wan.native_forwarder import NativeForwarder, choose_forwarder
+from sdr.backends.wan.native_forwarder import (
+    OFFLOAD_ENV,
+    NativeForwarder,
+    choose_forwarder,
+    choose_offload,
+)
 from sdr.backends.wan.udp_relay import Address, RelayEnd, relay_pairs
-from sdr.errors import TransportError
+from sdr.errors import ConfigError, TransportError
 from sdr.simulator.link_model import LinkSpec
 
 __all__ = ["TunLink", "RelayLink", "reverse_of"]
@@ -141,17 +150,26 @@ class TunLink(_ForwardingLink):
         reverse: LinkSpec | None = None,
         mtu: int = 9000,
         forwarder: str | None = None,
+        offload: str | None = None,
     ) -> None:
         # corrupt_skip keeps the IPv4 + UDP/ICMP headers intact
         super().__init__(spec, reverse, corrupt_skip=28, forwarder=forwarder, max_packet=mtu)
+        self.offload_choice = offload
+        self.offload = 0
+        """TUN_F_* offload flags the kernel took (0: none; set on entry)."""
         self.pair = NamespacePair(mtu=mtu)
         self.ns_a, self.ns_b = self.pair.a, self.pair.b
         self.addr_a, self.addr_b = self.pair.addr_a, self.pair.addr_b
 
     def __enter__(self) -> TunLink:
+        kind = choose_forwarder(self.requested, None, self.spec, self.reverse)
+        self.pair.offload = choose_offload(self.offload_choice, kind)
         self.pair.__enter__()
         try:
             assert self.pair.tun_a is not None and self.pair.tun_b is not None
+            self.offload = self.pair.tun_a.offload if self.pair.tun_b.offload else 0
+            if self.pair.offload and not self.offload and self._offload_required():
+                raise ConfigError("the kernel refused TUN offloads (TUNSETOFFLOAD)")
             self._start([(self.pair.tun_a, self.pair.tun_b)])
         except BaseException:
             self.pair.close()
@@ -161,8 +179,12 @@ class TunLink(_ForwardingLink):
     def __exit__(self, *exc: object) -> None:
         try:
             self._stop_forwarder()
+            self.summary["tun_offload"] = self.offload
         finally:
             self.pair.close()
+
+    def _offload_required(self) -> bool:
+        return (self.offload_choice or os.environ.get(OFFLOAD_ENV)) == "on"
 
 
 class RelayLink(_ForwardingLink):

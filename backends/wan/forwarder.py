@@ -22,6 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
+from sdr.errors import ConfigError
 from sdr.simulator.link_model import LinkDirection, LinkSpec, flip_bit
 from sdr.simulator.loss import GilbertElliott, LossModel
 
@@ -105,6 +106,10 @@ class Forwarder:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ports = [port for pair in pairs for port in pair]  # even index: a side
+        if any(getattr(port, "offload", 0) for port in self.ports):
+            raise ConfigError(
+                "a TUN device with offloads (virtio headers, GSO) needs the native forwarder"
+            )
         self.directions = (LinkDirection(a_to_b), LinkDirection(b_to_a))
         self.corrupt_skip = corrupt_skip
         self.clock = clock

@@ -3,6 +3,7 @@
     with NamespacePair() as pair:       # root needed
         pair.a, pair.b                  # namespace names
         pair.tun_a, pair.tun_b          # TunDevice, read/written by the forwarder
+    NamespacePair(offload=True)         # TUN offloads where the kernel has them (tun.py)
         pair.addr_a, pair.addr_b        # 10.200.0.1 and 10.200.0.2 (peer-to-peer)
 
 Everything is torn down on exit, on an exception and on Ctrl-C; namespaces left behind
@@ -24,6 +25,7 @@ __all__ = ["NamespacePair", "enter_namespace", "netns_exec", "remove_stale", "ca
 log = logging.getLogger(__name__)
 
 PREFIX = "sdrwan"
+GSO_MAX_SEGS = 64  # the native forwarder's MAX_SEGS
 _CLONE_NEWNET = 0x40000000
 
 
@@ -84,6 +86,7 @@ class NamespacePair:
         addr_a: str = "10.200.0.1",
         addr_b: str = "10.200.0.2",
         tag: str | None = None,
+        offload: bool = False,
     ) -> None:
         reason = can_use_namespaces()
         if reason:
@@ -92,6 +95,9 @@ class NamespacePair:
         self.a, self.b = f"{PREFIX}{tag}a", f"{PREFIX}{tag}b"
         self.addr_a, self.addr_b = addr_a, addr_b
         self.mtu = mtu
+        self.offload = offload
+        """Ask for TUN offloads (IFF_VNET_HDR; see :class:`TunDevice`); ``tun_a.offload``
+        says what the kernel took."""
         self.tun_a: TunDevice | None = None
         self.tun_b: TunDevice | None = None
 
@@ -113,7 +119,7 @@ class NamespacePair:
             (self.b, "sdrtunb", self.addr_b, self.addr_a),
         ):
             _ip("netns", "add", ns)
-            tun = TunDevice(f"{tun_name}{os.getpid() % 100000}")
+            tun = TunDevice(f"{tun_name}{os.getpid() % 100000}", offload=self.offload)
             if ns == self.a:
                 self.tun_a = tun
             else:
@@ -124,6 +130,8 @@ class NamespacePair:
             _ip(
                 "-n", ns, "link", "set", tun.name, "mtu", str(self.mtu), "txqueuelen", "10000", "up"
             )
+            if tun.offload:  # a GSO packet the forwarder reads is at most MAX_SEGS packets
+                _ip("-n", ns, "link", "set", tun.name, "gso_max_segs", str(GSO_MAX_SEGS))
             for key, value in (
                 ("net.ipv6.conf.all.disable_ipv6", "1"),
                 ("net.ipv6.conf.default.disable_ipv6", "1"),

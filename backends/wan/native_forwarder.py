@@ -16,6 +16,12 @@ precomputation does not (the corruption *rate* is the same).
 It takes TUN devices and UDP relay ends without ICRC resealing (which runs in Python), and
 loss models that ignore the packet size (Bernoulli, Gilbert-Elliott, traces, schedules of
 those). :func:`choose_forwarder` picks it where it can (``auto``) and says why not.
+
+TUN offloads (:func:`choose_offload`, ``$SDR_TUN_OFFLOAD``): a TUN device opened with
+offloads hands the loop GSO packets of up to 64 KiB, which the loop cuts into the wire
+packets the kernel would have sent before any of them meets the link (so every decision
+is still per wire packet, from the same columns), and it merges runs of due packets of
+one flow back into one GSO write. Only this forwarder reads such devices.
 """
 
 from __future__ import annotations
@@ -46,9 +52,12 @@ NATIVE_ERROR: str | None = _why or None
 __all__ = [
     "FORWARDER_ENV",
     "FORWARDERS",
+    "OFFLOADS",
+    "OFFLOAD_ENV",
     "NATIVE_ERROR",
     "NativeForwarder",
     "choose_forwarder",
+    "choose_offload",
     "native_unsupported",
 ]
 
@@ -57,6 +66,10 @@ log = logging.getLogger(__name__)
 FORWARDER_ENV = "SDR_FORWARDER"
 """Environment variable: ``auto`` (default), ``native`` or ``python``."""
 FORWARDERS = ("auto", "native", "python")
+OFFLOAD_ENV = "SDR_TUN_OFFLOAD"
+"""Environment variable: ``auto`` (default: TUN offloads for the native forwarder where the
+kernel takes them), ``on`` (an error where it cannot) or ``off``."""
+OFFLOADS = ("auto", "on", "off")
 
 _CHUNK = 16384  # most decisions precomputed per call of the link model ...
 _CHUNK_S = 2e-3  # ... and about how long one call may take (the loop waits meanwhile)
@@ -65,7 +78,7 @@ _SLICE_S = 0.05  # the C loop returns at least this often (stop checks, refills)
 _SHADOW_RATE = 1e15  # the decision model's rate and spacing: its queue never fills
 _SHADOW_SPACING_S = 1e-3
 _MAX_BLACKOUTS = 64
-_KIND_TUN, _KIND_UDP = 0, 1
+_KIND_TUN, _KIND_UDP, _KIND_TUN_VNET = 0, 1, 2
 
 
 def _size_blind(model: LossModel | None) -> bool:
@@ -79,7 +92,7 @@ def _size_blind(model: LossModel | None) -> bool:
 def _port_tuple(port: Port) -> tuple[int, int, int, int] | str:
     """(fd, kind, IPv4 host, UDP port) for the C loop, or why the port cannot go there."""
     if isinstance(port, TunDevice):
-        return (port.fileno(), _KIND_TUN, 0, 0)
+        return (port.fileno(), _KIND_TUN_VNET if port.offload else _KIND_TUN, 0, 0)
     if isinstance(port, RelayEnd):
         if port.reseal:
             return "the relay reseals RoCE ICRCs in Python (reseal=False runs natively)"
@@ -93,9 +106,10 @@ def _port_tuple(port: Port) -> tuple[int, int, int, int] | str:
 
 
 def native_unsupported(
-    pairs: Sequence[tuple[Port, Port]], a_to_b: LinkSpec, b_to_a: LinkSpec
+    pairs: Sequence[tuple[Port, Port]] | None, a_to_b: LinkSpec, b_to_a: LinkSpec
 ) -> str | None:
-    """Why the native forwarder cannot carry this link (None: it can)."""
+    """Why the native forwarder cannot carry this link (None: it can). ``pairs`` None: one
+    pair of TUN devices, not made yet."""
     if _forward is None:
         return f"sdr.backends.wan._forward is not built ({NATIVE_ERROR})"
     for spec in (a_to_b, b_to_a):
@@ -106,6 +120,8 @@ def native_unsupported(
             )
         if len(spec.blackouts) > _MAX_BLACKOUTS:
             return f"{len(spec.blackouts)} blackouts (at most {_MAX_BLACKOUTS})"
+    if pairs is None:
+        return None
     if not 1 <= len(pairs) <= 32:
         return f"{len(pairs)} port pairs (1..32 natively)"
     for pair in pairs:
@@ -118,7 +134,7 @@ def native_unsupported(
 
 def choose_forwarder(
     choice: str | None,
-    pairs: Sequence[tuple[Port, Port]],
+    pairs: Sequence[tuple[Port, Port]] | None,
     a_to_b: LinkSpec,
     b_to_a: LinkSpec,
 ) -> str:
@@ -137,6 +153,19 @@ def choose_forwarder(
         raise ConfigError(f"forwarder 'native' cannot carry this link: {reason}")
     log.info("WAN emulator runs the Python forwarder: %s", reason)
     return "python"
+
+
+def choose_offload(choice: str | None, forwarder: str) -> bool:
+    """Whether to ask for TUN offloads for ``choice`` (None: ``$SDR_TUN_OFFLOAD``, else
+    ``auto``) with ``forwarder`` running the link: ``auto`` and ``on`` ask where it is the
+    native one (``on`` with the Python one is a ConfigError); the kernel may still refuse
+    (then ``auto`` runs without, ``on`` is an error: see TunLink)."""
+    choice = choice or os.environ.get(OFFLOAD_ENV) or "auto"
+    if choice not in OFFLOADS:
+        raise ConfigError(f"TUN offload must be one of {', '.join(OFFLOADS)}, got {choice!r}")
+    if choice == "on" and forwarder != "native":
+        raise ConfigError("TUN offloads need the native forwarder (the Python one runs)")
+    return choice != "off" and forwarder == "native"
 
 
 class _Decider:
@@ -202,7 +231,8 @@ class NativeForwarder:
     """The native loop behind the Python :class:`Forwarder`'s interface.
 
     ``max_packet``: the largest packet a port may carry (a TUN device's MTU; 65535 for UDP);
-    a larger one is dropped and counted (``oversize``). ``clock`` must be
+    a larger one is dropped and counted (``oversize``). ``coalesce``: merge runs of due
+    packets of one flow into one GSO write on TUN ports with offloads. ``clock`` must be
     :func:`time.monotonic` (the loop reads CLOCK_MONOTONIC itself).
     """
 
@@ -216,6 +246,7 @@ class NativeForwarder:
         *,
         max_packet: int = 65535,
         late_after: float = LATE_AFTER_S,
+        coalesce: bool = True,
     ) -> None:
         if reason := native_unsupported(pairs, a_to_b, b_to_a):
             raise ConfigError(f"the native forwarder cannot carry this link: {reason}")
@@ -234,6 +265,7 @@ class NativeForwarder:
             max_packet,
             _slots(self.specs, max_packet),
             late_after,
+            coalesce,
         )
 
         self._prepared = False
