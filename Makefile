@@ -60,13 +60,13 @@ asan: asan-build
 	$(ASAN_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_placement_native.py \
 		tests/test_placement_seam.py tests/test_udp_native.py
 	$(ASAN_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_native_forwarder.py \
-		-k "feed or loop or oversize or decisions or delay_line"
+		-k "feed or loop or oversize or decisions or delay_line or gso or vnet or coalescing or partial_checksum"
 
 asan-short: asan-build
 	$(ASAN_ENV) $(BIN)/python -m pytest -q -x -p no:cacheprovider tests/test_placement_seam.py \
 		tests/test_udp_native.py
 	$(ASAN_ENV) $(BIN)/python -m pytest -q -x -p no:cacheprovider tests/test_native_forwarder.py \
-		-k "feed or loop or oversize or decisions or delay_line"
+		-k "feed or loop or oversize or decisions or delay_line or gso or vnet or coalescing or partial_checksum"
 
 # The same extensions built by clang with ASan, UBSan and libFuzzer's coverage
 # instrumentation into build/fuzz, for the fuzz targets over native code (docs/native.md;

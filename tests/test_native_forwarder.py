@@ -21,6 +21,17 @@ import pytest
 
 from sdr.backends.wan import LinkSpec, RelayLink, TunLink, can_use_namespaces, netns_exec
 from sdr.backends.wan.forwarder import REPORT_KEYS, Forwarder
+from sdr.backends.wan.gso_reference import (
+    GSO_TCPV4,
+    GSO_UDP_L4,
+    NEEDS_CSUM,
+    VNET,
+    checksum_ok,
+    finish_checksum,
+    gso_frame,
+    ip_packet,
+    wire_packets,
+)
 from sdr.backends.wan.native_forwarder import (
     NATIVE_ERROR,
     NativeForwarder,
@@ -571,108 +582,8 @@ def test_refusals_print_their_floating_point_values():
 
 # --- TUN offloads: virtio headers and GSO packets (kind 2 ports) -------------------------
 # Socket pairs stand in for TUN devices opened with IFF_VNET_HDR (one datagram per read or
-# write, the header in front). The reference below is this test's own: what a device does
-# with a GSO packet (virtio spec; the kernel's TSO/USO), checksums computed from scratch.
-
-_VNET = struct.Struct("=BBHHHH")  # flags, gso_type, hdr_len, gso_size, csum_start, csum_offset
-_NEEDS_CSUM, _TCPV4, _TCPV6, _UDP_L4 = 1, 1, 4, 5
-_SRC4, _DST4 = bytes([10, 200, 0, 1]), bytes([10, 200, 0, 2])
-_SRC6, _DST6 = bytes(range(16)), bytes(range(16, 32))
-
-
-def _sum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return total
-
-
-def _pseudo(ip: bytes, v6: bool, proto: int, l4len: int) -> bytes:
-    if v6:
-        return ip[8:40] + struct.pack("!IxxxB", l4len, proto)
-    return ip[12:20] + struct.pack("!xBH", proto, l4len)
-
-
-def _packet(v6, proto, payload, seq=1000, flags=0x18, options=b"", ident=7):
-    """A packet as the kernel hands a device that checksums: lengths of the whole, the L4
-    checksum field holding the pseudo-header sum (partial)."""
-    if proto == 6:
-        l4 = struct.pack("!HHIIBBHHH", 4000, 5001, seq, 99, (5 + len(options) // 4) << 4,
-                         flags, 512, 0, 0) + options  # fmt: skip
-    else:
-        l4 = struct.pack("!HHHH", 4000, 5001, 8 + len(payload), 0)
-    l4len = len(l4) + len(payload)
-    if v6:
-        ip = struct.pack("!IHBB16s16s", 6 << 28, l4len, proto, 64, _SRC6, _DST6)
-    else:
-        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + l4len, ident, 0x4000, 64, proto, 0,
-                         _SRC4, _DST4)  # fmt: skip
-        ip = ip[:10] + struct.pack("!H", 0xFFFF - _sum(ip)) + ip[12:]
-    at = 16 if proto == 6 else 6
-    l4 = l4[:at] + struct.pack("!H", _sum(_pseudo(ip, v6, proto, l4len))) + l4[at + 2 :]
-    return ip + l4 + payload, len(ip), len(ip) + len(l4)
-
-
-def _gso(v6, proto, payload, gso, **kw):
-    pkt, l4, hdr = _packet(v6, proto, payload, **kw)
-    kind = _UDP_L4 if proto == 17 else (_TCPV6 if v6 else _TCPV4)
-    return _VNET.pack(_NEEDS_CSUM, kind, hdr, gso, l4, 16 if proto == 6 else 6) + pkt
-
-
-def _finish(pkt: bytes, l4: int, at: int) -> bytes:
-    """The L4 checksum computed over a zeroed field (not from the partial sum)."""
-    v6 = pkt[0] >> 4 == 6
-    proto = pkt[6] if v6 else pkt[9]
-    body = pkt[l4 : l4 + at] + b"\0\0" + pkt[l4 + at + 2 :]
-    c = 0xFFFF - _sum(_pseudo(pkt, v6, proto, len(pkt) - l4) + body)
-    return pkt[: l4 + at] + struct.pack("!H", c or 0xFFFF) + pkt[l4 + at + 2 :]
-
-
-def _segments(frame: bytes) -> list[bytes]:
-    """The wire packets a virtio device sends for one frame (header + packet)."""
-    flags, kind, _, gso, start, offset = _VNET.unpack_from(frame)
-    pkt = frame[_VNET.size :]
-    if not kind:
-        return [_finish(pkt, start, offset) if flags & _NEEDS_CSUM else pkt]
-    v6 = pkt[0] >> 4 == 6
-    l4 = 40 if v6 else (pkt[0] & 15) * 4
-    tcp = kind != _UDP_L4
-    hdr = l4 + ((pkt[l4 + 12] >> 4) * 4 if tcp else 8)
-    body = pkt[hdr:]
-    chunks = [body[i : i + gso] for i in range(0, len(body), gso)]
-    out = []
-    for k, chunk in enumerate(chunks):
-        h = bytearray(pkt[:hdr])
-        l4len = hdr - l4 + len(chunk)
-        if v6:
-            struct.pack_into("!H", h, 4, l4len)
-        else:
-            struct.pack_into(
-                "!HH", h, 2, hdr + len(chunk), (struct.unpack_from("!H", h, 4)[0] + k) & 0xFFFF
-            )
-            struct.pack_into("!H", h, 10, 0)
-            struct.pack_into("!H", h, 10, 0xFFFF - _sum(bytes(h[:l4])))
-        if tcp:
-            struct.pack_into(
-                "!I", h, l4 + 4, (struct.unpack_from("!I", h, l4 + 4)[0] + k * gso) % 2**32
-            )
-            if k + 1 < len(chunks):
-                h[l4 + 13] &= ~0x09  # FIN, PSH: the last only
-            if k:
-                h[l4 + 13] &= ~0x80  # CWR: the first only
-        else:
-            struct.pack_into("!H", h, l4 + 4, l4len)
-        out.append(_finish(bytes(h) + chunk, l4, 16 if tcp else 6))
-    return out
-
-
-def _checksum_ok(pkt: bytes) -> bool:
-    v6 = pkt[0] >> 4 == 6
-    l4 = 40 if v6 else (pkt[0] & 15) * 4
-    proto = pkt[6] if v6 else pkt[9]
-    return _sum(_pseudo(pkt, v6, proto, len(pkt) - l4) + pkt[l4:]) == 0xFFFF
+# write, the header in front). The reference is sdr.backends.wan.gso_reference: what a
+# device does with a GSO packet (virtio spec; the kernel's TSO/USO), checksums from scratch.
 
 
 def _vnet_loop(out_kind=0, max_packet=9000, coalesce=True, n=None, **cols):
@@ -701,14 +612,14 @@ _SHAPE_IDS = ["tcp4", "udp4", "tcp6", "udp6"]
 def test_gso_reads_are_cut_into_the_kernels_wire_packets(v6, proto, out_kind):
     payload = bytes(range(256)) * 23 + b"tail"  # 5892 bytes: 5 segments of 1000, one of 892
     opts = b"\x01\x01\x08\x0a" + bytes(8) if proto == 6 else b""  # NOP NOP timestamps
-    frame = _gso(v6, proto, payload, 1000, options=opts, flags=0x19 if proto == 6 else 0)
-    want = _segments(frame)
-    assert len(want) == 6 and all(_checksum_ok(p) for p in want)
+    frame = gso_frame(v6, proto, payload, 1000, options=opts, flags=0x19 if proto == 6 else 0)
+    want = wire_packets(frame)
+    assert len(want) == 6 and all(checksum_ok(p) for p in want)
     loop, (a_in, a_user, b_out, b_user) = _vnet_loop(out_kind)
     a_user.send(frame)
     loop.run(0.05)
     written = _drain(b_user)
-    got = [p for f in written for p in _segments(f)] if out_kind == 2 else written
+    got = [p for f in written for p in wire_packets(f)] if out_kind == 2 else written
     assert got == want
     s = loop.stats(0)
     assert (s["packets"], s["forwarded"], s["gso_in"], s["bytes"]) == (6, 6, 1, sum(map(len, want)))
@@ -729,28 +640,30 @@ def test_offload_decisions_are_per_wire_packet_and_runs_break_at_gaps(v6, proto)
     bad[4], bit[4] = 1, 3
     loop, (a_in, a_user, b_out, b_user) = _vnet_loop(2, loss=loss, corrupt=bad, bit=bit)
     body = [bytes([i]) * 3000 + b"x" * 450 for i in range(2)]
-    frames = [_gso(v6, proto, body[i], 600, seq=1000 + 3450 * i, ident=7 + 6 * i) for i in range(2)]
-    want = [p for f in frames for p in _segments(f)]
+    frames = [
+        gso_frame(v6, proto, body[i], 600, seq=1000 + 3450 * i, ident=7 + 6 * i) for i in range(2)
+    ]
+    want = [p for f in frames for p in wire_packets(f)]
     assert len(want) == 12
     for f in frames:
         a_user.send(f)
     loop.run(0.05)
     written = _drain(b_user)
-    got = [p for f in written for p in _segments(f)]
+    got = [p for f in written for p in wire_packets(f)]
     expect = [p for i, p in enumerate(want) if i not in (2, 9)]
     assert len(got) == len(expect) == 10
     for i, (g, w) in enumerate(zip(got, expect, strict=True)):
         if i == 3:  # want[4], corrupted: one bit flipped past the headers, checksum now wrong
             diff = [j for j in range(len(w)) if g[j] != w[j]]
-            assert len(diff) == 1 and diff[0] >= 28 and not _checksum_ok(g)
+            assert len(diff) == 1 and diff[0] >= 28 and not checksum_ok(g)
         else:
             assert g == w
-    flags = [_VNET.unpack_from(f)[0] for f in written]
-    sizes = [len(_segments(f)) for f in written]
+    flags = [VNET.unpack_from(f)[0] for f in written]
+    sizes = [len(wire_packets(f)) for f in written]
     assert sum(sizes) == 10 and max(sizes) > 1  # runs merged, none across a lost packet
-    bad_frame = next(f for f in written if f[_VNET.size :] == got[3])
-    assert _VNET.unpack_from(bad_frame)[:2] == (0, 0)  # written whole: the receiver checks it
-    assert flags.count(_NEEDS_CSUM) == len(written) - 1
+    bad_frame = next(f for f in written if f[VNET.size :] == got[3])
+    assert VNET.unpack_from(bad_frame)[:2] == (0, 0)  # written whole: the receiver checks it
+    assert flags.count(NEEDS_CSUM) == len(written) - 1
     s = loop.stats(0)
     assert (s["packets"], s["loss_random"], s["corrupted"], s["forwarded"]) == (12, 2, 1, 10)
     for sock in (a_in, a_user, b_out, b_user):
@@ -760,33 +673,33 @@ def test_offload_decisions_are_per_wire_packet_and_runs_break_at_gaps(v6, proto)
 @needs_native
 def test_without_coalescing_every_wire_packet_is_its_own_write():
     loop, (a_in, a_user, b_out, b_user) = _vnet_loop(2, coalesce=False)
-    frame = _gso(False, 17, b"u" * 4000, 1000)
+    frame = gso_frame(False, 17, b"u" * 4000, 1000)
     a_user.send(frame)
     loop.run(0.05)
     written = _drain(b_user)
-    assert len(written) == 4 and all(_VNET.unpack_from(f)[1] == 0 for f in written)
-    assert [p for f in written for p in _segments(f)] == _segments(frame)
+    assert len(written) == 4 and all(VNET.unpack_from(f)[1] == 0 for f in written)
+    assert [p for f in written for p in wire_packets(f)] == wire_packets(frame)
     for sock in (a_in, a_user, b_out, b_user):
         sock.close()
 
 
 def _mangled():
-    good = _gso(False, 6, b"p" * 3000, 1000)
-    hdr = _VNET.size
+    good = gso_frame(False, 6, b"p" * 3000, 1000)
+    hdr = VNET.size
 
     def at(frame, i, value):
         b = bytearray(frame)
         b[i] = value
         return bytes(b)
 
-    single = _VNET.pack(_NEEDS_CSUM, 0, 0, 0, 20, 6) + _packet(False, 17, b"s" * 100)[0]
+    single = VNET.pack(NEEDS_CSUM, 0, 0, 0, 20, 6) + ip_packet(False, 17, b"s" * 100)[0]
     return [
         ("short", b"\x01\x05\x00", "malformed"),
         ("header-only", good[:hdr], "malformed"),
         ("no-needs-csum", at(good, 0, 0), "malformed"),
         ("ufo", at(good, 1, 3), "malformed"),
-        ("tcp-as-udp", at(good, 1, _UDP_L4), "malformed"),
-        ("ecn", at(good, 1, _TCPV4 | 0x80), "malformed"),
+        ("tcp-as-udp", at(good, 1, GSO_UDP_L4), "malformed"),
+        ("ecn", at(good, 1, GSO_TCPV4 | 0x80), "malformed"),
         ("gso-size-0", good[:6] + b"\0\0" + good[8:], "malformed"),
         ("csum-start", good[:8] + struct.pack("=H", 24) + good[10:], "malformed"),
         ("truncated", good[:-1], "malformed"),
@@ -794,11 +707,11 @@ def _mangled():
         ("ihl-4", at(good, hdr, 0x44), "malformed"),
         ("fragment", at(good, hdr + 6, 0x60), "malformed"),
         ("doff-4", at(good, hdr + 32, 0x40), "malformed"),
-        ("doff-past-end", at(_gso(False, 6, b"ab", 1000), hdr + 32, 0xF0), "malformed"),
-        ("no-payload", _gso(False, 6, b"", 1000), "malformed"),
-        ("too-many-segments", _gso(False, 17, b"q" * 6500, 100), "oversize"),
-        ("segment-over-mtu", _gso(False, 17, b"q" * 6000, 2000), "oversize"),
-        ("single-over-mtu", _VNET.pack(0, 0, 0, 0, 0, 0) + b"\x45" * 1600, "oversize"),
+        ("doff-past-end", at(gso_frame(False, 6, b"ab", 1000), hdr + 32, 0xF0), "malformed"),
+        ("no-payload", gso_frame(False, 6, b"", 1000), "malformed"),
+        ("too-many-segments", gso_frame(False, 17, b"q" * 6500, 100), "oversize"),
+        ("segment-over-mtu", gso_frame(False, 17, b"q" * 6000, 2000), "oversize"),
+        ("single-over-mtu", VNET.pack(0, 0, 0, 0, 0, 0) + b"\x45" * 1600, "oversize"),
         ("single-csum-past-end", single[:8] + struct.pack("=H", 200) + single[10:], "malformed"),
         ("single-offset-past-end", single[:10] + b"\xff\xff", "malformed"),
     ]
@@ -823,14 +736,14 @@ def test_bad_vnet_reads_use_one_decision_and_write_nothing(frame, counter):
 
 @needs_native
 def test_a_partial_checksum_is_finished_for_a_port_without_offloads():
-    pkt = _packet(False, 17, b"z" * 333)[0]
-    frame = _VNET.pack(_NEEDS_CSUM, 0, 0, 0, 20, 6) + pkt
+    pkt = ip_packet(False, 17, b"z" * 333)[0]
+    frame = VNET.pack(NEEDS_CSUM, 0, 0, 0, 20, 6) + pkt
     loop, (a_in, a_user, b_out, b_user) = _vnet_loop(0)
     a_user.send(frame)
-    a_user.send(_VNET.pack(0, 0, 0, 0, 0, 0) + b"raw")  # no checksum to finish: as it is
+    a_user.send(VNET.pack(0, 0, 0, 0, 0, 0) + b"raw")  # no checksum to finish: as it is
     loop.run(0.05)
     got = _drain(b_user)
-    assert got == [_finish(pkt, 20, 6), b"raw"] and _checksum_ok(got[0])
+    assert got == [finish_checksum(pkt, 20, 6), b"raw"] and checksum_ok(got[0])
     for sock in (a_in, a_user, b_out, b_user):
         sock.close()
 
@@ -838,7 +751,7 @@ def test_a_partial_checksum_is_finished_for_a_port_without_offloads():
 @needs_native
 def test_vnet_ports_read_only_with_a_packets_worth_of_decisions():
     loop, (a_in, a_user, b_out, b_user) = _vnet_loop(0, n=_forward.MAX_SEGS - 1)
-    a_user.send(_VNET.pack(0, 0, 0, 0, 0, 0) + b"wait")
+    a_user.send(VNET.pack(0, 0, 0, 0, 0, 0) + b"wait")
     assert loop.run(0.05, 0, 0) == 1  # back at once: direction 0 needs MAX_SEGS decisions
     assert _drain(b_user) == [] and loop.stats(0)["packets"] == 0
     loop.feed(0, *_columns(1))

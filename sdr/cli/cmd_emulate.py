@@ -101,16 +101,22 @@ def tun(
     mtu: int = typer.Option(9000, help="MTU of the TUN devices"),
     duration: str = DURATION,
     forwarder: str = FORWARDER,
+    offload: str = typer.Option(
+        None,
+        help="TUN offloads (GSO reads and writes, native forwarder): auto (where the kernel "
+        "takes them), on or off (default: $SDR_TUN_OFFLOAD, else auto)",
+    ),
 ) -> None:
     """Two network namespaces joined by the emulated link (root). Any IP traffic crosses."""
     if reason := can_use_namespaces():
         raise TransportError(f"emulate tun {reason}; 'sdr emulate relay' needs no root")
     spec = _spec(rate, rtt, loss, burst, per_size, trace, queue, reorder, duplicate, corrupt, seed)
-    with TunLink(spec, mtu=mtu, forwarder=forwarder) as link:
+    with TunLink(spec, mtu=mtu, forwarder=forwarder, offload=offload) as link:
         console.print(
             f"[bold]link up[/]: {link.ns_a} ({link.addr_a}) <-> {link.ns_b} "
             f"({link.addr_b}), {rate}, RTT {rtt}, loss {loss:g} per packet, "
-            f"{link.forwarder} forwarder"
+            f"{link.forwarder} forwarder, TUN offloads "
+            f"{f'{link.offload:#x}' if link.offload else 'off'}"
         )
         console.print(f"run programs with: ip netns exec {link.ns_a} <command>   (Ctrl-C stops)")
         _wait(duration)

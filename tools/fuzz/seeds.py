@@ -104,6 +104,18 @@ def _offload() -> bytes:
     return encode_header(1, 0, 0x00400001, 8192) + bytes(64)
 
 
+def _forward_vnet() -> list[bytes]:
+    """forward_vnet: limit, mode (bit 0: vnet out, bit 1: merge), shape (bit 0: IPv6, bit 1:
+    TCP), payload, segment size, options, flags, frames, edits, cut, then loss bytes."""
+    out = []
+    for mode, shape, payload, gso in ((3, 2, 5000, 1400), (1, 0, 9000, 1000), (0, 3, 2000, 700)):
+        head = struct.pack(
+            "<HBBHHBBBBB", 1500 - 68, mode, shape, payload, gso - 1, 3, 0x18, 2, 0, 0
+        )
+        out.append(head + bytes([255] * 200 + [0] + [255] * 55))
+    return out
+
+
 def seeds() -> dict[str, list[bytes]]:
     """Valid and near-valid inputs for every target that has a structured format."""
     from sdr.control import CTS, encode_cts_request
@@ -140,6 +152,7 @@ def seeds() -> dict[str, list[bytes]]:
         "qp_attr": [json.dumps({"mtu": 1024, "chunk_size": "4KiB", "channels": 2}).encode()],
         "oob_frame": [json.dumps({"info": "x", "n": [1, 2.5, None]}).encode()],
         "offload_header": [_offload()],
+        "forward_vnet": _forward_vnet(),
         "loss_trace": [b"0 0 1  # a loss\n0 1\n", b"# header\n" + b"0 " * 40 + b"1\n"],
         # targets_connect: byte 0 mode (bit 7: raw JSON), byte 1 edits to the real info
         **{
