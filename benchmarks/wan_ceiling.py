@@ -1,13 +1,18 @@
 """The WAN emulator's own ceiling: packets/s and Gbit/s it forwards on one core.
 
-iperf3 UDP from namespace A to B through a TUN link with no impairment (a 100 Gbit/s link
-with zero delay), at several datagram sizes and offered rates (iperf3 ``-b``; 0 is
-unlimited), through the native forwarder, the Python one, or both in the same run. What B
-receives is what the forwarder can carry; any result quoted through the emulator must stay
-well below it. Needs root and iperf3.
+iperf3 UDP (or TCP) from namespace A to B through a TUN link with no impairment (a
+100 Gbit/s link with zero delay), at several datagram sizes and offered rates (iperf3
+``-b``; 0 is unlimited), through the native forwarder, the Python one, or both in the same
+run, with TUN offloads (``--offload auto``: where the kernel takes them, native only) and
+without (``off``). What B receives is what the forwarder can carry; any result quoted
+through the emulator must stay well below it. Needs root and iperf3.
 
     python benchmarks/wan_ceiling.py [--seconds 3] [--forwarder native,python]
-        [--sizes 8972] [--offered 0] [--json out/wan_ceiling.json]
+        [--sizes 8972] [--offered 0] [--proto udp,tcp] [--offload auto,off]
+        [--json out/wan_ceiling.json]
+
+For TCP the size is iperf3's write size (``-l``) and the packets are the kernel's (MSS
+from the MTU); kpkt/s is then the link's delivered packets.
 """
 
 from __future__ import annotations
@@ -28,46 +33,84 @@ from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces, netns_exec
 
 
 def run(
-    size: int, seconds: float, rate: str, rtt: str, offered: str, forwarder: str, mtu: int
+    size: int,
+    seconds: float,
+    rate: str,
+    rtt: str,
+    offered: str,
+    forwarder: str,
+    mtu: int,
+    proto: str = "udp",
+    offload: str = "auto",
 ) -> dict[str, Any]:
     spec = LinkSpec(rate=rate, rtt=rtt, queue="64MiB")
-    with TunLink(spec, mtu=max(mtu, size + 28), forwarder=forwarder) as link:
+    udp = proto == "udp"
+    link = TunLink(
+        spec,
+        mtu=max(mtu, size + 28) if udp else mtu,
+        forwarder=forwarder,
+        offload="off" if forwarder == "python" else offload,
+    )
+    with link:
         server = subprocess.Popen(
             netns_exec(link.ns_b, "iperf3", "-s", "-1", "-J"), stdout=subprocess.PIPE, text=True
         )
         time.sleep(0.5)
-        subprocess.run(
+        t0 = time.monotonic()
+        client = subprocess.run(
             netns_exec(
                 link.ns_a,
                 "iperf3",
+                "-J",
                 "-c",
                 link.addr_b,
-                "-u",
+                *(["-u"] if udp else []),
+                "-w",
+                "32M",
                 "-b",
                 offered,
                 "-l",
                 str(size),
                 "-t",
                 str(seconds),
-                "-w",
-                "32M",
             ),
             capture_output=True,
             text=True,
             timeout=seconds + 30,
         )
         report = json.loads(server.communicate(timeout=30)[0])
-    end = report["end"]["sum"]
-    received_pkts = end["packets"] - end["lost_packets"]
+        wall = time.monotonic() - t0
+    delivered = link.summary.get("report", {}).get("a_to_b", {}).get("delivered", 0)
+    if udp:
+        end = report["end"]["sum"]
+        received_pkts = end["packets"] - end["lost_packets"]
+        gbps, loss = received_pkts * size * 8 / end["seconds"] / 1e9, end["lost_percent"]
+    else:
+        end = report["end"]["sum_received"]
+        received_pkts, gbps, loss = delivered, end["bits_per_second"] / 1e9, 0.0
+    sent = json.loads(client.stdout or "{}").get("end", {})
+    cpu = link.summary.get("cpu_s", {})
+    fwd_cpu = cpu.get("user", 0.0) + cpu.get("system", 0.0)
+    received_gb = gbps * end["seconds"] / 8
     return {
         "forwarder": link.forwarder,
+        "proto": proto,
+        "offload": f"{link.offload:#x}" if link.offload else "off",
         "datagram": size,
         "offered": offered,
-        "received_gbps": received_pkts * size * 8 / end["seconds"] / 1e9,
+        "received_gbps": gbps,
         "received_kpps": received_pkts / end["seconds"] / 1e3,
-        "sender_loss_pct": end["lost_percent"],
+        "sender_loss_pct": loss,
         "forwarded": link.summary["forwarded"],
         "report": link.summary.get("report", {}),
+        "native": link.summary.get("native", {}),
+        # CPU: the forwarder's over the link's lifetime (set-up and tear-down included),
+        # iperf3's own shares of a core (client, server) while it ran
+        "forwarder_cpu_s": fwd_cpu,
+        "forwarder_core": fwd_cpu / wall if wall > 0 else 0.0,
+        "forwarder_cpu_s_per_gb": fwd_cpu / received_gb if received_gb else None,
+        "client_cpu_pct": sent.get("cpu_utilization_percent", {}).get("host_total"),
+        "server_cpu_pct": report["end"].get("cpu_utilization_percent", {}).get("host_total"),
     }
 
 
@@ -82,33 +125,50 @@ def main() -> None:
         "--forwarder", default="native,python", help="native, python or both (comma-separated)"
     )
     parser.add_argument("--mtu", type=int, default=9000, help="TUN MTU (raised to fit --sizes)")
+    parser.add_argument("--proto", default="udp", help="udp, tcp or both (comma-separated)")
+    parser.add_argument(
+        "--offload", default="auto", help="TUN offloads: auto, off or both (comma-separated)"
+    )
     parser.add_argument("--json")
     args = parser.parse_args()
     if reason := can_use_namespaces():
         sys.exit(f"cannot run: {reason}")
     rows = [
-        run(int(s), args.seconds, args.rate, args.rtt, b, f, args.mtu)
+        run(int(s), args.seconds, args.rate, args.rtt, b, f, args.mtu, p, o)
+        for p in args.proto.split(",")
         for s in args.sizes.split(",")
         for b in args.offered.split(",")
         for f in args.forwarder.split(",")
+        for o in (args.offload.split(",") if f == "native" else ["off"])
     ]
     table = Table(
         title=f"WAN emulator ceiling (one forwarder core, link {args.rate}, RTT {args.rtt})"
     )
-    cols = ("forwarder", "datagram B", "offered", "received Gbit/s", "received kpkt/s")
-    for col in (*cols, "iperf3 loss %", "late", "max late ms", "vs python"):
+    cols = ("proto", "forwarder", "offload", "size B", "offered", "received Gbit/s")
+    more = ("kpkt/s", "iperf3 loss %", "late", "max late ms", "fwd core", "fwd s/GB")
+    for col in (*cols, *more, "vs python", "vs off"):
         table.add_column(col, justify="right")
     python = {
-        (r["datagram"], r["offered"]): r["received_gbps"]
+        (r["proto"], r["datagram"], r["offered"]): r["received_gbps"]
         for r in rows
         if r["forwarder"] == "python"
     }
+    plain = {
+        (r["proto"], r["datagram"], r["offered"]): r["received_gbps"]
+        for r in rows
+        if r["forwarder"] == "native" and r["offload"] == "off"
+    }
     for r in rows:
-        base = python.get((r["datagram"], r["offered"]))
+        key = (r["proto"], r["datagram"], r["offered"])
+        base, off = python.get(key), plain.get(key)
         r["ratio_to_python"] = r["received_gbps"] / base if base else None
+        on = r["forwarder"] == "native" and r["offload"] != "off"
+        r["ratio_to_off"] = r["received_gbps"] / off if off and on else None
         rep = r["report"].get("a_to_b", {})
         table.add_row(
+            r["proto"],
             r["forwarder"],
+            r["offload"],
             str(r["datagram"]),
             r["offered"] if r["offered"] != "0" else "max",
             f"{r['received_gbps']:.2f}",
@@ -116,7 +176,10 @@ def main() -> None:
             f"{r['sender_loss_pct']:.1f}",
             str(rep.get("late_packets", "")),
             f"{rep.get('max_lateness_s', 0.0) * 1e3:.2f}",
+            f"{r['forwarder_core']:.2f}",
+            f"{r['forwarder_cpu_s_per_gb']:.3f}" if r["forwarder_cpu_s_per_gb"] else "",
             f"{r['ratio_to_python']:.2f}x" if r["ratio_to_python"] else "",
+            f"{r['ratio_to_off']:.2f}x" if r["ratio_to_off"] else "",
         )
     Console().print(table)
     if args.json:
@@ -124,6 +187,8 @@ def main() -> None:
             "python": sys.version.split()[0],
             "machine": platform.machine(),
             "cpus": os.cpu_count(),
+            "kernel": platform.release(),
+            "load": os.getloadavg(),
             "command": " ".join(["python benchmarks/wan_ceiling.py", *sys.argv[1:]]),
         }
         with open(args.json, "w") as fh:

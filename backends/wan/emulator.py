@@ -15,7 +15,8 @@ loop or the Python reference (``"auto"``, ``"native"``, ``"python"``; None reads
 which one ran; ``link.summary["report"]`` is what it did. ``TunLink(offload=...)``:
 TUN offloads for the native forwarder (``"auto"``, ``"on"``, ``"off"``; None reads
 ``$SDR_TUN_OFFLOAD``; see :func:`~sdr.backends.wan.native_forwarder.choose_offload`);
-``link.offload`` is the TUN_F_* flags the kernel took (0: none).
+``link.offload`` is the TUN_F_* flags the kernel took (0: none);
+``link.summary["cpu_s"]`` the forwarder's CPU time (user, system) while the link was up.
 """
 
 from __future__ import annotations
@@ -67,14 +68,19 @@ def _serve(
         )
     else:
         forwarder = Forwarder(pairs, a_to_b, b_to_a, corrupt_skip=corrupt_skip)
+    start = os.times()
     try:
         if isinstance(forwarder, NativeForwarder):
             forwarder.prepare()  # the first decisions, before the link says it is up
+        start = os.times()
         ready.set()
         forwarder.run(stop.is_set)
     finally:
+        end = os.times()
         summary = forwarder.summary()
         summary["forwarder"] = kind
+        # the forwarder process's CPU while the link was up (user, system; seconds)
+        summary["cpu_s"] = {"user": end.user - start.user, "system": end.system - start.system}
         summary["bad_icrc"] = sum(getattr(p, "bad_icrc", 0) for pair in pairs for p in pair)
         conn.send(summary)
 
