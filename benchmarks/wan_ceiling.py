@@ -12,7 +12,10 @@ through the emulator must stay well below it. Needs root and iperf3.
         [--json out/wan_ceiling.json]
 
 For TCP the size is iperf3's write size (``-l``) and the packets are the kernel's (MSS
-from the MTU); kpkt/s is then the link's delivered packets.
+from the MTU); kpkt/s is then the link's delivered packets. ``udp-gso`` is UDP sent as
+SDR's UDP backend sends it, with GSO (``UDP_SEGMENT``: datagrams of the size, as many as
+fit 64 KiB per send, unpaced) and received with GRO (``UDP_GRO``), by a small Python
+pair instead of iperf3; the offered rate does not apply to it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,112 @@ from rich.table import Table
 
 from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces, netns_exec
 
+_GSO_SENDER = """
+import socket, sys, time
+size, seconds = int(sys.argv[2]), float(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32 << 20)
+s.setsockopt(socket.SOL_UDP, 103, size)  # UDP_SEGMENT
+buf = bytes(size * (65000 // size))
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    try:
+        s.sendto(buf, (sys.argv[1], 9995))
+    except OSError:
+        pass  # ENOBUFS: the device queue is full; the link drops, as on a wire
+"""
+_GRO_RECEIVER = """
+import json, socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 20)
+s.setsockopt(socket.SOL_UDP, 104, 1)  # UDP_GRO
+s.bind((sys.argv[1], 9995))
+s.settimeout(5.0)
+buf, size = bytearray(1 << 16), int(sys.argv[2])
+first = last = None
+got = datagrams = 0
+try:
+    while True:
+        n = s.recv_into(buf)
+        last = time.monotonic()
+        first = first or last
+        got += n
+        datagrams += -(-n // size)
+        s.settimeout(1.0)
+except TimeoutError:
+    pass
+print(json.dumps({"bytes": got, "datagrams": datagrams, "seconds": (last or 0) - (first or 0)}))
+"""
+
+
+def run_gso(
+    size: int, seconds: float, rate: str, rtt: str, forwarder: str, mtu: int, offload: str
+) -> dict[str, Any]:
+    """UDP with GSO out of A and GRO into B (as SDR's UDP backend) through a TUN link."""
+    spec = LinkSpec(rate=rate, rtt=rtt, queue="64MiB")
+    link = TunLink(
+        spec,
+        mtu=max(mtu, size + 28),
+        forwarder=forwarder,
+        offload="off" if forwarder == "python" else offload,
+    )
+    py = sys.executable
+    with link:
+        receiver = subprocess.Popen(
+            netns_exec(link.ns_b, py, "-c", _GRO_RECEIVER, link.addr_b, str(size)),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        subprocess.run(
+            netns_exec(link.ns_a, py, "-c", _GSO_SENDER, link.addr_b, str(size), str(seconds)),
+            timeout=seconds + 30,
+        )
+        got = json.loads(receiver.communicate(timeout=30)[0])
+        wall = time.monotonic() - t0
+    span = got["seconds"] or 1.0
+    return _row(link, "udp-gso", size, "max", got["bytes"] * 8 / span / 1e9,
+                got["datagrams"] / span, None, span, wall, None, None)  # fmt: skip
+
+
+def _row(
+    link: TunLink,
+    proto: str,
+    size: int,
+    offered: str,
+    gbps: float,
+    pps: float,
+    loss: float | None,
+    measured_s: float,
+    wall: float,
+    client_pct: float | None,
+    server_pct: float | None,
+) -> dict[str, Any]:
+    cpu = link.summary.get("cpu_s", {})
+    fwd_cpu = cpu.get("user", 0.0) + cpu.get("system", 0.0)
+    received_gb = gbps * measured_s / 8
+    return {
+        "forwarder": link.forwarder,
+        "proto": proto,
+        "offload": f"{link.offload:#x}" if link.offload else "off",
+        "datagram": size,
+        "offered": offered,
+        "received_gbps": gbps,
+        "received_kpps": pps / 1e3,
+        "sender_loss_pct": loss,
+        "forwarded": link.summary["forwarded"],
+        "report": link.summary.get("report", {}),
+        "native": link.summary.get("native", {}),
+        # CPU: the forwarder's over the link's lifetime (set-up and tear-down included),
+        # iperf3's own shares of a core (client, server) while it ran
+        "forwarder_cpu_s": fwd_cpu,
+        "forwarder_core": fwd_cpu / wall if wall > 0 else 0.0,
+        "forwarder_cpu_s_per_gb": fwd_cpu / received_gb if received_gb else None,
+        "client_cpu_pct": client_pct,
+        "server_cpu_pct": server_pct,
+    }
+
 
 def run(
     size: int,
@@ -43,6 +152,8 @@ def run(
     proto: str = "udp",
     offload: str = "auto",
 ) -> dict[str, Any]:
+    if proto == "udp-gso":
+        return run_gso(size, seconds, rate, rtt, forwarder, mtu, offload)
     spec = LinkSpec(rate=rate, rtt=rtt, queue="64MiB")
     udp = proto == "udp"
     link = TunLink(
@@ -89,29 +200,10 @@ def run(
         end = report["end"]["sum_received"]
         received_pkts, gbps, loss = delivered, end["bits_per_second"] / 1e9, 0.0
     sent = json.loads(client.stdout or "{}").get("end", {})
-    cpu = link.summary.get("cpu_s", {})
-    fwd_cpu = cpu.get("user", 0.0) + cpu.get("system", 0.0)
-    received_gb = gbps * end["seconds"] / 8
-    return {
-        "forwarder": link.forwarder,
-        "proto": proto,
-        "offload": f"{link.offload:#x}" if link.offload else "off",
-        "datagram": size,
-        "offered": offered,
-        "received_gbps": gbps,
-        "received_kpps": received_pkts / end["seconds"] / 1e3,
-        "sender_loss_pct": loss,
-        "forwarded": link.summary["forwarded"],
-        "report": link.summary.get("report", {}),
-        "native": link.summary.get("native", {}),
-        # CPU: the forwarder's over the link's lifetime (set-up and tear-down included),
-        # iperf3's own shares of a core (client, server) while it ran
-        "forwarder_cpu_s": fwd_cpu,
-        "forwarder_core": fwd_cpu / wall if wall > 0 else 0.0,
-        "forwarder_cpu_s_per_gb": fwd_cpu / received_gb if received_gb else None,
-        "client_cpu_pct": sent.get("cpu_utilization_percent", {}).get("host_total"),
-        "server_cpu_pct": report["end"].get("cpu_utilization_percent", {}).get("host_total"),
-    }
+    client_pct = sent.get("cpu_utilization_percent", {}).get("host_total")
+    server_pct = report["end"].get("cpu_utilization_percent", {}).get("host_total")
+    return _row(link, proto, size, offered, gbps, received_pkts / end["seconds"], loss,
+                end["seconds"], wall, client_pct, server_pct)  # fmt: skip
 
 
 def main() -> None:
@@ -125,7 +217,7 @@ def main() -> None:
         "--forwarder", default="native,python", help="native, python or both (comma-separated)"
     )
     parser.add_argument("--mtu", type=int, default=9000, help="TUN MTU (raised to fit --sizes)")
-    parser.add_argument("--proto", default="udp", help="udp, tcp or both (comma-separated)")
+    parser.add_argument("--proto", default="udp", help="udp, tcp, udp-gso (comma-separated)")
     parser.add_argument(
         "--offload", default="auto", help="TUN offloads: auto, off or both (comma-separated)"
     )
@@ -173,7 +265,7 @@ def main() -> None:
             r["offered"] if r["offered"] != "0" else "max",
             f"{r['received_gbps']:.2f}",
             f"{r['received_kpps']:.1f}",
-            f"{r['sender_loss_pct']:.1f}",
+            "" if r["sender_loss_pct"] is None else f"{r['sender_loss_pct']:.1f}",
             str(rep.get("late_packets", "")),
             f"{rep.get('max_lateness_s', 0.0) * 1e3:.2f}",
             f"{r['forwarder_core']:.2f}",
