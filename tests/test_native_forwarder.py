@@ -36,6 +36,7 @@ from sdr.backends.wan.native_forwarder import (
     NATIVE_ERROR,
     NativeForwarder,
     choose_forwarder,
+    choose_offload,
     native_unsupported,
 )
 from sdr.backends.wan.udp_relay import relay_pairs
@@ -202,6 +203,7 @@ def test_tun_link_delay_and_loss(forwarder):
     n = 300
     with TunLink(spec, forwarder=forwarder) as link:
         assert link.forwarder == forwarder
+        assert forwarder == "native" or link.offload == 0  # offloads: the native one only
         sink = subprocess.Popen(
             netns_exec(link.ns_b, sys.executable, "-c", _TUN_SINK, link.addr_b),
             stdout=subprocess.PIPE,
@@ -363,6 +365,27 @@ def test_choice_follows_the_argument_then_the_environment(monkeypatch):
         for pair in pairs:
             for end in pair:
                 end.close()
+
+
+def test_offload_choice_follows_the_argument_then_the_environment(monkeypatch):
+    monkeypatch.delenv("SDR_TUN_OFFLOAD", raising=False)
+    assert choose_offload(None, "native") and not choose_offload(None, "python")
+    assert not choose_offload("off", "native") and choose_offload("on", "native")
+    monkeypatch.setenv("SDR_TUN_OFFLOAD", "off")
+    assert not choose_offload(None, "native") and choose_offload("auto", "native")
+    with pytest.raises(ConfigError, match="native forwarder"):
+        choose_offload("on", "python")
+    with pytest.raises(ConfigError, match="fast"):
+        choose_offload("fast", "native")
+
+
+def test_the_python_forwarder_refuses_devices_with_offloads():
+    class Offloaded:
+        offload = 0x67
+
+    spec = LinkSpec()
+    with pytest.raises(ConfigError, match="offloads"):
+        Forwarder([(Offloaded(), Offloaded())], spec, spec)  # type: ignore[list-item]
 
 
 @needs_native
