@@ -84,6 +84,7 @@ typedef struct {
     uint16_t hdr_len, gso_size, csum_start, csum_offset;
 } VnetHdr;
 #define VNET_HDR 10
+_Static_assert(sizeof(VnetHdr) == VNET_HDR, "virtio_net_hdr is 10 bytes");
 #define VNET_NEEDS_CSUM 1
 #define GSO_NONE 0
 #define GSO_TCPV4 1
