@@ -197,6 +197,11 @@ class Machine(ABC):
     def on_control(self, now: float, message: ControlMessage) -> None:
         """A control message about this message arrived from the peer."""
 
+    def hold_deadline(self, until: float) -> None:  # noqa: B027 - optional hook
+        """Do not give up before ``until``: the connection made progress (under a
+        congestion controller every message shares one paced rate, so one that waits its
+        turn is not stuck while another moves)."""
+
     # --- helpers for subclasses ---------------------------------------------------------
     def count(self, key: str, n: int = 1) -> None:
         self.stats[key] = self.stats.get(key, 0) + n

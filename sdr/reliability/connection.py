@@ -217,12 +217,19 @@ class ReliableConnection:
     # --- the driver's side --------------------------------------------------------------
     def receive_completions(self, now: float, batch: CompletionBatch) -> None:
         """Packets landed: the core places them, the machines hear of new chunks."""
+        progress = False
         for rec, chunks in self.core.receive_completions(now, batch).items():
             owner = self._lane_in.get(rec)
             if owner is not None and len(chunks):
                 inc, lane = owner
                 if inc.machine is not None and inc.machine.active:
                     inc.machine.on_chunks(now, lane, chunks)
+                    progress = True
+        stall = self.config.stall_timeout
+        if progress and stall is not None:  # the connection moves: no receive is stuck
+            for other in self._receiving.values():
+                if other.machine is not None:
+                    other.machine.hold_deadline(now + stall)
 
     def receive_control(self, now: float, data: bytes) -> None:
         """A control message arrived: SDR's own go to the core, ours to the machines."""
@@ -353,6 +360,10 @@ class ReliableConnection:
 
     def _congestion_signal(self, now: float, out: Outgoing, signal: Delivered | Lost) -> None:
         rtt = signal.rtt_s if isinstance(signal, Delivered) else None
+        stall = self.config.stall_timeout
+        if stall is not None and isinstance(signal, Delivered):  # the connection moves
+            for other in self._sending.values():
+                other.machine.hold_deadline(now + stall)
         if self.paths is not None and signal.chunks is not None:
             lane = out.lanes[0].record
             if isinstance(signal, Delivered):

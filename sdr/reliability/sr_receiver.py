@@ -64,9 +64,6 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         if not self.active:
             return
         self.begin(now)
-        stall = self.config.stall_timeout
-        if stall is not None and len(chunks):  # a controller paces: follow progress
-            self._deadline = max(self._deadline, now + stall)
         if lane == Lane.DATA:
             chunks = chunks[chunks < self.n_chunks]
             self.arrived[chunks] = True
@@ -132,6 +129,10 @@ class SelectiveRepeatReceiver(SchemeReceiver):
             self.nack_holes_below(now, self._hi)
 
     # --- timers -------------------------------------------------------------------------
+    def hold_deadline(self, until: float) -> None:
+        if np.isfinite(self._deadline):  # armed (the receiver's, by the first chunk)
+            self._deadline = max(self._deadline, until)
+
     def next_timer(self) -> float | None:
         if not self.active:
             return None

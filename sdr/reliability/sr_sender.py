@@ -150,6 +150,10 @@ class SelectiveRepeatSender(SchemeSender):
         self.retransmit(chunks[~repaired & (age >= self.config.rtt / 2)])
 
     # --- timers -------------------------------------------------------------------------
+    def hold_deadline(self, until: float) -> None:
+        if np.isfinite(self._deadline):  # armed (the receiver's, by the first chunk)
+            self._deadline = max(self._deadline, until)
+
     def next_timer(self) -> float | None:
         if not self.active or not self.started:
             return None
@@ -227,9 +231,6 @@ class SelectiveRepeatSender(SchemeSender):
         """Report newly acknowledged chunks, with a Karn RTT sample (see :class:`Delivered`)."""
         if not len(fresh):
             return
-        stall = self.config.stall_timeout
-        if stall is not None:  # a controller paces: the deadline follows progress
-            self._deadline = max(self._deadline, now + stall)
         once = fresh[self.tracker.sends[fresh] == 1]
         rtt, sample = None, None
         if len(once):
