@@ -78,8 +78,9 @@ class SendTable:
         self._next_deadline = math.inf  # earliest CTS deadline of a waiting message
         self.departures: list[tuple[SendRecord, int, int]] = []
         """(record, first packet, stop packet) of every batch handed out since drained."""
-        self.channel_for: Callable[[SendRecord, np.ndarray], np.ndarray] | None = None
-        """Picks the channel of each packet of a record (multipath); None: round robin."""
+        self.channel_for: Callable[[SendRecord, np.ndarray, float], np.ndarray] | None = None
+        """Picks the channel of each packet of a record at ``now`` (multipath); None:
+        round robin."""
 
     @property
     def in_flight(self) -> int:
@@ -267,14 +268,14 @@ class SendTable:
                 break  # order-based matching: later messages wait for this CTS
             if rec.remote is None or rec.state is not SendState.QUEUED:
                 continue
-            budget -= self._emit(rec, budget, batches)
+            budget -= self._emit(rec, budget, batches, 0.0 if now is None else now)
             if rec.ended and not rec._ranges and rec.state is SendState.QUEUED:
                 budget -= self._finish(rec, budget, batches)
         while self._queue and self._queue[0].state is not SendState.QUEUED:
             self._queue.popleft()
         return batches
 
-    def _emit(self, rec: SendRecord, budget: int, out: list[WriteBatch]) -> int:
+    def _emit(self, rec: SendRecord, budget: int, out: list[WriteBatch], now: float) -> int:
         attr, cts = self.attr, rec.remote
         assert cts is not None
         sent = 0
@@ -300,7 +301,7 @@ class SendTable:
             packets = np.arange(rng.next_packet, rng.next_packet + n, dtype=np.int64)
             starts = packets * attr.mtu
             lengths = np.minimum(attr.mtu, end - starts)
-            channels = self._channels(rec, packets)
+            channels = self._channels(rec, packets, now)
             out.append(
                 WriteBatch(
                     region=rng.region,
@@ -324,9 +325,9 @@ class SendTable:
                 rec._ranges.popleft()
         return sent
 
-    def _channels(self, rec: SendRecord, packets: np.ndarray) -> np.ndarray:
+    def _channels(self, rec: SendRecord, packets: np.ndarray, now: float) -> np.ndarray:
         if self.channel_for is not None:
-            channels = np.asarray(self.channel_for(rec, packets), dtype=np.int64)
+            channels = np.asarray(self.channel_for(rec, packets, now), dtype=np.int64)
             if (
                 len(channels) != len(packets)
                 or not ((channels >= 0) & (channels < self.attr.channels)).all()

@@ -143,7 +143,6 @@ class ReliableConnection:
         self._lane_in: dict[RecvRecord, tuple[Incoming, int]] = {}
         self._finished: OrderedDict[int, bool] = OrderedDict()
         self._events: deque[Event] = deque()
-        self._sending_at = 0.0  # ``now`` of the writes_to_send round in progress
         self.controller = congestion_controller(config, self.attr)
         """The congestion controller (None: ``fixed``, the QP paces at its rate_limit)."""
         self._windowed = self.controller is not None and self.scheme.acks_progressively
@@ -240,7 +239,6 @@ class ReliableConnection:
     def writes_to_send(self, now: float, budget: int) -> list[WriteBatch]:
         """Packets to transmit now (at most ``budget``); their departures reach the machines."""
         self._step(now)
-        self._sending_at = now
         cc = self.controller
         if self._windowed and budget > 0 and math.isfinite(cwnd := cc.cwnd):  # type: ignore[union-attr]
             # never less than an RTO at the pacing rate: bytes lost in flight leave the
@@ -391,7 +389,7 @@ class ReliableConnection:
         rtt = now - out.last_sent
         return rtt if rtt > 0 else None
 
-    def _channels_for(self, rec: SendRecord, packets: np.ndarray) -> np.ndarray:
+    def _channels_for(self, rec: SendRecord, packets: np.ndarray, now: float) -> np.ndarray:
         """The send table's channel choice under multipath: each chunk on one path."""
         assert self.paths is not None
         owner = self._lane_of.get(rec)
@@ -399,7 +397,7 @@ class ReliableConnection:
             return np.arange(len(packets)) % self.attr.channels
         out, index = owner
         n_chunks = out.lanes[index].geometry.n_chunks
-        return self.paths.channels(rec, n_chunks, packets, self._sending_at)
+        return self.paths.channels(rec, n_chunks, packets, now)
 
     def _end_outgoing(self, now: float, out: Outgoing, error: SDRError | None) -> None:
         if self._sending.pop(out.seq, None) is None:
