@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from sdr.congestion import (
@@ -66,8 +67,9 @@ def test_delay_rising_delay_cuts_once_per_rtt() -> None:
     cc = DelayBased(1e9)
     t = _steady(cc, t0=0.0, rtts=4, queue=0.0)
     before = cc.pacing_rate
-    # a queue of 5 ms (over the 1.25 ms target) for half an RTT: one cut, not one per ACK
-    for i in range(100):
+    # a queue of 5 ms (over the 1.25 ms target) for one RTT: it shows once the standing
+    # RTT (the smallest sample of half an RTT) rises, and it is one cut, not one per ACK
+    for i in range(250):
         cc.on_ack(t + i * 1e-4, PKT, RTT + 0.005)
     assert cc.decreases == 1
     assert 0.5 * before <= cc.pacing_rate < 0.95 * before
@@ -76,11 +78,12 @@ def test_delay_rising_delay_cuts_once_per_rtt() -> None:
 def test_delay_loss_burst_with_rising_delay_cuts() -> None:
     cc = DelayBased(1e9)
     t = _steady(cc, t0=0.0, rtts=4, queue=0.0)
-    for i in range(20):  # the queue grows over 2 x target
-        cc.on_ack(t + i * 1e-4, PKT, RTT + 0.0001 * i * 2)
+    for i in range(300):  # the queue grows over 2 x target (12 ms in 30 ms)
+        cc.on_ack(t + i * 1e-4, PKT, RTT + 4e-5 * i)
+    assert cc.queue_delay > 2 * cc.target_delay
     cuts = cc.decreases
     rate = cc.pacing_rate
-    cc.on_loss(t + 0.01, PKT, None, sent_at=t + 0.01)
+    cc.on_loss(t + 0.03, PKT, None, sent_at=t + 0.03)
     assert cc.decreases == cuts + 1
     assert cc.pacing_rate <= 0.7 * rate + 1
 
@@ -93,9 +96,49 @@ def test_delay_additive_increase_is_capped_at_max_rate() -> None:
 
 def test_delay_target_follows_min_rtt() -> None:
     cc = DelayBased(1e9)
-    cc.on_ack(0.0, PKT, 0.1)
+    for i in range(3):  # the minimum is a median of three samples
+        cc.on_ack(i * 1e-3, PKT, 0.1)
     assert cc.target_delay == pytest.approx(0.005)
     assert DelayBased(1e9, target=0.002).target_delay == 0.002
+
+
+def _noisy(cc: DelayBased, *, t0: float, rtts: int, queue: float, seed: int = 1) -> float:
+    """SACK-like samples (one per 2.5 ms, 160 KiB each at 1 Gbit/s) whose RTT carries the
+    host noise measured on the emulator: lognormal, p50 2.55 ms, p10 1.2, p99 9.5 ms."""
+    rng = np.random.default_rng(seed)
+    t, step = t0, 2.5e-3
+    nbytes = 1e9 / 8 * step
+    for _ in range(int(rtts * RTT / step)):
+        t += step
+        cc.on_sent(t, nbytes)
+        cc.on_ack(t, nbytes, RTT + queue + 2.55e-3 * float(rng.lognormal(0.0, 0.57)))
+    return t
+
+
+def test_delay_host_noise_is_not_a_queue() -> None:
+    # before the noise filters the rate was cut about once per RTT to a few % of the link
+    cc = DelayBased(1e9)
+    _noisy(cc, t0=0.0, rtts=80, queue=0.0)
+    assert cc.pacing_rate >= 0.9e9, cc.state()
+    assert 1.25e-3 < cc.target_delay <= 0.25 * RTT + 3e-3  # the target rose above the noise
+    assert cc.base_rtt < RTT + 2e-3
+
+
+def test_delay_a_queue_still_shows_through_host_noise() -> None:
+    cc = DelayBased(1e9)
+    t = _noisy(cc, t0=0.0, rtts=20, queue=0.0)
+    before, cuts = cc.pacing_rate, cc.decreases
+    _noisy(cc, t0=t, rtts=4, queue=0.015, seed=2)  # a 15 ms standing queue
+    assert cc.decreases > cuts and cc.pacing_rate < 0.8 * before
+
+
+def test_delay_one_low_sample_does_not_move_the_minimum() -> None:
+    cc = DelayBased(1e9)
+    t = _steady(cc, t0=0.0, rtts=2, queue=0.0)
+    cc.on_ack(t + 1e-4, PKT, RTT - 0.0055)  # a departure stamped late, once
+    t = _steady(cc, t0=t + 2e-4, rtts=2, queue=0.0)
+    assert cc.base_rtt == pytest.approx(RTT)
+    assert cc.decreases == 0 and cc.queue_delay == 0.0
 
 
 def test_bbr_startup_exits_and_cycles() -> None:

@@ -150,13 +150,14 @@ def test_writes_complete_intact_and_the_books_balance(scheme, controller) -> Non
 
 
 def _windowed_burst(rtt: float, sample: float) -> tuple[int, int]:
-    """Packets a fresh 1 MiB sr-rto write may send at once after one RTT sample of
+    """Packets a fresh 1 MiB sr-rto write may send at once after three RTT samples of
     ``sample`` s (configured ``rtt``), and the window in packets the connection allowed."""
     a = Side("sr-rto", rtt=rtt, congestion="delay")
     cc = a.conn.controller
     assert cc is not None
-    cc.on_sent(0.0, 1024)
-    cc.on_ack(sample, 1024, rtt_s=sample)  # min RTT known: a finite window
+    for _ in range(3):  # min RTT known (a median of three samples): a finite window
+        cc.on_sent(0.0, 1024)
+        cc.on_ack(sample, 1024, rtt_s=sample)
     window = max(cc.cwnd, cc.pacing_rate / 8 * a.conn.config.rto)
     b = Side("sr-rto")
     b.conn.post_recv(0.0, _register(np.zeros(MIB, dtype=np.uint8)))

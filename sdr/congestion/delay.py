@@ -39,6 +39,24 @@ congestion signal, not loss. Here the control variable is a pacing rate (SDR pac
   under twice the target and under half of what it was at entry. (Copa's "competitive
   mode", Arun and Balakrishnan, NSDI 2018, makes the same move with another detector.)
 
+**Host noise.** RTT samples measured by software carry the hosts' scheduling delay and the
+receiver's ACK hold as well as the network's queue: on a 2-core host running both ends
+and the link emulator, 1-11 ms (p10-p99) above the minimum with no queue at all, while
+the default target on a 25 ms link is 1.25 ms. Three filters keep that out of the signal:
+
+- a **median of three** consecutive samples feeds everything, so one sample alone (too
+  high, or too low: a departure stamped late once made one 5.5 ms under the path's RTT)
+  moves neither the minimum nor a decision;
+- the queueing delay is the **standing RTT** (the smallest of the last
+  ``standing_samples`` filtered samples, none older than ``standing_rtts`` x srtt: Copa's
+  RTT_standing, counted in samples so that per-packet ACKs add no lag) minus the minimum:
+  a real queue raises every sample of that window, noise only some. The window shrinks
+  with the noise (to one sample when the noise is 0: no lag in a simulator);
+- the target grows to ``noise_gain`` x the measured **noise** (the mean jump between
+  consecutive samples: a queue grows or drains smoothly, a sample at a time, noise
+  jumps), up to ``target_max_fraction`` x the minimum RTT. In a simulator or on
+  quiet hosts the noise is near zero and the target is what it was.
+
 The window ``cwnd`` is ``cwnd_gain`` BDPs at the current rate: a safety net when ACKs stop.
 The controller starts at the configured ``rate`` (as ``fixed`` does), so a transfer on an
 idle link loses nothing to a slow start.
@@ -47,6 +65,7 @@ idle link loses nothing to a slow start.
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any
 
 from sdr.congestion.base import CongestionController, check_rate
@@ -75,6 +94,10 @@ class DelayBased(CongestionController):
     compete_rtts, compete_factor: the competing-mode detector (window, threshold).
     stuck_windows: windows of cuts that did not drain the queue before competing mode.
     cwnd_gain: the window in BDPs at the current rate.
+    standing_samples, standing_rtts: the standing-RTT window: that many samples, none
+        older than ``standing_rtts`` smoothed RTTs.
+    noise_gain, target_max_fraction: the noise-aware target (``noise_gain`` x the
+        samples' measured noise, at most ``target_max_fraction`` x the minimum RTT).
     """
 
     name = "delay"
@@ -98,6 +121,10 @@ class DelayBased(CongestionController):
         compete_factor: float = 4.0,
         stuck_windows: int = 3,
         cwnd_gain: float = 2.0,
+        standing_samples: int = 6,
+        standing_rtts: float = 0.5,
+        noise_gain: float = 2.0,
+        target_max_fraction: float = 0.25,
     ) -> None:
         super().__init__(rate, max_rate=max_rate, mtu=mtu)
         if isinstance(target, str):  # a config's "10ms"
@@ -117,6 +144,24 @@ class DelayBased(CongestionController):
         self.compete_rtts = _fraction("compete_rtts", compete_rtts, 1000.0)
         self.compete_factor = _fraction("compete_factor", compete_factor, 1000.0)
         self.cwnd_gain = _fraction("cwnd_gain", cwnd_gain, 100.0)
+        self.standing_rtts = _fraction("standing_rtts", standing_rtts, 100.0)
+        self.noise_gain = _fraction("noise_gain", noise_gain, 100.0)
+        self.target_max_fraction = _fraction("target_max_fraction", target_max_fraction)
+        self._recent: list[float] = []  # the last raw samples (median of three)
+        if (
+            isinstance(standing_samples, bool)
+            or not isinstance(standing_samples, int)
+            or not 1 <= standing_samples <= 1000
+        ):
+            raise ConfigError(
+                f"standing_samples must be an integer in [1, 1000], got {standing_samples!r}"
+            )
+        self.standing_samples = standing_samples
+        self._standing: deque[tuple[float, float]] = deque()  # (time, filtered sample)
+        self.base_rtt = math.inf
+        """The smallest filtered RTT sample: the path's delay without host noise."""
+        self.noise = 0.0
+        """Mean jump between consecutive samples (seconds): the host's noise."""
         self._rate = self.rate
         self._last_decrease = -math.inf
         self._q_ref = 0.0  # queueing delay at the last decision (0: none this episode)
@@ -149,7 +194,13 @@ class DelayBased(CongestionController):
         """The queueing-delay target in seconds."""
         if self.target is not None:
             return self.target
-        base = self.min_rtt if math.isfinite(self.min_rtt) else 0.0
+        base = self.base_rtt if math.isfinite(self.base_rtt) else 0.0
+        cap = self.target_max_fraction * base
+        return max(self._base_target(), min(self.noise_gain * self.noise, cap))
+
+    def _base_target(self) -> float:
+        """The target without noise: ``max(target_min, target_fraction x min RTT)``."""
+        base = self.base_rtt if math.isfinite(self.base_rtt) else 0.0
         return max(self.target_min, self.target_fraction * base)
 
     @property
@@ -158,18 +209,22 @@ class DelayBased(CongestionController):
 
     @property
     def cwnd(self) -> float:
-        if not math.isfinite(self.min_rtt):
+        if not math.isfinite(self.base_rtt):
             return math.inf
-        base = max(self.min_rtt, self._floor if self.competing else 0.0)
+        base = max(self.base_rtt, self._floor if self.competing else 0.0)
         return max(4.0 * self.mtu, self.cwnd_gain * self._rate / 8 * base)
 
     def on_ack(self, now: float, acked_bytes: float, rtt_s: float | None = None) -> None:
         super().on_ack(now, acked_bytes, rtt_s)
         if rtt_s is None or rtt_s <= 0 or self.srtt is None:
             return
+        if self._recent:  # noise: how far one sample jumps from the last
+            self.noise += (abs(rtt_s - self._recent[-1]) - self.noise) / 32
+        rtt_s = self._filtered(rtt_s)
+        standing = self._standing_rtt(now, rtt_s)
         self._track_floor(now, rtt_s)
-        base = self._floor if self.competing else self.min_rtt
-        q = max(0.0, rtt_s - base)
+        base = self._floor if self.competing else self.base_rtt
+        q = max(0.0, standing - base)
         self.queue_delay = q
         target = self.target_delay
         if now - self._round_start >= self.srtt:  # hyperactive increase (TIMELY's HAI)
@@ -190,6 +245,32 @@ class DelayBased(CongestionController):
         else:
             self._decrease(now, q, target, rtt_s)
             self._q_ref = q
+
+    def _standing_rtt(self, now: float, rtt: float) -> float:
+        """The smallest of the last ``standing_samples`` filtered samples, none older
+        than ``standing_rtts`` x srtt (a count, so per-packet ACKs add no lag)."""
+        recent = self._standing
+        recent.append((now, rtt))
+        assert self.srtt is not None
+        oldest = now - self.standing_rtts * self.srtt
+        # as long as the noise needs: no filter (no lag) on a quiet host or in a simulator
+        quiet = min(1.0, self.noise / self._base_target())
+        keep = 1 + round((self.standing_samples - 1) * quiet)
+        while len(recent) > keep or recent[0][0] < oldest:
+            recent.popleft()
+        return min(value for _, value in recent)
+
+    def _filtered(self, rtt: float) -> float:
+        """The median of the last three samples; it also keeps :attr:`base_rtt` (from
+        the third sample on: the first two are used as they are, and set no minimum)."""
+        recent = self._recent
+        recent.append(rtt)
+        if len(recent) > 3:
+            del recent[0]
+        if len(recent) == 3:
+            rtt = sorted(recent)[1]
+            self.base_rtt = min(self.base_rtt, rtt)
+        return rtt
 
     def _too_small(self, now: float, q: float, target: float) -> bool:
         """The last cut was too small: the queue doubled since and we still send faster
@@ -230,7 +311,7 @@ class DelayBased(CongestionController):
         if q > 2 * target:
             measured = self.ack_rate.rate(now)
             if measured is not None:
-                drain = min(0.5, (q - target) / max(2 * self.min_rtt, 1e-6))
+                drain = min(0.5, (q - target) / max(2 * self.base_rtt, 1e-6))
                 new = min(new, measured * (1 - drain))
         self._cut(now, new)
 
@@ -247,7 +328,7 @@ class DelayBased(CongestionController):
         assert self.srtt is not None
         if now - self._win_start < self.compete_rtts * self.srtt:
             return
-        floor_q = self._win_min - self.min_rtt
+        floor_q = self._win_min - self.base_rtt
         target = self.target_delay
         self._high_windows = self._high_windows + 1 if floor_q > self.compete_factor * target else 0
         # cuts that do not drain: we cut in this window and the queue never fell to the
@@ -271,5 +352,7 @@ class DelayBased(CongestionController):
             **super().state(),
             "queue_delay": self.queue_delay,
             "target": self.target_delay,
+            "base_rtt": self.base_rtt,
+            "noise": self.noise,
             "competing": self.competing,
         }
