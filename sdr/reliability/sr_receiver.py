@@ -2,7 +2,13 @@
 
 Arrivals are coalesced into one SACK per ``ack_interval`` (cumulative ACK plus as much
 selective bitmap as fits). With ``nack_holes`` (the ``sr-nack`` scheme) a hole is NACKed
-as soon as a later chunk shows it, and again at most once per RTO. Every chunk is checked
+once a later chunk shows it and it stayed a hole for the **reorder window**, and again at
+most once per RTO. The window starts at 0 (a single FIFO path never reorders, so a hole
+is NACKed at once; an eighth of the RTT with ``multipath``, which reorders by design)
+and learns from the holes that filled with their first copy: 1.25x the longest such
+wait (RACK's idea, RFC 8985, on the receiving side), at most one RTT.
+Multipath makes that matter: chunks sprayed over paths whose queues differ overtake each
+other, and without the window each overtaken chunk was NACKed and sent twice. Every chunk is checked
 against its CRC-32 from the DIGEST; a chunk that fails is NACKed on its own and checked
 again when its retransmission should have landed (duplicates do not change the bitmap,
 so the check is timer driven). The message completes, with a positive ACK, only when
@@ -41,6 +47,10 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         self.verified = np.zeros(n, dtype=bool)
         self.bad = np.zeros(n, dtype=bool)
         self.last_nack = np.full(n, -np.inf)
+        self.hole_since = np.full(n, np.inf)  # when a later chunk first showed the hole
+        self.reorder_window = self.config.rtt / 8 if self.config.multipath else 0.0
+        """Seconds a hole waits before its NACK (learned, see the module docstring)."""
+        self._nack_at = np.inf  # the next hole whose window ends
         self._deadline = np.inf
         self._ack_at: float | None = None
         self._hi = -1  # highest chunk index that arrived
@@ -66,10 +76,13 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         self.begin(now)
         if lane == Lane.DATA:
             chunks = chunks[chunks < self.n_chunks]
+            self._learn_reordering(now, chunks)
             self.arrived[chunks] = True
             self.count("chunks_arrived", len(chunks))
-            if len(chunks):
-                self._hi = max(self._hi, int(chunks.max()))
+            if len(chunks) and (hi := int(chunks.max())) > self._hi:
+                shown = np.arange(self._hi + 1, hi)
+                self.hole_since[shown[~self.arrived[shown]]] = now
+                self._hi = hi
             self.verify(now, chunks)
             self.after_data(now, chunks)
         else:
@@ -139,7 +152,7 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         recheck = None
         if self.bad.any():
             recheck = float(self.last_nack[self.bad].min()) + self.config.rto
-        return earliest(self._deadline, self._ack_at, recheck)
+        return earliest(self._deadline, self._ack_at, recheck, self._nack_at)
 
     def handle_timer(self, now: float) -> None:
         if not self.active:
@@ -152,6 +165,8 @@ class SelectiveRepeatReceiver(SchemeReceiver):
             self.send_sack()
         if self.bad.any() and now >= float(self.last_nack[self.bad].min()) + self.config.rto:
             self.recheck_bad(now)
+        if now >= self._nack_at:  # a hole's reorder window ended
+            self.nack_holes_below(now, self._hi)
         self.check_done(now)
 
     # --- verification -------------------------------------------------------------------
@@ -235,9 +250,25 @@ class SelectiveRepeatReceiver(SchemeReceiver):
             self.send(message)
 
     def nack_holes_below(self, now: float, hi: int) -> None:
-        """NACK missing chunks below ``hi`` not NACKed within the last RTO."""
+        """NACK missing chunks below ``hi`` that waited the reorder window and were not
+        NACKed within the last RTO (a landed but bad chunk waits no window)."""
         holes = np.flatnonzero(~self.have()[: max(hi, 0)])
-        self.nack(now, holes[now - self.last_nack[holes] >= self.config.rto])
+        due = self.hole_since[holes] + self.reorder_window
+        waited = (due <= now) | self.arrived[holes]
+        self.nack(now, holes[waited & (now - self.last_nack[holes] >= self.config.rto)])
+        self._nack_at = float(due[~waited].min()) if not waited.all() else np.inf
+
+    def _learn_reordering(self, now: float, chunks: np.ndarray) -> None:
+        """Holes filled by their first copy (never NACKed, or NACKed too recently for a
+        repair to be back) widen the reorder window."""
+        filled = chunks[~self.arrived[chunks] & np.isfinite(self.hole_since[chunks])]
+        if not len(filled):
+            return
+        first_copy = now - self.last_nack[filled] < self.config.rtt / 4
+        first_copy |= ~np.isfinite(self.last_nack[filled])
+        if first_copy.any():
+            waited = float((now - self.hole_since[filled[first_copy]]).max())
+            self.reorder_window = min(max(self.reorder_window, 1.25 * waited), self.config.rtt)
 
     def fail(self, error: SDRError, tell: bool = True) -> None:
         """Give the message up; ``tell`` the sender with a failed ACK."""
