@@ -46,6 +46,54 @@ def test_a_transport_listens_on_one_port_per_path() -> None:
         udp.UdpTransport(port=0, paths=0)
 
 
+def _free_port_run(n: int) -> int:
+    """A port P with P..P+n-1 free on 127.0.0.1 (at the time of asking)."""
+    import socket
+
+    for _ in range(50):
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        probe.bind(("127.0.0.1", 0))
+        base = probe.getsockname()[1]
+        probe.close()
+        if base + n > 65535:
+            continue
+        held = []
+        try:
+            for p in range(base, base + n):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                held.append(sock)
+                sock.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+    pytest.skip("no run of free UDP ports")
+
+
+def test_a_fixed_port_takes_the_next_ports_for_the_other_paths() -> None:
+    # a firewall or a policy route (the multipath emulator) names them in advance
+    import socket
+
+    base = _free_port_run(3)
+    t = udp.UdpTransport(port=base, paths=3)
+    try:
+        assert t.ports == [base, base + 1, base + 2]
+        assert t.info()["ports"] == t.ports
+    finally:
+        t.close()
+    held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    held.bind(("127.0.0.1", base + 1))  # another process holds the second port
+    try:
+        with pytest.raises(sdr.TransportError, match=f"127.0.0.1:{base + 1}: .*in use"):
+            udp.UdpTransport(port=base, paths=3)
+    finally:
+        held.close()
+    with pytest.raises(ConfigError, match="ports 65534..65537 go past 65535"):
+        udp.UdpTransport(port=65534, paths=4)
+
+
 @pytest.mark.parametrize("datapath", ["native", "python"])
 @pytest.mark.parametrize("multipath", [True, False])
 def test_reliable_writes_over_four_paths_arrive_intact(datapath, multipath) -> None:

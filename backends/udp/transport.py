@@ -94,8 +94,9 @@ class UdpTransport(Transport):
         default; native datapath only).
     paths: data ports to receive on (default 1). With more, a QP's channel c is sent to
         the peer's port ``c % paths``, so the channels differ in the 5-tuple an ECMP
-        switch hashes and may take distinct routes (multipath; the first port is
-        ``port``, the others are picked free). Each port has its own receive pass.
+        switch hashes and may take distinct routes (multipath). The ports are ``port``,
+        ``port + 1`` ... ``port + paths - 1`` (a range a firewall or a policy route can
+        name), or all picked free with ``port=0``. Each port has its own receive pass.
     """
 
     name: ClassVar[str] = "udp"
@@ -115,13 +116,16 @@ class UdpTransport(Transport):
     ) -> None:
         if isinstance(paths, bool) or not isinstance(paths, int) or not 1 <= paths <= MAX_PATHS:
             raise ConfigError(f"paths must be an integer in [1, {MAX_PATHS}], got {paths!r}")
+        if port and int(port) + paths - 1 > 65535:
+            raise ConfigError(f"ports {port}..{int(port) + paths - 1} go past 65535")
         self.rng = np.random.default_rng(seed)
         self.data_socket = open_udp_socket(host, int(port), int(socket_buffer))
         self.data_sockets = [self.data_socket]
         """One per path: the first sends every datagram and receives path 0's."""
         try:
-            for _ in range(paths - 1):
-                self.data_sockets.append(open_udp_socket(host, 0, int(socket_buffer)))
+            for i in range(1, paths):  # port P: P+1, P+2 ... (a firewall's range); 0: free
+                extra = int(port) + i if port else 0
+                self.data_sockets.append(open_udp_socket(host, extra, int(socket_buffer)))
             self.control_socket = open_udp_socket(host, int(control_port), 1 << 20)
         except TransportError:
             for sock in self.data_sockets:

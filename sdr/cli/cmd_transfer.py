@@ -252,6 +252,9 @@ def recv(
     relay: str = typer.Option(
         None, help="map file of 'sdr emulate relay --map': receive the UDP data through it"
     ),
+    data_port: int = typer.Option(
+        0, help="UDP data ports PORT..PORT+paths-1 (the sender's --paths) [default: free ones]"
+    ),
     as_json: bool = typer.Option(False, "--json", help="JSON lines on stdout (progress, report)"),
 ) -> None:
     """Receive one file sent with ``sdr send`` and verify it end to end.
@@ -272,6 +275,7 @@ def recv(
             progress=output.progress,
             keep_partial=keep_partial,
             relay=relay,
+            data_port=data_port,
         )
     output.report(
         report,

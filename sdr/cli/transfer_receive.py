@@ -20,7 +20,7 @@ from sdr.cli.transfer_options import Progress
 from sdr.cli.transfer_peer import WATCH_S, agree_secret, peer_error, tell_peer, watch
 from sdr.cli.transfer_pieces import map_file, pieces, sha256, stats, verified, with_arrived
 from sdr.cli.transfer_relay import RelaySide, load_side
-from sdr.errors import MessageFailed, ProtocolError, SDRError
+from sdr.errors import ConfigError, MessageFailed, ProtocolError, SDRError
 from sdr.reliability import ReliabilityConfig
 from sdr.runtime import ReliableQP, drive
 
@@ -53,6 +53,7 @@ def serve_file(
     timeout: float = 300.0,
     keep_partial: bool = False,
     relay: str | None = None,
+    data_port: int = 0,
 ) -> dict[str, Any]:
     """Receive one file into ``out`` from a :func:`~sdr.cli.transfer_send.send_file` peer;
     returns a report.
@@ -62,8 +63,11 @@ def serve_file(
     ``keep_partial``) and ``out`` is left as it was. ``progress`` counts verified bytes
     only. A sender that exits or is killed is reported within about a second. With
     ``relay`` (a map file of ``sdr emulate relay``) the UDP traffic crosses the relay as
-    its side B.
+    its side B. ``data_port``: receive the UDP data on ports ``data_port`` ...
+    ``data_port + paths - 1`` (``paths`` is the sender's); 0 (default) takes free ports.
     """
+    if isinstance(data_port, bool) or not isinstance(data_port, int) or not 0 <= data_port < 65536:
+        raise ConfigError(f"--data-port must be in [0, 65535], got {data_port!r}")
     key = check_secret(secret)
     _check_out(out)
     side = load_side(relay, "b", timeout) if relay else None
@@ -95,7 +99,18 @@ def serve_file(
         if side:
             info = side.rewrite(info, key)
         return _receive(
-            conn, out, size, attr, config, progress, key, timeout, info, keep_partial, side
+            conn,
+            out,
+            size,
+            attr,
+            config,
+            progress,
+            key,
+            timeout,
+            info,
+            keep_partial,
+            side,
+            data_port,
         )
     except (SDRError, OSError) as exc:
         tell_peer(conn, exc)
@@ -116,13 +131,15 @@ def _receive(
     info: str,
     keep_partial: bool,
     side: RelaySide | None,
+    data_port: int = 0,
 ) -> dict[str, Any]:
     partial = partial_path(out)
     open(partial, "wb").close()
     renamed = False
     fh, buf = map_file(partial, size, write=True)
     host = conn.getsockname()[0]
-    transport = side.transport() if side else UdpTransport(host, 0, paths=_paths_of(info))
+    paths = _paths_of(info)
+    transport = side.transport() if side else UdpTransport(host, data_port, paths=paths)
     ctx = sdr.Context(transport, secret=secret)
     try:
         qp = ctx.create_qp(attr)

@@ -149,8 +149,32 @@ def _send(
         "wire_bytes": counters["bytes_sent"],
         "packets_sent": counters["packets_sent"],
         "paths": len(getattr(qp.ctx.transport, "ports", (0,))),
+        "multipath": _multipath_report(rqp, qp.ctx.now() - (time.monotonic() - start)),
         "stats": stats(handles),
         "sha256": digest,
+    }
+
+
+def _multipath_report(rqp: ReliableQP, start: float) -> dict[str, Any] | None:
+    """Per path (channel): bytes sent, acknowledged and lost, smoothed RTT, loss, active;
+    and the selector's moves as (seconds since the first write, path, active)."""
+    paths = rqp.connection.paths
+    if paths is None:
+        return None
+    selector = paths.selector
+    return {
+        "paths": [
+            {
+                "sent": s.sent,
+                "acked": s.acked,
+                "lost": s.lost,
+                "srtt_s": s.srtt,
+                "loss": s.loss,
+                "active": s.active,
+            }
+            for s in selector.stats
+        ],
+        "moves": [(t - start, path, active) for t, path, active in selector.moves],
     }
 
 

@@ -14,12 +14,13 @@ import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from sdr.backends.wan import TunLink, netns_exec
+from sdr.backends.wan.multipath_link import MultiPathTunLink
 from sdr.errors import TransportError
 
 __all__ = ["make_payload", "transfer_over_link"]
@@ -56,15 +57,18 @@ def _env() -> dict[str, str]:
 
 
 def transfer_over_link(
-    link: TunLink,
+    link: TunLink | MultiPathTunLink,
     source: pathlib.Path,
     out: pathlib.Path,
     send_args: list[str],
     progress: Callable[[int, int], None] | None = None,
     timeout: float = 300.0,
+    recv_args: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Send ``source`` from namespace A to ``out`` in B; returns the sender's report plus
-    ``completion_s`` (receiver-side) and the receiver's report under ``receiver``."""
+    ``completion_s`` (receiver-side) and the receiver's report under ``receiver``.
+    ``link``: a :class:`TunLink` or a :class:`MultiPathTunLink` (then pass ``recv_args``
+    ``["--data-port", str(link.ports[0])]`` and ``send_args`` ``--paths``)."""
     receiver = _spawn(
         _cli(
             link.ns_b,
@@ -78,6 +82,7 @@ def transfer_over_link(
             "--json",
             "--timeout",
             str(timeout),
+            *recv_args,
         ),
     )
     try:
