@@ -87,3 +87,36 @@ def test_normalized_rtt_removes_propagation_difference() -> None:
 def test_bad_parameters(kwargs: dict) -> None:
     with pytest.raises(ConfigError):
         PathSelector(**kwargs)
+
+
+def test_one_burst_of_drops_on_a_good_path_moves_nothing() -> None:
+    # before the per-round loss test, one round losing 10% kept the loss EWMA over the
+    # margin for a dozen rounds, and the path was moved off three rounds later
+    sel = PathSelector(4)
+    t = 0.0
+    for _ in range(5):
+        t = _round(sel, t, [RTT] * 4, [0.0] * 4)
+    t = _round(sel, t, [RTT] * 4, [0.0, 0.1, 0.0, 0.0])
+    for _ in range(10):
+        t = _round(sel, t, [RTT] * 4, [0.0] * 4)
+    assert sel.moves == [] and all(s.active for s in sel.stats)
+
+
+def test_congestion_drops_on_most_paths_do_not_make_the_clean_one_the_judge() -> None:
+    # three paths drop 2% (they carry a moved path's traffic), one drops nothing: the
+    # reference is the lower median path, so nobody is moved off
+    sel = PathSelector(4)
+    t = 0.0
+    for _ in range(10):
+        t = _round(sel, t, [RTT] * 4, [0.02, 0.02, 0.02, 0.0])
+    assert sel.moves == []
+
+
+def test_a_longer_path_is_moved_off_by_its_minimum_rtt_at_once() -> None:
+    sel = PathSelector(4)
+    t = _round(sel, 0.0, [RTT, RTT, RTT, 2 * RTT], [0.0] * 4)  # first samples: min RTTs
+    rounds = 1
+    while sel.stats[3].active and rounds < 50:
+        t = _round(sel, t, [RTT, RTT, RTT, 2 * RTT], [0.0] * 4)
+        rounds += 1
+    assert rounds <= sel.bad_rounds + 1

@@ -8,9 +8,13 @@ fraction per round, and hands out weights and the next path to send on.
 
 PLB (Qureshi et al., "PLB: Congestion Signals are Simple and Effective for Network Load
 Balancing", SIGCOMM 2022) repaths a flow after a few consecutive congested rounds. Here,
-once per round (the best path's smoothed RTT), a path is **worse** when its smoothed RTT
-exceeds ``rtt_ratio`` x the best path's, or its loss EWMA exceeds ``loss_ratio`` x the
-best path's plus ``loss_margin``. After ``bad_rounds`` worse rounds in a row it is moved
+once per round (the best path's smoothed RTT), a path is **worse** when its smoothed or
+its minimum RTT exceeds ``rtt_ratio`` x the reference path's, or the fraction it lost in this round
+exceeds ``loss_ratio`` x the reference's in this round plus ``loss_margin``; the
+reference is the lower median of the measured paths (the best of two, the second best of
+three or four), so congestion drops on the good paths, or one lucky path without any, do
+not make the others look bad, and a burst of drops is one worse round, not the dozen an
+EWMA would remember it for. After ``bad_rounds`` worse rounds in a row it is moved
 off: its weight drops to ``probe_weight`` (it keeps a trickle, so it is still measured).
 It comes back after ``good_rounds`` rounds in a row inside the tighter band
 (``rtt_back``, half the loss margin): the hysteresis. The best path is never moved off.
@@ -151,23 +155,35 @@ class PathSelector:
         self._end_round(now)
 
     def _end_round(self, now: float) -> None:
-        for s in self.stats:
+        this_round: dict[int, float] = {}  # path -> lost / (lost + acked) in this round
+        for i, s in enumerate(self.stats):
             total = s.round_acked + s.round_lost
             if total > 0:
-                s.loss = (1 - self.gain) * s.loss + self.gain * (s.round_lost / total)
+                this_round[i] = s.round_lost / total
+                s.loss = (1 - self.gain) * s.loss + self.gain * this_round[i]
             s.round_acked = s.round_lost = 0.0
         measured = [s for s in self.stats if s.srtt is not None]
         if len(measured) < 2:
             return
-        best_rtt = min(s.srtt for s in measured if s.srtt is not None)
-        best_loss = min(s.loss for s in measured)
+        # against the lower median path, not the best: congestion drops on the paths
+        # that took a moved path's traffic (or one lucky path with no drop at all) must
+        # not make every other path look bad; one bad path among most good ones still is
+        middle = (len(measured) - 1) // 2
+        best_rtt = sorted(s.srtt for s in measured if s.srtt is not None)[middle]
+        best_min = sorted(s.min_rtt for s in measured)[middle]
+        best_loss = sorted(s.loss for s in measured)[middle]
+        fractions = sorted(this_round.values())
+        round_ref = fractions[(len(fractions) - 1) // 2] if fractions else 0.0
         for i, s in enumerate(self.stats):
             if s.srtt is None:
                 continue
-            worse = (
-                s.srtt > self.rtt_ratio * best_rtt
-                or s.loss > self.loss_ratio * best_loss + self.loss_margin
-            )
+            # loss: this round's own (a burst is one bad round, not many: the EWMA
+            # remembers it for a dozen rounds), against this round's lower median path
+            lossy = this_round.get(i, 0.0) > self.loss_ratio * round_ref + self.loss_margin
+            # delay: smoothed (queueing too), or the minimum (a longer path shows at once,
+            # where the smoothed RTT takes rounds to climb)
+            slow = s.srtt > self.rtt_ratio * best_rtt or s.min_rtt > self.rtt_ratio * best_min
+            worse = slow or lossy
             better = (
                 s.srtt <= self.rtt_back * best_rtt
                 and s.loss <= self.loss_ratio * best_loss + self.loss_margin / 2
