@@ -8,8 +8,8 @@ lane one path each time the chunk is (re)transmitted, picked by a
 tells about one path: the scheme's ``Delivered``/``Lost`` chunks become per-path ACKs
 (with the RTT sample on the path that carried it) and losses, and the selector moves
 traffic off a path whose loss or delay is worse (PLB-style). Reordering between paths
-is harmless: chunks are placed by offset, and a NACK for a hole is repaired only after
-half an RTT (the Selective Repeat sender's rule).
+costs no bytes (chunks are placed by offset) and no repairs: the sr-nack receiver NACKs
+a hole only after its learned reorder window (:mod:`sdr.reliability.sr_receiver`).
 """
 
 from __future__ import annotations
