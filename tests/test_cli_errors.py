@@ -108,3 +108,9 @@ def test_demo_without_root_says_what_it_runs_instead() -> None:
     assert "needs root" in err and "in-process bitmap demo" in err
     assert "verified" in result.stdout
     _assert_one_line_error(_sdr("demo", "--no-fallback", as_nobody=True), "needs root")
+
+
+def test_recv_bad_data_port_before_anything_starts(tmp_path: Path) -> None:
+    result = _sdr("recv", "--out", str(tmp_path / "x.bin"), "--data-port", "70000")
+    _assert_one_line_error(result, "--data-port must be in [0, 65535], got 70000")
+    assert "━" not in result.stderr  # refused before the progress bar

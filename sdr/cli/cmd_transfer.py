@@ -253,7 +253,9 @@ def recv(
         None, help="map file of 'sdr emulate relay --map': receive the UDP data through it"
     ),
     data_port: int = typer.Option(
-        0, help="UDP data ports PORT..PORT+paths-1 (the sender's --paths) [default: free ones]"
+        0,
+        help="UDP data ports PORT..PORT+paths-1 (the sender's --paths) [default: free ones]",
+        show_default=False,
     ),
     as_json: bool = typer.Option(False, "--json", help="JSON lines on stdout (progress, report)"),
 ) -> None:
@@ -264,6 +266,8 @@ def recv(
     """
     if not 0 <= port < 65536:
         raise ConfigError(f"--port must be in [0, 65535], got {port}")
+    if not 0 <= data_port < 65536:
+        raise ConfigError(f"--data-port must be in [0, 65535], got {data_port}")
     with _output(as_json, f"recv {out}") as output:
         report = serve_file(
             out,
