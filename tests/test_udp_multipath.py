@@ -9,6 +9,7 @@ path selection on.
 from __future__ import annotations
 
 import json
+import socket
 
 import numpy as np
 import pytest
@@ -48,8 +49,6 @@ def test_a_transport_listens_on_one_port_per_path() -> None:
 
 def _free_port_run(n: int) -> int:
     """A port P with P..P+n-1 free on 127.0.0.1 (at the time of asking)."""
-    import socket
-
     for _ in range(50):
         probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         probe.bind(("127.0.0.1", 0))
@@ -74,8 +73,6 @@ def _free_port_run(n: int) -> int:
 
 def test_a_fixed_port_takes_the_next_ports_for_the_other_paths() -> None:
     # a firewall or a policy route (the multipath emulator) names them in advance
-    import socket
-
     base = _free_port_run(3)
     t = udp.UdpTransport(port=base, paths=3)
     try:

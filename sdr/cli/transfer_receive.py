@@ -138,8 +138,7 @@ def _receive(
     renamed = False
     fh, buf = map_file(partial, size, write=True)
     host = conn.getsockname()[0]
-    paths = _paths_of(info)
-    transport = side.transport() if side else UdpTransport(host, data_port, paths=paths)
+    transport = side.transport() if side else UdpTransport(host, data_port, paths=_paths_of(info))
     ctx = sdr.Context(transport, secret=secret)
     try:
         qp = ctx.create_qp(attr)

@@ -115,7 +115,7 @@ def _send(
     qp.connect(info.encode())
     rqp = ReliableQP(qp, config)
     mr = ctx.register(buf) if size else None
-    start = time.monotonic()
+    start, clock_start = time.monotonic(), ctx.now()  # the selector's moves use ctx's clock
     handles = [rqp.write(mr, off, n) for off, n in pieces(size, attr.max_message_size)]  # type: ignore[arg-type]
 
     def finished() -> bool:
@@ -149,7 +149,7 @@ def _send(
         "wire_bytes": counters["bytes_sent"],
         "packets_sent": counters["packets_sent"],
         "paths": len(getattr(qp.ctx.transport, "ports", (0,))),
-        "multipath": _multipath_report(rqp, qp.ctx.now() - (time.monotonic() - start)),
+        "multipath": _multipath_report(rqp, clock_start),
         "stats": stats(handles),
         "sha256": digest,
     }
