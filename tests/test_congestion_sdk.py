@@ -18,6 +18,7 @@ from test_reliable_connection import ATTR, Side, Wire, _payload, _register
 import sdr
 from sdr.backends.inproc import InprocNetwork, InprocTransport
 from sdr.congestion import BbrLike, DelayBased
+from sdr.congestion.base import CongestionController
 from sdr.errors import ConfigError
 from sdr.pacing import TokenBucket
 from sdr.reliability import (
@@ -151,7 +152,9 @@ def test_writes_complete_intact_and_the_books_balance(scheme, controller) -> Non
 
 def _windowed_burst(rtt: float, sample: float) -> tuple[int, int]:
     """Packets a fresh 1 MiB sr-rto write may send at once after three RTT samples of
-    ``sample`` s (configured ``rtt``), and the window in packets the connection allowed."""
+    ``sample`` s (configured ``rtt``), and the window in packets the connection allowed.
+    The window counts whole chunks (the receiver acknowledges nothing less): the chunk
+    the window ends in leaves whole, then nothing more."""
     a = Side("sr-rto", rtt=rtt, congestion="delay")
     cc = a.conn.controller
     assert cc is not None
@@ -166,22 +169,28 @@ def _windowed_burst(rtt: float, sample: float) -> tuple[int, int]:
             a.conn.receive_control(0.0, data.data)
     a.conn.post_write(0.0, _register(_payload(MIB, seed=1)))
     sent = sum(len(batch) for batch in a.conn.writes_to_send(0.0, 1 << 16))
+    sent += sum(len(batch) for batch in a.conn.writes_to_send(0.0, 1 << 16))  # its last chunk
     assert sum(len(batch) for batch in a.conn.writes_to_send(0.0, 1 << 16)) == 0  # full
-    assert cc.in_flight == pytest.approx(sent * ATTR.mtu)
+    assert cc.in_flight == pytest.approx(sent * ATTR.mtu)  # whole chunks
     return sent, int(window // ATTR.mtu)
+
+
+def _whole_chunks(packets: int) -> int:
+    per_chunk = ATTR.chunk_size // ATTR.mtu
+    return -(-packets // per_chunk) * per_chunk
 
 
 def test_the_window_holds_a_selective_repeat_sender_back() -> None:
     # 1 Gbit/s x 1 ms x 2: 244 packets; the RTO floor (1 Gbit/s x 0.3 ms) is smaller
     sent, window = _windowed_burst(rtt=1e-4, sample=1e-3)
-    assert 0 < sent <= window == 244 < MIB // ATTR.mtu
+    assert 0 < sent == _whole_chunks(window) and window == 244 < MIB // ATTR.mtu
 
 
 def test_the_window_never_stalls_before_the_rto_could_free_it() -> None:
     # a configured rtt 100x the measured one: the window covers an RTO at the rate
     # (1 Gbit/s x 3 ms: 366 packets), not 2 x the 0.1 ms sample (24 packets)
     sent, window = _windowed_burst(rtt=1e-3, sample=1e-4)
-    assert sent == window == 366
+    assert window == 366 and sent == _whole_chunks(window) == 368
 
 
 def test_erasure_coding_is_paced_by_rate_alone() -> None:
@@ -306,6 +315,67 @@ def test_a_window_smaller_than_a_chunk_does_not_deadlock() -> None:
     a = Side("sr-nack", attr, congestion="delay", link_rate=1e6)
     b = Side("sr-nack", attr, link_rate=1e6)
     _transfer(Wire(a, b), [1 << 20])
+
+
+class SmallWindow(CongestionController):
+    """A window of three 4 KiB chunks at 1 Mbit/s whatever happens (the RTO floor at that
+    rate is 3.75 KB, so the window, not the floor, holds the sender)."""
+
+    name = "small-window"
+
+    @property
+    def pacing_rate(self) -> float:
+        return 1e6
+
+    @property
+    def cwnd(self) -> float:
+        return 3 * 4096
+
+
+def _outstanding_bytes(conn) -> int:
+    """Bytes of chunks the senders count as out: sent, not acknowledged, not queued again."""
+    out = 0
+    for write in conn._sending.values():
+        t = write.machine.tracker
+        out += write.lanes[0].geometry.chunk_bytes(
+            np.flatnonzero((t.sends > 0) & ~t.acked & ~t.queued)
+        )
+    return out
+
+
+@pytest.mark.parametrize("scheme", ["sr-rto", "sr-nack"])
+def test_spurious_rtos_do_not_leak_the_window(scheme) -> None:
+    # ACKs take 40 ms, longer than the 30 ms RTO (an emulator host under CPU load): every
+    # chunk is queued again, and the window holds the copies back until the first copy's
+    # ACK has come. Before, the copy's bytes were counted in flight when it left and
+    # never taken off (the chunk was delivered already): the leaks filled the window, the
+    # sender stopped for good and every write failed at its global timeout
+    a = Side(scheme, congestion="delay")
+    b = Side(scheme, congestion="delay")
+    a.conn.controller = SmallWindow(1e6, mtu=ATTR.mtu)
+    wire = Wire(a, b, loss=0.01, seed=1, control_delay=0.04)
+    sizes = [512 << 10] * 3
+    srcs = [_payload(n, seed=i) for i, n in enumerate(sizes)]
+    dsts = [np.zeros_like(s) for s in srcs]
+    for d in dsts:
+        b.conn.post_recv(0.0, _register(d))
+    for s in srcs:
+        a.conn.post_write(0.0, _register(s))
+    done: list[object] = []
+    books: list[tuple[float, int]] = []
+
+    def finished() -> bool:
+        a.conn.writes_to_send(wire.now, 0)  # the machines' verdicts reach the books
+        books.append((a.conn.controller.in_flight, _outstanding_bytes(a.conn)))
+        done.extend(a.events())
+        return len(done) == len(srcs)
+
+    wire.run(finished)
+    assert [type(e) for e in done] == [WriteCompleted] * len(srcs), done
+    assert all(np.array_equal(s, d) for s, d in zip(srcs, dsts, strict=True))
+    assert all(e.stats["rto_expired"] > 100 for e in done)  # of 128 chunks each: spurious
+    bad = [(i, c, o) for i, (c, o) in enumerate(books) if c != o]
+    assert not bad, (len(books), bad[:10])
 
 
 @pytest.mark.parametrize("congestion", ["fixed", "delay"])

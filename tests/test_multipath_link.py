@@ -86,11 +86,6 @@ def test_a_multipath_transfer_moves_off_a_lossy_path(tmp_path) -> None:
     specs = [good, good, LinkSpec(rate="200Mbit/s", rtt="10ms", loss=0.05, seed=5)]
     source = make_payload(tmp_path / "in.bin", 24 << 20, seed=2)
     out = tmp_path / "out.bin"
-    # a message's global timeout follows the configured rate, not the controller's: on a
-    # loaded machine a receive gave up once (docs/congestion.md, "What is left"); this
-    # test is about the paths, so it gives messages time
-    config = tmp_path / "sdr.toml"
-    config.write_text("[reliability]\nglobal_timeout = 60.0\n")
     with MultiPathTunLink(specs, ports=PORTS) as link:
         report = transfer_over_link(
             link,
@@ -109,8 +104,6 @@ def test_a_multipath_transfer_moves_off_a_lossy_path(tmp_path) -> None:
                 "delay",
                 "--message-size",
                 "4MiB",
-                "--config",
-                str(config),
             ],  # fmt: skip
             timeout=120,
             recv_args=["--data-port", str(PORTS[0])],

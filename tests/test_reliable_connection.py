@@ -69,16 +69,31 @@ class Side:
 class Wire:
     """Two sides, a loss rate for data packets, a rule for control messages."""
 
-    def __init__(self, a: Side, b: Side, loss: float = 0.0, drop_control=None, seed: int = 1):
+    def __init__(
+        self,
+        a: Side,
+        b: Side,
+        loss: float = 0.0,
+        drop_control=None,
+        seed: int = 1,
+        control_delay: float = 0.0,
+    ):
         self.sides = (a, b)
         self.loss = loss
         self.drop_control = drop_control or (lambda data, index: False)
+        self.control_delay = control_delay
+        """Seconds a control message takes (0: within the round it was sent)."""
+        self._late: list[tuple[float, Side, bytes]] = []
         self.rng = np.random.default_rng(seed)
         self.controls = 0
         self.dropped = 0
         self.now = 0.0
 
     def round(self) -> None:
+        due = [m for m in self._late if m[0] <= self.now]
+        self._late = [m for m in self._late if m[0] > self.now]
+        for _, side, data in due:
+            side.conn.receive_control(self.now, data)
         for me, peer in (self.sides, self.sides[::-1]):
             for batch in me.conn.writes_to_send(self.now, 64):
                 keep = self.rng.random(len(batch)) >= self.loss_of(batch)
@@ -109,7 +124,11 @@ class Wire:
                 )
             me.carry_out()
             for data in me.outbox:
-                if not self.drop_control(data, self.controls):
+                if self.drop_control(data, self.controls):
+                    pass
+                elif self.control_delay:
+                    self._late.append((self.now + self.control_delay, peer, data))
+                else:
                     peer.conn.receive_control(self.now, data)
                 self.controls += 1
             me.outbox.clear()

@@ -111,7 +111,10 @@ def transfer_over_link(
                 progress(msg["done"], msg["total"])
             report = msg.get("report", report)
         if sender.wait(timeout) != 0 or not report:
-            raise TransportError(f"sender failed: {sender.stderr.read()[-3000:]}")  # type: ignore[union-attr]
+            raise TransportError(
+                f"sender failed: {sender.stderr.read()[-3000:]}"  # type: ignore[union-attr]
+                f"{_receiver_error(receiver)}"
+            )
         received: dict[str, Any] = {}
         for line in receiver.stdout:
             received = json.loads(line).get("report", received)
@@ -124,3 +127,13 @@ def transfer_over_link(
     report["completion_s"] = report["recv_end"] - report["start"]
     report["receiver"] = received
     return report
+
+
+def _receiver_error(receiver: subprocess.Popen[str], wait_s: float = 5.0) -> str:
+    """The receiver's own error, when the sender failed (it says why it gave a message up)."""
+    try:
+        receiver.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        return ""
+    err = receiver.stderr.read()[-3000:].strip()  # type: ignore[union-attr]
+    return f"; receiver: {err}" if err else ""

@@ -255,12 +255,12 @@ class ReliableConnection:
             owner = self._lane_of.get(rec)
             if owner is not None:
                 out, lane = owner
-                if cc is not None:
-                    nbytes = out.lanes[lane].departed_bytes(first, stop)
-                    out.cc_bytes += nbytes
-                    out.last_sent = now
-                    cc.on_sent(now, nbytes)
                 chunks = out.lanes[lane].departed(first, stop)
+                if cc is not None:
+                    out.last_sent = now
+                    if nbytes := out.lanes[lane].fly(chunks):
+                        out.cc_bytes += nbytes
+                        cc.on_sent(now, nbytes)
                 if len(chunks) and out.machine.active:
                     out.machine.on_sent(now, lane, chunks)
         return batches
@@ -371,11 +371,18 @@ class ReliableConnection:
         cc = self.controller
         if cc is None:
             return
-        nbytes = min(float(signal.nbytes), out.cc_bytes)
-        out.cc_bytes -= nbytes
-        if isinstance(signal, Delivered):
-            cc.on_ack(now, nbytes, rtt)
+        # the bytes the books counted for these chunks, not the signal's: a chunk
+        # delivered or lost again while not counted (a late copy, a repeated verdict)
+        # must not take other chunks' bytes off the books
+        delivered = isinstance(signal, Delivered)
+        if signal.chunks is None:  # a scheme that does not say which: trust its count
+            nbytes = min(float(signal.nbytes), out.cc_bytes)
         else:
+            nbytes = float(out.lanes[0].settle(signal.chunks, delivered))
+        out.cc_bytes -= nbytes
+        if delivered:
+            cc.on_ack(now, nbytes, rtt)
+        elif nbytes:
             cc.on_loss(now, nbytes, None, signal.sent_at)
 
     def _final_rtt(self, now: float, out: Outgoing) -> float | None:
