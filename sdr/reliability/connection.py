@@ -258,7 +258,7 @@ class ReliableConnection:
                 chunks = out.lanes[lane].departed(first, stop)
                 if cc is not None:
                     out.last_sent = now
-                    if nbytes := out.lanes[lane].fly(chunks):
+                    if nbytes := out.lanes[lane].count_in_flight(chunks):
                         out.cc_bytes += nbytes
                         cc.on_sent(now, nbytes)
                 if len(chunks) and out.machine.active:

@@ -32,7 +32,7 @@ from sdr.transport import MemoryRegion
 
 __all__ = ["OutLane", "Outgoing", "Incoming", "open_outgoing", "Register"]
 
-_ON_GROUND, _IN_FLIGHT, _DELIVERED = 0, 1, 2  # a chunk in the controller's books
+_NOT_COUNTED, _COUNTED, _DELIVERED = 0, 1, 2  # a chunk in the controller's books
 
 Register = Callable[[object], MemoryRegion]
 """Registers a lane buffer of the scheme (parity, say) with the driver."""
@@ -51,8 +51,8 @@ class OutLane:
     queued_packets: int = 0
     cts_checked: bool = False
     _flight: np.ndarray = field(init=False, repr=False)
-    """Per chunk, for the congestion controller's books: on the ground, in flight
-    (counted), or delivered."""
+    """Per chunk, in the congestion controller's books: not counted, counted in flight,
+    or delivered (never counted again)."""
 
     def __post_init__(self) -> None:
         self._flight = np.zeros(self.geometry.n_chunks, dtype=np.int8)
@@ -66,22 +66,22 @@ class OutLane:
             core.stream_send(now, self.record, self.region, self.base + start, start, stop - start)
             self.queued_packets += -(-stop // mtu) - start // mtu
 
-    def fly(self, chunks: np.ndarray) -> int:
+    def count_in_flight(self, chunks: np.ndarray) -> int:
         """Chunks that left whole: the bytes the congestion controller newly counts in
         flight. A chunk counts once, from the departure of its last packet until the
         scheme's verdict (:meth:`settle`); never while it is counted already, and never
         once delivered (a retransmission queued by a spurious RTO may leave after the
         first copy's ACK: nothing would ever take its bytes off the books again)."""
-        chunks = chunks[self._flight[chunks] == _ON_GROUND]
-        self._flight[chunks] = _IN_FLIGHT
+        chunks = chunks[self._flight[chunks] == _NOT_COUNTED]
+        self._flight[chunks] = _COUNTED
         return self.geometry.chunk_bytes(chunks) if len(chunks) else 0
 
     def settle(self, chunks: np.ndarray, delivered: bool) -> int:
         """The scheme's verdict on chunks (acknowledged, or lost and queued again): the
-        bytes that leave the controller's books (those :meth:`fly` counted)."""
+        bytes that leave the controller's books (those :meth:`count_in_flight` counted)."""
         chunks = np.unique(chunks[(chunks >= 0) & (chunks < len(self._flight))])
-        counted = chunks[self._flight[chunks] == _IN_FLIGHT]
-        self._flight[chunks] = _DELIVERED if delivered else _ON_GROUND
+        counted = chunks[self._flight[chunks] == _COUNTED]
+        self._flight[chunks] = _DELIVERED if delivered else _NOT_COUNTED
         return self.geometry.chunk_bytes(counted) if len(counted) else 0
 
     def departed(self, first: int, stop: int) -> np.ndarray:
