@@ -12,7 +12,7 @@ import time
 import pytest
 
 from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces
-from sdr.cli.wan_transfer import ROOT, make_payload, transfer_over_link
+from sdr.cli.wan_transfer import ROOT, _receiver_error, make_payload, transfer_over_link
 
 needs_root = pytest.mark.skipif(bool(can_use_namespaces()), reason=str(can_use_namespaces()))
 
@@ -199,3 +199,19 @@ def test_write_bw_through_the_udp_relay_without_root(tmp_path):
     assert result["server"]["completed"] == 50 and result["server"]["mismatched"] == 0
     summary = json.loads(relay_out[relay_out.index("\n{") :])
     assert summary["a_to_b"]["packets"] >= 50 * (64 << 10) // 4096, summary
+
+
+def test_a_failed_transfer_names_the_receivers_error_too():
+    # the sender only learns that the receiver gave a message up ("see the receiver's
+    # error"); the report of a failed transfer carries the receiver's own words
+    code = "import sys; sys.stderr.write('error: receive seq 3: not complete\\n'); sys.exit(1)"
+    gone = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    assert _receiver_error(gone) == "; receiver: error: receive seq 3: not complete"
+    alive = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert _receiver_error(alive, wait_s=0.1) == ""  # still waiting: nothing to say yet
+    finally:
+        alive.kill()
+        alive.wait()
