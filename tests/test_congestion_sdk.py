@@ -10,6 +10,7 @@ the same code.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -31,6 +32,7 @@ from sdr.reliability.config import loads
 from sdr.reliability.connection import congestion_controller
 from sdr.reliability.messages import Sack
 from sdr.reliability.registry import create_scheme
+from sdr.reliability.rto_check import RtoWarning
 from sdr.runtime import ReliableQP
 from sdr.simulator.des import DesOptions, simulate_flows, simulate_writes
 from sdr.simulator.link import Link
@@ -370,12 +372,41 @@ def test_spurious_rtos_do_not_leak_the_window(scheme) -> None:
         done.extend(a.events())
         return len(done) == len(srcs)
 
-    wire.run(finished)
+    with pytest.warns(RtoWarning, match="shorter than this path's round trip"):
+        wire.run(finished)
     assert [type(e) for e in done] == [WriteCompleted] * len(srcs), done
     assert all(np.array_equal(s, d) for s, d in zip(srcs, dsts, strict=True))
     assert all(e.stats["rto_expired"] > 100 for e in done)  # of 128 chunks each: spurious
     bad = [(i, c, o) for i, (c, o) in enumerate(books) if c != o]
     assert not bad, (len(books), bad[:10])
+
+
+@pytest.mark.parametrize("scheme", ["sr-rto", "sr-nack"])
+def test_an_rtt_configured_too_short_is_named_once(scheme) -> None:
+    # rtt 10 ms (RTO 30 ms) on a path whose ACKs take 40 ms: every chunk is queued
+    # twice, the window holds the copies until the first copies' ACKs have come, and the
+    # user is told once which setting is wrong
+    a, b = Side(scheme, congestion="delay"), Side(scheme, congestion="delay")
+    a.conn.controller = SmallWindow(1e6, mtu=ATTR.mtu)
+    wire = Wire(a, b, control_delay=0.04)
+    with pytest.warns(RtoWarning) as caught:
+        _transfer(wire, [256 << 10] * 3)
+    assert len(caught) == 1
+    text = str(caught[0].message)
+    assert "the RTO (30ms = rtt 10ms x (1 + alpha 2)) is shorter" in text
+    assert "set rtt to the path's round trip" in text
+    assert a.conn.counters["write_repairs_spurious"] >= 0.5 * 3 * 64  # most of the chunks
+    assert a.conn.counters["write_repairs_spurious"] <= a.conn.counters["write_rto_expired"]
+
+
+@pytest.mark.parametrize("scheme", ["sr-rto", "sr-nack"])
+def test_repairs_of_real_losses_are_not_called_spurious(scheme) -> None:
+    a, b = Side(scheme), Side(scheme)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RtoWarning)
+        _transfer(Wire(a, b, loss=0.05, seed=2), [256 << 10] * 3)
+    assert a.conn.counters["write_chunks_retransmitted"] > 0  # there were repairs
+    assert a.conn.counters["write_repairs_spurious"] == 0  # none for nothing
 
 
 @pytest.mark.parametrize("congestion", ["fixed", "delay"])

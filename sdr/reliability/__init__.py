@@ -36,6 +36,7 @@ from sdr.reliability.registry import (
     create_scheme,
     register_scheme,
 )
+from sdr.reliability.rto_check import RtoWarning
 from sdr.reliability.selective_repeat import SelectiveRepeat, SelectiveRepeatNack
 from sdr.reliability.sr_receiver import SelectiveRepeatReceiver
 from sdr.reliability.sr_sender import SelectiveRepeatSender
@@ -58,6 +59,7 @@ __all__ = [
     "WriteCompleted",
     "ReliableConnection",
     "ReliabilityConfig",
+    "RtoWarning",
     "Scheme",
     "SchemeAction",
     "SchemeReceiver",

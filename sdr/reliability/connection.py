@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections import Counter, OrderedDict, deque
 
 import numpy as np
@@ -71,6 +72,7 @@ from sdr.reliability.messages import (
 )
 from sdr.reliability.multipath import ChunkPaths
 from sdr.reliability.registry import create_scheme
+from sdr.reliability.rto_check import RtoWarning, spurious_repair_warning
 from sdr.reliability.transfers import Incoming, Outgoing, Register, open_outgoing
 from sdr.send_table import SendRecord, SendState
 from sdr.transport import CompletionBatch, MemoryRegion, WriteBatch
@@ -143,6 +145,8 @@ class ReliableConnection:
         self._lane_in: dict[RecvRecord, tuple[Incoming, int]] = {}
         self._finished: OrderedDict[int, bool] = OrderedDict()
         self._events: deque[Event] = deque()
+        self._largest_rtt: float | None = None  # the longest RTT sample (for RtoWarning)
+        self._warned_rto = False
         self.controller = congestion_controller(config, self.attr)
         """The congestion controller (None: ``fixed``, the QP paces at its rate_limit)."""
         self._windowed = self.controller is not None and self.scheme.acks_progressively
@@ -358,6 +362,8 @@ class ReliableConnection:
 
     def _congestion_signal(self, now: float, out: Outgoing, signal: Delivered | Lost) -> None:
         rtt = signal.rtt_s if isinstance(signal, Delivered) else None
+        if rtt is not None:
+            self._largest_rtt = max(self._largest_rtt or 0.0, rtt)
         stall = self.config.stall_timeout
         if stall is not None and isinstance(signal, Delivered):  # the connection moves
             for other in self._sending.values():
@@ -521,6 +527,12 @@ class ReliableConnection:
         self.counters[f"{kind}s_{outcome}"] += 1
         for key, value in stats.items():
             self.counters[f"{kind}_{key}"] += value
+        if kind == "write" and not self._warned_rto:
+            text = spurious_repair_warning(self.counters, self.config, self._largest_rtt)
+            if text is not None:
+                self._warned_rto = True
+                log.warning("%s", text)
+                warnings.warn(text, RtoWarning, stacklevel=2)
         if error is not None:
             log.info("%s seq %d failed: %s", kind, seq, error)
             self._events.append(MessageFailedEvent(kind, seq, length, error, dict(stats)))

@@ -119,7 +119,10 @@ class SelectiveRepeatSender(SchemeSender):
             else:
                 self.finish(None)
         elif isinstance(message, Sack):
-            self.delivered(now, self.tracker.ack(message.clipped(self.n_chunks).acked()))
+            fresh = self.tracker.ack(message.clipped(self.n_chunks).acked())
+            if early := int(self.tracker.queued[fresh].sum()):  # its repair still waits:
+                self.count("repairs_spurious", early)  # the first copy had arrived
+            self.delivered(now, fresh)
             self.digest_ok = self.digest_ok or message.digest_ok
             if not message.digest_ok:
                 self.resend_digest(now)
