@@ -531,7 +531,6 @@ class ReliableConnection:
             text = spurious_repair_warning(self.counters, self.config, self._largest_rtt)
             if text is not None:
                 self._warned_rto = True
-                log.warning("%s", text)
                 warnings.warn(text, RtoWarning, stacklevel=2)
         if error is not None:
             log.info("%s seq %d failed: %s", kind, seq, error)
