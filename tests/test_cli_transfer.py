@@ -129,6 +129,25 @@ def test_multipath_and_congestion_control_from_the_command_line(tmp_path: Path) 
     assert out.read_bytes() == source.read_bytes()
 
 
+def test_an_rtt_far_below_the_paths_is_one_warning_line(tmp_path: Path) -> None:
+    # --rtt 50us on loopback, where Python answers in a millisecond or more: every RTO
+    # fires before the ACK, the paced copies wait behind the first sends, and the sender
+    # says once, in one line, which setting is wrong; the bytes arrive all the same
+    source = _payload(tmp_path / "in.bin", 4 << 20)
+    out = tmp_path / "out.bin"
+    receiver, port = _receiver(out, "--timeout", "60")
+    sender = _sender(source, port, "--rtt", "50us", "--rate", "100Mbit/s", "--json")
+    stdout, stderr = sender.communicate(timeout=120)
+    assert sender.returncode == 0, stderr
+    assert receiver.wait(60) == 0, receiver.communicate()
+    warnings = [line for line in stderr.splitlines() if "warning" in line.lower()]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: "), stderr
+    assert "the RTO (150us = rtt 50us x (1 + alpha 2)) is shorter than" in warnings[0]
+    assert "warnings.warn" not in stderr and ".py:" not in stderr  # no source line
+    assert _lines(stdout)[-1]["report"]["stats"]["repairs_spurious"] >= 16
+    assert out.read_bytes() == source.read_bytes()
+
+
 @pytest.mark.parametrize(
     ("killed", "keep"), [("sender", False), ("sender", True), ("receiver", False)]
 )

@@ -15,6 +15,7 @@ import os
 import pkgutil
 import platform
 import re
+import warnings
 from typing import Any
 
 import click
@@ -33,12 +34,29 @@ USER_ERRORS: tuple[type[BaseException], ...] = (SDRError, OSError, ValueError)
 TRACEBACK_ENV = "SDR_TRACEBACK"
 
 _RST_LITERAL = re.compile(r"``([^`]+)``")
+_PYTHON_SHOWWARNING = warnings.showwarning
 
 
 def error_line(exc: BaseException) -> str:
     """``exc`` as one line: its message with whitespace runs (newlines too) collapsed."""
     text = " ".join(str(exc).split())
     return text or type(exc).__name__
+
+
+def show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """``warnings.showwarning`` for the CLI: SDR's warnings (StragglerWarning, RtoWarning)
+    as ``warning: <one line>`` on stderr, without the source line; others as Python does."""
+    if category.__module__.split(".")[0] == "sdr":
+        click.secho(f"warning: {error_line(message)}", err=True, fg="yellow")  # type: ignore[arg-type]
+    else:
+        _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
 
 
 def _tidy_help(command: click.Command) -> None:
@@ -92,9 +110,12 @@ class SDRGroup(TyperGroup):
         _tidy_help(self)
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Run the sub-command; a user error ends it with one line instead of a traceback."""
+        """Run the sub-command; a user error ends it with one line instead of a traceback,
+        and SDR's own warnings print as one line each (``warning: <message>``)."""
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings():
+                warnings.showwarning = show_warning
+                return super().invoke(ctx)
         except USER_ERRORS as exc:
             if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
                 raise
