@@ -568,12 +568,13 @@ static void deliver(Loop *s, double now)
         }
         if (n > 1 && written >= 0)
             d->gso_out++;
+        double after = mono(); /* lateness: how long after its time the copy was written */
         for (unsigned k = 0; k < n; k++) {
             if (written < 0)
                 d->write_errors++; /* queue full or interface gone: lost, as on a wire */
             else
                 d->forwarded++;
-            double late = now - run[k].when;
+            double late = after - run[k].when;
             if (late > d->max_lateness_s)
                 d->max_lateness_s = late;
             if (late > s->late_after)
@@ -652,7 +653,7 @@ static int single_meta(const VnetHdr *h, const uint8_t *p, size_t len, Meta *m)
 /* Read up to BURST packets from a vnet TUN port: each read is a virtio header and a packet
  * or a GSO packet of up to 64 KiB; the first max_packet + 1 bytes land in a slot, the rest
  * in s->rx. Only while MAX_SEGS decisions are left, so every segment has its own. */
-static int read_vnet(Loop *s, int in, double now)
+static int read_vnet(Loop *s, int in)
 {
     Port *p = &s->ports[in];
     Direction *d = s->dir[in & 1];
@@ -668,6 +669,7 @@ static int read_vnet(Loop *s, int in, double now)
             slot_release(s, slot);
             break;
         }
+        double now = mono(); /* the packet was waiting by now: never stamped before it came */
         got++;
         if (slot == UINT32_MAX) {
             drop_read(s, d, slot, &d->pool_drops);
@@ -700,15 +702,18 @@ static int read_vnet(Loop *s, int in, double now)
     return got;
 }
 
-/* Read up to BURST packets from port `in`; returns how many were read (0: none waiting). */
-static int read_port(Loop *s, int in, double now)
+/* Read up to BURST packets from port `in`; returns how many were read (0: none waiting).
+ * Each packet's arrival is the clock read after the call that returned it: a stamp taken
+ * before the read would predate packets that came while the loop was descheduled, and
+ * they would leave early (less than the set delay after they were sent). */
+static int read_port(Loop *s, int in)
 {
     Port *p = &s->ports[in];
     Direction *d = s->dir[in & 1];
     size_t cap = s->max_packet + 1; /* one byte more than allowed: a full read is oversize */
     int got = 0;
     if (p->kind == KIND_TUN_VNET)
-        return read_vnet(s, in, now);
+        return read_vnet(s, in);
     if (p->kind == KIND_TUN) {
         while (got < BURST && pending_of(d) > 0) {
             uint32_t slot = slot_take(s);
@@ -718,6 +723,7 @@ static int read_port(Loop *s, int in, double now)
                 slot_release(s, slot);
                 break;
             }
+            double now = mono();
             got++;
             if ((size_t)n > s->max_packet || slot == UINT32_MAX) {
                 if (slot == UINT32_MAX)
@@ -767,6 +773,7 @@ static int read_port(Loop *s, int in, double now)
     int n = recvmmsg(p->fd, msgs, want, MSG_DONTWAIT, NULL);
     if (n < 0)
         n = 0;
+    double now = mono();
     for (int k = 0; k < n; k++) {
         size_t len = msgs[k].msg_len;
         if ((msgs[k].msg_hdr.msg_flags & MSG_TRUNC) || len > s->max_packet) {
@@ -814,9 +821,8 @@ static int run_loop(Loop *s, double seconds, uint64_t low0, uint64_t low1)
                 continue;
         }
         busy = 0;
-        now = mono();
         for (int i = 0; i < s->n_ports; i++) {
-            if (read_port(s, i, now) > 0)
+            if (read_port(s, i) > 0)
                 busy = 1;
         }
     }

@@ -119,9 +119,11 @@ class Forwarder:
         self._late = [0, 0]  # per direction: copies written > LATE_AFTER_S after due
         self._max_late = [0.0, 0.0]
 
-    def _ingest(self, index: int, now: float) -> int:
+    def _ingest(self, index: int) -> int:
         packets = self.ports[index].read_many(_READ_BURST)
-        self.offer(index, now, packets)
+        # stamped after the read: a clock read before it would predate packets that came
+        # while this loop was descheduled, and they would leave early
+        self.offer(index, self.clock(), packets)
         return len(packets)
 
     def offer(self, index: int, now: float, packets: list[bytes]) -> None:
@@ -159,10 +161,11 @@ class Forwarder:
 
     def _deliver(self, now: float) -> None:
         ports, stats, late_n, max_late = self.ports, self.stats, self._late, self._max_late
+        clock = self.clock
         for when, out, packet in self.take_due(now):
             ports[out].write(packet)
             stats["forwarded"] += 1
-            late = now - when
+            late = clock() - when  # after the write: how late the copy really left
             if late > stats["max_lateness_s"]:
                 stats["max_lateness_s"] = late
             k = (out ^ 1) % 2  # written on a b-side port (odd): direction 0, a to b
@@ -182,11 +185,10 @@ class Forwarder:
             if self._heap:
                 wait = min(wait, max(0.0, self._heap[0][0] - now))
             ready, _, _ = select.select(fds, [], [], wait)
-            now = self.clock()
             for index, fd in enumerate(fds):
                 if fd in ready:
-                    while self._ingest(index, now) == _READ_BURST:
-                        now = self.clock()
+                    while self._ingest(index) == _READ_BURST:
+                        pass
             self._deliver(self.clock())
 
     def report(self) -> dict[str, dict[str, int | float]]:
