@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format system figures train-dcs clean asan asan-build asan-short fuzz-build
+.PHONY: demo test test-stress lint format system figures train-dcs clean asan asan-build asan-short fuzz-build
 
 $(STAMP): pyproject.toml setup.py $(wildcard sdr/*.c backends/*/*.c)
 	$(PY) -m venv $(VENV)
@@ -19,11 +19,22 @@ system:
 demo: $(STAMP)
 	$(BIN)/sdr demo
 
+# The sanitizer pass runs even when pytest failed (a red run still says what it can);
+# the target fails if either did.
 test: $(STAMP) system
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q -p no:cacheprovider
-	$(MAKE) -s asan-short
+	@status=0; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider || status=$$?; \
+	$(MAKE) -s asan-short || { rc=$$?; [ $$status -ne 0 ] || status=$$rc; }; \
+	exit $$status
+
+# The suite N times beside LOAD busy loops (finds tests that depend on timing); CI does not
+# run it. Extra pytest arguments in ARGS, e.g. ARGS='tests/test_wan_transfer.py'.
+N ?= 3
+LOAD ?= 2
+test-stress: $(STAMP) system
+	@bash tools/test_stress.sh $(BIN)/python $(N) $(LOAD) $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -9,9 +9,13 @@ at these rates shows up as receive-side loss, so buffers are touched once up fro
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import functools
 import logging
+import os
 import socket
+from collections.abc import Callable
 
 import numpy as np
 
@@ -27,6 +31,7 @@ _SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 _IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)
 _IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
 _PAGE = 4096
+_MADV_POPULATE_WRITE = 23  # Linux >= 5.14: fault a range in, writable, in one call
 _warned: set[str] = set()
 
 
@@ -93,9 +98,40 @@ def open_udp_socket(
 
 
 def prefault(view: memoryview) -> None:
-    """Touch every page of a writable buffer once (read, write back) without changing it."""
+    """Fault every page of a writable buffer in once, without changing it.
+
+    One ``madvise(MADV_POPULATE_WRITE)`` over the buffer's pages (the kernel populates the
+    range in one call: about 10x less CPU than touching each page from here, measured on
+    a 320 MiB file mapping, docs/benchmarks.md "CPU per byte"); where the kernel lacks it,
+    every page is read and written back instead."""
     if len(view) == 0:
         return
     arr = np.frombuffer(view, dtype=np.uint8)
+    if _populate(arr.ctypes.data, len(arr)):
+        return
     arr[::_PAGE] = arr[::_PAGE].copy()
     arr[-1:] = arr[-1:].copy()
+
+
+def _populate(address: int, length: int) -> bool:
+    """madvise(MADV_POPULATE_WRITE) over the pages of [address, address + length); False
+    when the kernel (or the platform) cannot, so the caller touches the pages itself."""
+    madvise = _madvise()
+    if madvise is None:
+        return False
+    start = address - address % _PAGE
+    return madvise(start, address + length - start, _MADV_POPULATE_WRITE) == 0
+
+
+@functools.cache
+def _madvise() -> Callable[[int, int, int], int] | None:
+    """libc's madvise, or None off Linux."""
+    if os.uname().sysname != "Linux":
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]

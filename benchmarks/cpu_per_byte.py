@@ -1,0 +1,267 @@
+"""CPU seconds per GiB at each end: SDR (`sdr send` / `sdr recv`, per scheme) against
+iperf3 UDP and TCP at the same paced rate and datagram size, in the same run.
+
+Each end's CPU time (user + system) comes from the kernel's own accounting of that
+process (``os.wait4``), so it does not depend on how busy the rest of the machine is the
+way a wall-clock time does. Start-up (imports, set-up, registering buffers, hashing is
+not: it is per byte) cancels by differencing two transfer sizes: CPU per GiB =
+(CPU(big) - CPU(small)) / (big - small). Every peer moves the same sizes at the same rate.
+
+    python benchmarks/cpu_per_byte.py                       # loopback, 1 Gbit/s
+    python benchmarks/cpu_per_byte.py --rates 1Gbit/s,5Gbit/s --link --json out/cpu.json
+
+``--link`` runs everything again through the WAN emulator (two namespaces and the native
+forwarder; needs root) at the given ``--rtt``. iperf3 must be installed (`make system`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from sdr.cli.wan_transfer import make_payload
+from sdr.units import format_rate, format_size, parse_rate, parse_size
+
+ROOT = Path(__file__).resolve().parents[1]
+GIB = 1 << 30
+SCHEMES = ("sr-nack", "sr-rto", "ec-mds")
+PEERS = ("iperf3-udp", "iperf3-tcp")
+Wrap = Callable[[str, list[str]], list[str]]
+"""Prefix a command to run it on one side ("a": sender, "b": receiver) of the link."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cpu(proc: subprocess.Popen[str], timeout: float) -> float:
+    """Wait for ``proc``; its CPU seconds (user + system, its waited children included)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            if proc.returncode:
+                err = proc.stderr.read() if proc.stderr else ""
+                raise RuntimeError(f"{proc.args[:6]} failed ({proc.returncode}): {err[-1500:]}")
+            return usage.ru_utime + usage.ru_stime
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"{proc.args[:6]} did not finish within {timeout:g} s")
+        time.sleep(0.01)
+
+
+def _popen(command: list[str]) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+    )
+
+
+def sdr_run(
+    wrap: Wrap, host: str, scheme: str, source: Path, out: Path, rate: str, args: Any
+) -> tuple[float, float]:
+    """One `sdr send` -> `sdr recv`; (sender CPU s, receiver CPU s)."""
+    port = _free_port()
+    sdr = [sys.executable, "-m", "sdr.cli.main"]
+    receiver = _popen(
+        wrap("b", [*sdr, "recv", "--out", str(out), "--bind", host, "--port", str(port)])
+        + ["--json", "--timeout", "120"]
+    )
+    try:
+        assert receiver.stdout is not None
+        line = receiver.stdout.readline()
+        if "listening" not in line:
+            raise RuntimeError(f"receiver did not start: {line}{receiver.stderr.read()}")  # type: ignore[union-attr]
+        sender = _popen(
+            wrap("a", [*sdr, "send", str(source), "--to", f"{host}:{port}", "--json"])
+            + ["--scheme", scheme, "--rate", rate, "--rtt", args.rtt, "--mtu", str(args.mtu)]
+            + ["--message-size", args.message_size, "--timeout", "120"]
+        )
+        cpu_send = _cpu(sender, 300)
+        cpu_recv = _cpu(receiver, 60)
+    finally:
+        for proc in (receiver, locals().get("sender")):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    out.unlink(missing_ok=True)
+    return cpu_send, cpu_recv
+
+
+def iperf3_run(
+    wrap: Wrap, host: str, proto: str, size: int, *, rate: str, args: Any
+) -> tuple[float, float]:
+    """One iperf3 transfer of ``size`` bytes at ``rate``; (client CPU s, server CPU s)."""
+    port = _free_port()
+    server = _popen(wrap("b", ["iperf3", "-s", "-1", "-B", host, "-p", str(port)]))
+    try:
+        time.sleep(0.3)  # iperf3 has no readiness signal; the client retries below
+        bits = str(int(parse_rate(rate)))
+        udp = ["-u", "-l", str(args.mtu)] if proto == "udp" else []
+        command = ["iperf3", "-c", host, "-p", str(port), "-b", bits, "-n", str(size), *udp]
+        client = _popen(wrap("a", command + ["-w", "32M"]))
+        cpu_client = _cpu(client, 300)
+        cpu_server = _cpu(server, 60)
+    finally:
+        for proc in (server, locals().get("client")):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    return cpu_client, cpu_server
+
+
+def per_gib(
+    run: Callable[[int], tuple[float, float]], sizes: tuple[int, int], repeat: int
+) -> dict[str, float]:
+    """CPU s/GiB of each end by differencing the two sizes (median of ``repeat`` pairs)."""
+    send, recv = [], []
+    for _ in range(repeat):
+        small, big = run(sizes[0]), run(sizes[1])
+        span = (sizes[1] - sizes[0]) / GIB
+        send.append((big[0] - small[0]) / span)
+        recv.append((big[1] - small[1]) / span)
+    send.sort()
+    recv.sort()
+    return {"send_s_per_gib": send[len(send) // 2], "recv_s_per_gib": recv[len(recv) // 2]}
+
+
+@contextmanager
+def loopback() -> Iterator[tuple[Wrap, str, dict[str, Any] | None]]:
+    yield (lambda side, command: command), "127.0.0.1", None
+
+
+@contextmanager
+def emulated(rate: str, rtt: str, mtu: int) -> Iterator[tuple[Wrap, str, dict[str, Any] | None]]:
+    from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces, netns_exec
+
+    why = can_use_namespaces()
+    if why:
+        raise SystemExit(f"--link needs namespaces: {why}")
+    spec = LinkSpec(rate=rate, rtt=rtt)
+    with TunLink(spec) as link:
+        names = {"a": link.ns_a, "b": link.ns_b}
+        summary: dict[str, Any] = {}
+        yield (lambda side, command: netns_exec(names[side], *command)), link.addr_b, summary
+    summary.update(link.summary.get("report", {}))
+
+
+def measure_place(
+    place: str,
+    rate: str,
+    schemes: list[str],
+    files: dict[int, Path],
+    out: Path,
+    sizes: tuple[int, int],
+    args: Any,
+) -> dict[str, dict[str, Any]]:
+    """Every peer's CPU per GiB at one ``place`` (loopback or emulated) and ``rate``."""
+    context = loopback() if place == "loopback" else emulated(rate, args.rtt, args.mtu)
+    found: dict[str, dict[str, Any]] = {}
+    with context as (wrap, host, report):
+        for peer in PEERS:
+            proto = peer.split("-")[1]
+            run = functools.partial(iperf3_run, wrap, host, proto, rate=rate, args=args)
+            found[peer] = per_gib(run, sizes, args.repeat)
+        for scheme in schemes:
+            run = functools.partial(_sdr_size, wrap, host, scheme, files, out, rate, args)
+            found[f"sdr {scheme}"] = per_gib(run, sizes, args.repeat)
+    for cpu in found.values():
+        cpu["emulator"] = report
+    return found
+
+
+def _sdr_size(
+    wrap: Wrap, host: str, scheme: str, files: dict[int, Path], out: Path, rate: str, args: Any,
+    size: int,
+) -> tuple[float, float]:  # fmt: skip
+    return sdr_run(wrap, host, scheme, files[size], out, rate, args)
+
+
+def _row(
+    place: str, rate: str, name: str, cpu: dict[str, Any], found: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    udp, tcp = found["iperf3-udp"], found["iperf3-tcp"]
+    row = {"place": place, "rate": rate, "peer": name, **cpu}
+    for end in ("send", "recv"):
+        row[f"{end}_vs_udp"] = cpu[f"{end}_s_per_gib"] / udp[f"{end}_s_per_gib"]
+        row[f"{end}_vs_tcp"] = cpu[f"{end}_s_per_gib"] / tcp[f"{end}_s_per_gib"]
+    return row
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--rates", default="1Gbit/s", help="paced rates, comma-separated")
+    p.add_argument("--schemes", default=",".join(SCHEMES))
+    p.add_argument("--sizes", default="64MiB,320MiB", help="two sizes to difference")
+    p.add_argument("--mtu", type=int, default=8192, help="SDR packet payload = iperf3 -l")
+    p.add_argument("--message-size", default="16MiB")
+    p.add_argument("--rtt", default="25ms", help="SDR's --rtt (and the emulated link's)")
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--link", action="store_true", help="also through the WAN emulator (root)")
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    if not shutil.which("iperf3"):
+        raise SystemExit("iperf3 not found: run `make system` (or apt-get install iperf3)")
+    small, big = (parse_size(s) for s in args.sizes.split(","))
+    rates = args.rates.split(",")
+    schemes = [s for s in args.schemes.split(",") if s]
+    console = Console(width=130)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="sdr-cpu-") as tmp:
+        files = {n: make_payload(Path(tmp) / f"in-{n}.bin", n) for n in (small, big)}
+        out = Path(tmp) / "out.bin"
+        places = ["loopback"] + (["emulated"] if args.link else [])
+        for place in places:
+            for rate in rates:
+                found = measure_place(place, rate, schemes, files, out, (small, big), args)
+                rows += [_row(place, rate, name, cpu, found) for name, cpu in found.items()]
+    table = Table(title=f"CPU s per GiB, {format_size(small)} vs {format_size(big)}, {args.mtu} B")
+    for col in ("place", "rate", "peer", "send", "recv", "send/udp", "recv/udp", "send/tcp",
+                "recv/tcp"):  # fmt: skip
+        table.add_column(col, justify="left" if col in ("place", "peer") else "right")
+    for r in rows:
+        table.add_row(
+            r["place"],
+            format_rate(parse_rate(r["rate"])),
+            r["peer"],
+            f"{r['send_s_per_gib']:.2f}",
+            f"{r['recv_s_per_gib']:.2f}",
+            f"{r['send_vs_udp']:.2f}x",
+            f"{r['recv_vs_udp']:.2f}x",
+            f"{r['send_vs_tcp']:.2f}x",
+            f"{r['recv_vs_tcp']:.2f}x",
+        )
+    console.print(table)
+    console.print(f"load average before the end: {os.getloadavg()[0]:.2f}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "command": " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load": os.getloadavg(),
+        }
+        Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
