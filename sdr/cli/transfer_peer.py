@@ -29,7 +29,7 @@ _SECRET_TEXT = {
     "peer-only": "the {peer} uses a shared secret (SDR_SECRET) but this {me} has none",
     "self-only": "this {me} requires a shared secret (SDR_SECRET) but the {peer} has none",
     "differ": "the shared secret (SDR_SECRET) of the {peer} does not match this {me}'s "
-    "(or its set-up was altered on the way)",
+    "(or the set-up was altered on the way)",
 }
 
 

@@ -54,7 +54,7 @@ HELLO_FIELDS = ("name", "size", "message_size", "attr", "reliability", "qp", "ch
 """What a hello carries (and, with a secret, its ``nonce`` and ``hmac``)."""
 _SIGNED = ("nonce", "hmac")
 _CHALLENGE = re.compile(r"[0-9a-f]{32}")
-_MAX_SIZE = 1 << 63  # beyond any file; --max-size is the real bound
+_MAX_SIZE = (1 << 63) - 1  # the largest file offset; --max-size is the real bound
 
 
 @dataclass(frozen=True)
