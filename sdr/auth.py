@@ -38,11 +38,14 @@ def _digest(body: dict[str, Any], secret: bytes) -> str:
     return hmac.new(secret, canonical, hashlib.sha256).hexdigest()
 
 
-def sign_info(body: dict[str, Any], secret: bytes | None) -> dict[str, Any]:
-    """The info with a nonce and HMAC added (unchanged without a secret)."""
+def sign_info(
+    body: dict[str, Any], secret: bytes | None, nonce: str | None = None
+) -> dict[str, Any]:
+    """The info with a nonce and HMAC added (unchanged without a secret). ``nonce``: a
+    fixed one for reproducible tests and fuzzing; by default 16 fresh random bytes."""
     if secret is None:
         return body
-    signed = dict(body, nonce=secrets.token_hex(16))
+    signed = dict(body, nonce=secrets.token_hex(16) if nonce is None else nonce)
     signed[_FIELD] = _digest(signed, secret)
     return signed
 
@@ -52,7 +55,7 @@ def verify_info(info: dict[str, Any], secret: bytes | None) -> dict[str, Any]:
     if secret is None:
         return info
     tag = info.get(_FIELD)
-    if not isinstance(tag, str):
+    if not isinstance(tag, str) or not tag.isascii():  # compare_digest takes ASCII text only
         raise ProtocolError("peer info is not authenticated, but this context requires a secret")
     body = {k: v for k, v in info.items() if k != _FIELD}
     if not hmac.compare_digest(tag, _digest(body, secret)):

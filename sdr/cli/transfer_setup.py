@@ -105,9 +105,10 @@ def hello(
     info: str,
     challenge: str,
     secret: bytes | None,
+    nonce: str | None = None,
 ) -> dict[str, Any]:
-    """The sender's hello answering ``challenge``, signed with ``secret`` (adds ``nonce``
-    and ``hmac``; unsigned without)."""
+    """The sender's hello answering ``challenge``, signed with ``secret`` (adds ``nonce``,
+    fresh unless given, and ``hmac``; unsigned without)."""
     body = {
         "name": name,
         "size": size,
@@ -117,7 +118,7 @@ def hello(
         "qp": info,
         "challenge": challenge,
     }
-    return sign_info(body, secret)
+    return sign_info(body, secret, nonce)
 
 
 def parse_hello(message: Any, challenge: str, secret: bytes | None, max_size: int) -> Request:
@@ -168,9 +169,12 @@ def parse_hello(message: Any, challenge: str, secret: bytes | None, max_size: in
     )
 
 
-def reply(info: str, nonce: str | None, secret: bytes | None) -> dict[str, Any]:
-    """The receiver's reply: its QP ``info``, answering the sender's ``nonce`` (signed)."""
-    return sign_info({"qp": info, "challenge": nonce}, secret)
+def reply(
+    info: str, nonce: str | None, secret: bytes | None, own: str | None = None
+) -> dict[str, Any]:
+    """The receiver's reply: its QP ``info``, answering the sender's ``nonce``, signed
+    (with a fresh nonce of its own unless ``own`` is given)."""
+    return sign_info({"qp": info, "challenge": nonce}, secret, own)
 
 
 def parse_reply(message: Any, nonce: str | None, secret: bytes | None) -> str:
