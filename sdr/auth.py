@@ -5,7 +5,8 @@ an HMAC over the whole info, and ``qp.connect()`` refuses info whose HMAC does n
 (forged, altered in transit, or from a peer without the secret). Together with QPNs and
 rkeys drawn at random per connection, a stray or forged peer cannot join or address a
 QP. The info exchange itself must still be fresh (as with any pre-shared key without a
-challenge); run it over a channel you trust for ordering, e.g. the job's launcher.
+challenge); run it over a channel you trust for ordering, e.g. the job's launcher, or
+wrap it in a challenge-response as ``sdr send/recv`` do (sdr/cli/transfer_setup.py).
 """
 
 from __future__ import annotations
