@@ -113,8 +113,31 @@ def test_a_link_planted_after_the_check_is_not_followed(tmp_path: Path) -> None:
     with pytest.raises(FileExistsError, match="already exists"):
         create_partial(out, 4096)
     assert victim.read_bytes() == b"keep me"
-    created = create_partial(str(tmp_path / "other.bin"), 4096)
-    assert (os.stat(created).st_mode & 0o777, os.path.getsize(created)) == (0o600, 4096)
+    with create_partial(str(tmp_path / "other.bin"), 4096) as created:
+        st = os.fstat(created.fileno())
+    assert (st.st_mode & 0o777, st.st_size) == (0o600, 4096)
+
+
+def test_only_the_file_received_into_is_published(tmp_path: Path) -> None:
+    """The verified partial becomes OUT with a new file's mode; a partial that someone
+    replaced meanwhile (a directory without the sticky bit) is never renamed."""
+    from sdr.cli.transfer_output import create_partial, publish
+
+    out = str(tmp_path / "out.bin")
+    old_umask = os.umask(0o027)
+    try:
+        with create_partial(out, 10) as fh:
+            publish(fh, out)
+    finally:
+        os.umask(old_umask)
+    assert os.stat(out).st_mode & 0o777 == 0o640
+    other = str(tmp_path / "other.bin")
+    with create_partial(other, 10) as fh:
+        os.remove(other + ".partial")
+        Path(other + ".partial").write_bytes(b"someone else's")
+        with pytest.raises(OSError, match="was replaced during the transfer"):
+            publish(fh, other)
+    assert not os.path.exists(other)
 
 
 def test_the_relay_map_never_follows_a_planted_link(tmp_path: Path) -> None:

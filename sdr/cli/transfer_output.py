@@ -7,7 +7,9 @@ created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and mode 0600: no link is followe
 nothing that exists is opened, truncated or overwritten. If ``OUT.partial`` exists (a
 partial transfer kept with ``--keep-partial``, another receiver's, a planted link) the
 receiver refuses, before it listens, and says so; it never picks another name, so a
-kept partial file is always ``OUT.partial``.
+kept partial file is always ``OUT.partial``. The file is mapped through the descriptor
+that created it, and renamed only while the name still refers to it; ``OUT`` then gets
+the mode any new file gets (0666 less the umask).
 
 The whole size is reserved before any data arrives (``posix_fallocate``): the output is
 written through a memory mapping, and a page that the file system cannot back (a full
@@ -20,10 +22,11 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import BinaryIO
 
 from sdr.units import format_size
 
-__all__ = ["check_out", "check_space", "create_partial", "partial_path"]
+__all__ = ["check_out", "check_space", "create_partial", "partial_path", "publish"]
 
 _NEW = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -66,11 +69,12 @@ def check_space(out: str, size: int) -> None:
         )
 
 
-def create_partial(out: str, size: int) -> str:
+def create_partial(out: str, size: int) -> BinaryIO:
     """Create :func:`partial_path` ``(out)`` new (mode 0600, no link followed) with
-    ``size`` bytes reserved on disk; its path. FileExistsError when something is there
-    already (left untouched); OSError naming the shortfall when the disk is full (the
-    file just created is removed again)."""
+    ``size`` bytes reserved on disk; the file, open for reading and writing (map it
+    through this file: the path could name something else by now). FileExistsError when
+    something is there already (left untouched); OSError naming the shortfall when the
+    disk is full (the file just created is removed again)."""
     partial = partial_path(out)
     try:
         fd = os.open(partial, _NEW, 0o600)
@@ -86,8 +90,21 @@ def create_partial(out: str, size: int) -> str:
         os.close(fd)
         os.remove(partial)
         raise
-    os.close(fd)
-    return partial
+    return os.fdopen(fd, "r+b")
+
+
+def publish(fh: BinaryIO, out: str) -> None:
+    """Rename the verified partial file ``fh`` to ``out``, with the mode a new file gets
+    (0666 less the umask, as ``cp`` would give it). OSError, and no rename, when
+    :func:`partial_path` ``(out)`` no longer names ``fh`` (someone replaced it)."""
+    partial = partial_path(out)
+    mine, there = os.fstat(fh.fileno()), os.lstat(partial)
+    if (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino):
+        raise OSError(f"{partial} was replaced during the transfer; {out} left as it was")
+    umask = os.umask(0o077)
+    os.umask(umask)
+    os.fchmod(fh.fileno(), 0o666 & ~umask)
+    os.replace(partial, out)
 
 
 def _reserve(fd: int, size: int, out: str) -> None:

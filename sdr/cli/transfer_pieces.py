@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 from sdr.errors import SDRError
 from sdr.units import format_size
@@ -24,14 +24,14 @@ def pieces(size: int, message: int) -> Iterator[tuple[int, int]]:
     return ((off, min(message, size - off)) for off in range(0, size, message))
 
 
-def map_file(path: str, size: int, write: bool) -> tuple[Any, Any]:
-    """The file at ``path`` mapped: (file object, buffer). ``write``: the receiver's
-    output, already created at ``size`` bytes (see :mod:`~sdr.cli.transfer_output`)."""
-    fh = open(path, "r+b" if write else "rb")  # noqa: SIM115 - closed by the caller
+def map_file(fh: BinaryIO, size: int, write: bool) -> Any:
+    """The ``size`` bytes of the open file ``fh`` as a buffer. ``write``: the receiver's
+    output (already ``size`` bytes, see :mod:`~sdr.cli.transfer_output`), written
+    through; else the sender's input, mapped copy-on-write (writable, never saved)."""
     if size == 0:
-        return fh, bytearray(0)
-    access = mmap.ACCESS_WRITE if write else mmap.ACCESS_COPY  # COPY: writable, never saved
-    return fh, mmap.mmap(fh.fileno(), size, access=access)
+        return bytearray(0)
+    access = mmap.ACCESS_WRITE if write else mmap.ACCESS_COPY
+    return mmap.mmap(fh.fileno(), size, access=access)
 
 
 def sha256(buffer: Any) -> str:

@@ -8,7 +8,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, BinaryIO
 
 import sdr
 from sdr.auth import check_secret
@@ -16,7 +16,13 @@ from sdr.backends import oob
 from sdr.backends.udp import UdpTransport
 from sdr.backends.udp.transport import MAX_PATHS
 from sdr.cli.transfer_options import Progress
-from sdr.cli.transfer_output import check_out, check_space, create_partial, partial_path
+from sdr.cli.transfer_output import (
+    check_out,
+    check_space,
+    create_partial,
+    partial_path,
+    publish,
+)
 from sdr.cli.transfer_peer import WATCH_S, peer_error, tell_peer, watch
 from sdr.cli.transfer_pieces import PieceWindow, map_file, sha256, with_arrived
 from sdr.cli.transfer_relay import RelaySide, load_side
@@ -125,20 +131,21 @@ def _receive(
 ) -> dict[str, Any]:
     """Create the partial file, receive into it, rename it once verified; on failure it
     is removed (kept with ``keep_partial``), whatever failed."""
-    partial = create_partial(out, request.size)
+    fh = create_partial(out, request.size)
+    partial = partial_path(out)
     report = None
     try:
-        fh, buf = map_file(partial, request.size, write=True)
-        try:
-            report = _into(conn, out, partial, buf, request, progress, secret, timeout, info,
-                           keep_partial, side, data_port)  # fmt: skip
-        finally:
-            if isinstance(buf, mmap.mmap):
-                try:
-                    buf.close()
-                except BufferError:
-                    pass  # a registered view still points at it: closed when collected
-            fh.close()
+        with fh:
+            buf = map_file(fh, request.size, write=True)
+            try:
+                report = _into(conn, out, fh, buf, request, progress, secret, timeout, info,
+                               keep_partial, side, data_port)  # fmt: skip
+            finally:
+                if isinstance(buf, mmap.mmap):
+                    try:
+                        buf.close()
+                    except BufferError:
+                        pass  # a registered view still points at it: closed when collected
     finally:
         if report is None and not keep_partial:
             try:
@@ -152,7 +159,7 @@ def _receive(
 def _into(
     conn: socket.socket,
     out: str,
-    partial: str,
+    fh: BinaryIO,
     buf: Any,
     request: Request,
     progress: Progress | None,
@@ -163,9 +170,10 @@ def _into(
     side: RelaySide | None,
     data_port: int,
 ) -> dict[str, Any]:
-    """The transfer itself, into the mapped ``buf``: reply to the sender, receive every
-    piece, compare the digests; renames ``partial`` to ``out`` when they match."""
+    """The transfer itself, into ``buf`` (``fh`` mapped): reply to the sender, receive
+    every piece, compare the digests; publishes the file as ``out`` when they match."""
     size, attr, config = request.size, request.attr, request.config
+    partial = partial_path(out)
     host = conn.getsockname()[0]
     # no prefault: touching every page of the output would cost its size in memory up
     # front (and write it twice); pages are faulted in as the data lands
@@ -215,7 +223,7 @@ def _into(
         digest = sha256(buf)
         ok = digest == done.get("sha256")
         if ok:
-            os.replace(partial, out)
+            publish(fh, out)
         oob.send_obj(conn, {"ok": ok, "sha256": digest, "end": end})
         if not ok:
             raise _kept(

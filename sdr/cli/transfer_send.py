@@ -61,7 +61,8 @@ def send_file(
     attr = qp_attr(opts, config)
     create_scheme(config.resolved(attr.chunk_size, attr.rate_limit))  # a bad scheme fails here
     side = load_side(opts.relay, "a", opts.timeout) if opts.relay else None
-    fh, buf = map_file(path, size, write=False)
+    fh = open(path, "rb")  # noqa: SIM115 - closed below
+    buf = map_file(fh, size, write=False)
     ctx: sdr.Context | None = None
     sock: socket.socket | None = None
     try:
