@@ -6,6 +6,10 @@ verdicts after it (``sdr send/recv``, ``sdr write-bw``). The data never goes thi
 The connection stays open for the whole transfer, so it doubles as a liveness signal: a
 peer that exits or is killed closes it at once (:func:`poll_obj` reports that), and TCP
 keepalive (:func:`keepalive`) notices a peer whose host vanished within a few seconds.
+
+A wait on the peer can carry a ``deadline`` (``time.monotonic()`` seconds) for the whole
+message, not per ``recv()``: a peer that trickles a byte at a time cannot hold a reader
+past it (:class:`sdr.TimeoutError`). Bytes already received are read even at the deadline.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sdr.errors import ProtocolError, TransportError
+from sdr.errors import TimeoutError as SDRTimeoutError
 
 __all__ = [
     "send_obj",
@@ -43,32 +48,49 @@ def send_obj(sock: socket.socket, obj: Any) -> None:
     sock.sendall(_LEN.pack(len(data)) + data)
 
 
-def read_exact(sock: socket.socket, n: int) -> bytes:
-    """Exactly ``n`` bytes from a stream socket; TransportError if the peer closes first."""
+def read_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """Exactly ``n`` bytes from a stream socket; TransportError if the peer closes first,
+    sdr.TimeoutError if they are not all in by ``deadline`` (monotonic s; None: wait)."""
     buf = bytearray()
-    while len(buf) < n:
-        part = sock.recv(n - len(buf))
-        if not part:
-            raise TransportError("peer closed the out-of-band connection")
-        buf += part
+    saved = sock.gettimeout()
+    try:
+        while len(buf) < n:
+            if deadline is not None:
+                sock.settimeout(max(deadline - time.monotonic(), 0.0))  # 0: what is there
+            try:
+                part = sock.recv(n - len(buf))
+            except (BlockingIOError, TimeoutError):
+                if deadline is None:
+                    raise
+                raise SDRTimeoutError(
+                    f"out-of-band message incomplete at the deadline ({len(buf)} of {n} bytes)"
+                ) from None
+            if not part:
+                raise TransportError("peer closed the out-of-band connection")
+            buf += part
+    finally:
+        if deadline is not None:
+            sock.settimeout(saved)
     return bytes(buf)
 
 
-def recv_obj(sock: socket.socket) -> Any:
-    """Receive one JSON object (blocking); TransportError if the peer closes first."""
-    (size,) = _LEN.unpack(read_exact(sock, _LEN.size))
+def recv_obj(sock: socket.socket, deadline: float | None = None) -> Any:
+    """Receive one JSON object; TransportError if the peer closes first, sdr.TimeoutError
+    if the whole message is not in by ``deadline`` (monotonic s; None: block)."""
+    (size,) = _LEN.unpack(read_exact(sock, _LEN.size, deadline))
     if size > _MAX:
         raise ProtocolError(f"out-of-band message of {size} bytes exceeds {_MAX}")
     try:
-        return json.loads(read_exact(sock, size))
+        return json.loads(read_exact(sock, size, deadline))
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(f"out-of-band message is not JSON: {exc}") from exc
 
 
-def poll_obj(sock: socket.socket) -> Any | None:
+def poll_obj(sock: socket.socket, deadline: float | None = None) -> Any | None:
     """A message if the peer sent one, None if nothing is waiting (never blocks then).
 
     TransportError when the peer closed the connection or it was reset: the peer is gone.
+    A message that has begun must be complete by ``deadline`` (sdr.TimeoutError).
     """
     if not select.select([sock], [], [], 0)[0]:
         return None
@@ -78,7 +100,7 @@ def poll_obj(sock: socket.socket) -> Any | None:
         raise TransportError(f"out-of-band connection lost: {exc}") from exc
     if not peek:
         raise TransportError("peer closed the out-of-band connection")
-    return recv_obj(sock)
+    return recv_obj(sock, deadline)
 
 
 def keepalive(sock: socket.socket, idle: int = 1, interval: int = 1, count: int = 3) -> None:

@@ -5,7 +5,8 @@ an HMAC over the whole info, and ``qp.connect()`` refuses info whose HMAC does n
 (forged, altered in transit, or from a peer without the secret). Together with QPNs and
 rkeys drawn at random per connection, a stray or forged peer cannot join or address a
 QP. The info exchange itself must still be fresh (as with any pre-shared key without a
-challenge); run it over a channel you trust for ordering, e.g. the job's launcher.
+challenge); run it over a channel you trust for ordering, e.g. the job's launcher, or
+wrap it in a challenge-response as ``sdr send/recv`` do (sdr/cli/transfer_setup.py).
 """
 
 from __future__ import annotations
@@ -38,11 +39,14 @@ def _digest(body: dict[str, Any], secret: bytes) -> str:
     return hmac.new(secret, canonical, hashlib.sha256).hexdigest()
 
 
-def sign_info(body: dict[str, Any], secret: bytes | None) -> dict[str, Any]:
-    """The info with a nonce and HMAC added (unchanged without a secret)."""
+def sign_info(
+    body: dict[str, Any], secret: bytes | None, nonce: str | None = None
+) -> dict[str, Any]:
+    """The info with a nonce and HMAC added (unchanged without a secret). ``nonce``: a
+    fixed one for reproducible tests and fuzzing; by default 16 fresh random bytes."""
     if secret is None:
         return body
-    signed = dict(body, nonce=secrets.token_hex(16))
+    signed = dict(body, nonce=secrets.token_hex(16) if nonce is None else nonce)
     signed[_FIELD] = _digest(signed, secret)
     return signed
 
@@ -52,7 +56,7 @@ def verify_info(info: dict[str, Any], secret: bytes | None) -> dict[str, Any]:
     if secret is None:
         return info
     tag = info.get(_FIELD)
-    if not isinstance(tag, str):
+    if not isinstance(tag, str) or not tag.isascii():  # compare_digest takes ASCII text only
         raise ProtocolError("peer info is not authenticated, but this context requires a secret")
     body = {k: v for k, v in info.items() if k != _FIELD}
     if not hmac.compare_digest(tag, _digest(body, secret)):

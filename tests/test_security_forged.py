@@ -164,6 +164,10 @@ def test_connection_setup_is_authenticated_when_a_secret_is_configured() -> None
             qa.connect(json.dumps(altered).encode())
         with pytest.raises(sdr.ProtocolError, match="not authenticated"):
             qa.connect(qp.info())  # a peer without the secret
+        altered = json.loads(info)
+        altered["hmac"] = "\u00e9" * 64  # not ASCII: compare_digest raised TypeError
+        with pytest.raises(sdr.ProtocolError, match="not authenticated"):
+            qa.connect(json.dumps(altered).encode())
         assert not qa.connected and not qc.connected
         qa.connect(info)
         assert qa.connected

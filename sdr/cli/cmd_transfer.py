@@ -30,6 +30,7 @@ from rich.text import Text
 from sdr.backends import oob
 from sdr.cli.defaults import DEFAULT_MTU
 from sdr.cli.file_transfer import TransferOptions, send_file, serve_file, validate_send
+from sdr.cli.transfer_receive import DEFAULT_MAX_SIZE, check_max_size
 from sdr.errors import ConfigError
 from sdr.units import format_size
 
@@ -257,17 +258,22 @@ def recv(
         help="UDP data ports PORT..PORT+paths-1 (the sender's --paths) [default: free ones]",
         show_default=False,
     ),
+    max_size: str = typer.Option(
+        DEFAULT_MAX_SIZE, help="largest file to accept (a larger one is refused at set-up)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="JSON lines on stdout (progress, report)"),
 ) -> None:
     """Receive one file sent with ``sdr send`` and verify it end to end.
 
-    The data lands in OUT.partial, renamed to OUT only after its SHA-256 matched; the
-    reliability settings (scheme, rtt, chunk size ...) come from the sender.
+    The data lands in OUT.partial (created new: if it exists, nothing is received),
+    renamed to OUT only after its SHA-256 matched; the reliability settings (scheme, rtt,
+    chunk size ...) come from the sender.
     """
     if not 0 <= port < 65536:
         raise ConfigError(f"--port must be in [0, 65535], got {port}")
     if not 0 <= data_port < 65536:
         raise ConfigError(f"--data-port must be in [0, 65535], got {data_port}")
+    check_max_size(max_size)  # before the progress bar and the network
     with _output(as_json, f"recv {out}") as output:
         report = serve_file(
             out,
@@ -280,6 +286,7 @@ def recv(
             keep_partial=keep_partial,
             relay=relay,
             data_port=data_port,
+            max_size=max_size,
         )
     output.report(
         report,

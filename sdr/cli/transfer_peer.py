@@ -1,6 +1,6 @@
 """The out-of-band conversation with the peer during a transfer.
 
-Both sides agree on the shared secret (and name a mismatch in the same words), pass
+Both sides check the peer's shared secret (and name a mismatch in the same words), pass
 errors to each other, and watch the out-of-band TCP connection while the reliable QP
 progresses: when it closes, the peer is gone, reported at once rather than after the
 scheme's timers.
@@ -8,7 +8,6 @@ scheme's timers.
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 from collections.abc import Callable
@@ -20,15 +19,17 @@ from sdr.backends import oob
 from sdr.errors import ProtocolError, SDRError, TransportError
 from sdr.runtime import ReliableQP, drive
 
-__all__ = ["WATCH_S", "agree_secret", "peer_error", "tell_peer", "watch"]
+__all__ = ["WATCH_S", "SecretMismatch", "check_secret_of", "peer_error", "tell_peer", "watch"]
 
 WATCH_S = 0.1  # how often a transfer looks at the out-of-band connection (peer alive?)
+TELL_S = 1.0  # at most this long to hand the peer our error (it may not be reading)
 
 
 _SECRET_TEXT = {
     "peer-only": "the {peer} uses a shared secret (SDR_SECRET) but this {me} has none",
     "self-only": "this {me} requires a shared secret (SDR_SECRET) but the {peer} has none",
-    "differ": "the shared secret (SDR_SECRET) of the {peer} does not match this {me}'s",
+    "differ": "the shared secret (SDR_SECRET) of the {peer} does not match this {me}'s "
+    "(or the set-up was altered on the way)",
 }
 
 
@@ -39,38 +40,35 @@ def _secret_text(kind: str, me: str, peer: str) -> str:
     return "shared secret mismatch: " + _SECRET_TEXT[kind].format(me=me, peer=peer)
 
 
-def _secret_kind(info: str, secret: bytes | None) -> str | None:
-    """How the peer's QP ``info`` and our ``secret`` disagree, or None when they agree
-    (malformed info is left for ``qp.connect`` to report)."""
-    try:
-        decoded = json.loads(info)
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(decoded, dict):
-        return None
-    signed = "hmac" in decoded
+class SecretMismatch(ProtocolError):
+    """The peer's shared secret differs from ours (``kind``: peer-only, self-only, differ).
+
+    :func:`tell_peer` hands the peer :attr:`peer_text`, the same cause in its own words,
+    so that both sides report it alike.
+    """
+
+    def __init__(self, kind: str, me: str, peer: str) -> None:
+        super().__init__(_secret_text(kind, me, peer))
+        self.kind = kind
+        self.peer_text = _secret_text(_SWAP[kind], peer, me)
+
+
+def check_secret_of(
+    message: dict[str, Any], secret: bytes | None, me: str, peer: str
+) -> dict[str, Any]:
+    """The peer's signed set-up ``message`` once its HMAC verified, without the HMAC (as
+    it is when neither side has a secret); SecretMismatch when the secrets disagree."""
+    signed = "hmac" in message
     if secret is None:
-        return "peer-only" if signed else None
+        if signed:
+            raise SecretMismatch("peer-only", me, peer)
+        return message
     if not signed:
-        return "self-only"
+        raise SecretMismatch("self-only", me, peer)
     try:
-        verify_info(decoded, secret)
+        return verify_info(message, secret)
     except ProtocolError:
-        return "differ"
-    return None
-
-
-def agree_secret(sock: socket.socket, info: str, secret: bytes | None, me: str, peer: str) -> None:
-    """ProtocolError naming the mismatch when the peer's secret differs from ours; the
-    peer is told too (in its own words), so that both sides report the same cause."""
-    kind = _secret_kind(info, secret)
-    if kind is None:
-        return
-    try:
-        oob.send_obj(sock, {"error": _secret_text(_SWAP[kind], peer, me), "secret": kind})
-    except OSError:
-        pass  # the peer is gone already: our own report is what counts
-    raise ProtocolError(_secret_text(kind, me, peer))
+        raise SecretMismatch("differ", me, peer) from None
 
 
 def peer_error(message: Any, peer: str) -> SDRError:
@@ -83,9 +81,15 @@ def peer_error(message: Any, peer: str) -> SDRError:
 
 
 def tell_peer(sock: socket.socket, exc: BaseException) -> None:
-    """Best effort: send the peer our error before closing (it may be gone already)."""
+    """Best effort: send the peer our error before closing (it may be gone already, or
+    not reading: given up after :data:`TELL_S`)."""
+    if isinstance(exc, SecretMismatch):
+        message = {"error": exc.peer_text, "secret": exc.kind}
+    else:
+        message = {"error": " ".join(str(exc).split())}
     try:
-        oob.send_obj(sock, {"error": " ".join(str(exc).split())})
+        sock.settimeout(TELL_S)
+        oob.send_obj(sock, message)
     except OSError:
         pass
 
@@ -106,7 +110,7 @@ def watch(
         if condition():
             return None
         try:
-            message = oob.poll_obj(sock)
+            message = oob.poll_obj(sock, time.monotonic() + timeout)
         except TransportError as exc:
             raise TransportError(f"the {peer} is gone ({exc})") from exc
         if message is not None:

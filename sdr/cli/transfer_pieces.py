@@ -2,56 +2,117 @@
 
 Both sides map the file (the receiver writes into its mapping, zero copy), move it as
 messages of ``message_size`` bytes and count only the bytes of messages that completed
-and were verified.
+and were verified. The pieces are posted a window at a time (:class:`PieceWindow`), so
+what a side holds stays the same for a 1 KiB and a 1 TiB file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import mmap
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO
 
 from sdr.errors import SDRError
 from sdr.units import format_size
 
-__all__ = ["arrived", "map_file", "pieces", "sha256", "stats", "verified", "with_arrived"]
+__all__ = ["PieceWindow", "arrived", "map_file", "pieces", "sha256", "with_arrived"]
 
 
-def pieces(size: int, message: int) -> list[tuple[int, int]]:
-    return [(off, min(message, size - off)) for off in range(0, size, message)]
+def pieces(size: int, message: int) -> Iterator[tuple[int, int]]:
+    """(offset, length) of each message of a ``size``-byte file, in order."""
+    return ((off, min(message, size - off)) for off in range(0, size, message))
 
 
-def map_file(path: str, size: int, write: bool) -> tuple[Any, Any]:
-    fh = open(path, "r+b" if write else "rb")  # noqa: SIM115 - closed by the caller
-    if write:
-        fh.truncate(size)
+def map_file(fh: BinaryIO, size: int, write: bool) -> Any:
+    """The ``size`` bytes of the open file ``fh`` as a buffer. ``write``: the receiver's
+    output (already ``size`` bytes, see :mod:`~sdr.cli.transfer_output`), written
+    through; else the sender's input, mapped copy-on-write (writable, never saved)."""
     if size == 0:
-        return fh, bytearray(0)
-    access = mmap.ACCESS_WRITE if write else mmap.ACCESS_COPY  # COPY: writable, never saved
-    return fh, mmap.mmap(fh.fileno(), size, access=access)
+        return bytearray(0)
+    access = mmap.ACCESS_WRITE if write else mmap.ACCESS_COPY
+    return mmap.mmap(fh.fileno(), size, access=access)
 
 
 def sha256(buffer: Any) -> str:
     return hashlib.sha256(memoryview(buffer)).hexdigest()
 
 
-def stats(handles: list[Any]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for handle in handles:
-        for key, value in handle.stats.items():
-            total[key] = total.get(key, 0) + value
-    return total
+class PieceWindow:
+    """The pieces of a ``size``-byte file posted as reliable messages, a window at a time.
+
+    ``post(offset, length)`` posts one piece (``rqp.write`` or ``rqp.post_recv``) and
+    returns its handle. At most ``depth`` handles are unfinished at once; :meth:`top_up`
+    retires the finished ones (counting their verified bytes and scheme counters) and
+    posts the next pieces. A depth of at least the reliable QP's ``max_in_flight`` on
+    both sides keeps every write in flight that could be, so the window costs nothing
+    in speed while memory stays independent of the file's size. The first failed
+    message stops the posting (the transfer has failed).
+    """
+
+    def __init__(
+        self, post: Callable[[int, int], Any], size: int, message: int, depth: int
+    ) -> None:
+        if depth < 1:
+            raise ValueError(f"window depth must be >= 1, got {depth}")
+        self.size = size
+        self._post = post
+        self._todo = pieces(size, message)
+        self._depth = depth
+        self._open: list[Any] = []
+        self._verified = 0
+        self.stats: dict[str, int] = {}
+        """Scheme counters of the messages retired so far, summed."""
+        self.failed: Any | None = None
+        """The first handle that failed, if any."""
+        self._exhausted = size == 0
+        self.top_up()
+
+    @property
+    def open(self) -> int:
+        """Handles posted and not retired yet (never more than the depth)."""
+        return len(self._open)
+
+    def top_up(self) -> None:
+        """Retire the finished handles, then post pieces until the window is full."""
+        still = []
+        for handle in self._open:
+            if not handle.finished:
+                still.append(handle)
+                continue
+            for key, value in handle.stats.items():
+                self.stats[key] = self.stats.get(key, 0) + value
+            if handle.done:
+                self._verified += handle.length
+            elif self.failed is None:
+                self.failed = handle
+        self._open = still
+        while self.failed is None and not self._exhausted and len(self._open) < self._depth:
+            piece = next(self._todo, None)
+            if piece is None:
+                self._exhausted = True
+                break
+            self._open.append(self._post(*piece))
+
+    @property
+    def finished(self) -> bool:
+        """Every piece completed, or one failed (after :meth:`top_up`)."""
+        return self.failed is not None or (self._exhausted and not self._open)
+
+    def verified(self) -> int:
+        """Bytes of the messages that completed and were verified (never failed ones)."""
+        return self._verified + sum(h.length for h in self._open if h.done)
+
+    def check(self) -> None:
+        """Raise the error of the first failed message, if one failed."""
+        if self.failed is not None:
+            self.failed._check()
 
 
-def verified(handles: list[Any]) -> int:
-    """Bytes of the messages that completed and were verified (never failed ones)."""
-    return sum(h.length for h in handles if h.done)
+def arrived(verified: int, size: int) -> str:
+    return f"{format_size(verified)} of {format_size(size)} verified"
 
 
-def arrived(handles: list[Any], size: int) -> str:
-    return f"{format_size(verified(handles))} of {format_size(size)} verified"
-
-
-def with_arrived(exc: SDRError, handles: list[Any], size: int) -> SDRError:
+def with_arrived(exc: SDRError, window: PieceWindow) -> SDRError:
     """``exc`` again (same type), its message saying how much of the file was verified."""
-    return type(exc)(f"{exc} ({arrived(handles, size)})")
+    return type(exc)(f"{exc} ({arrived(window.verified(), window.size)})")

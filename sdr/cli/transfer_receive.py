@@ -8,39 +8,45 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, BinaryIO
 
 import sdr
-from sdr import errors
 from sdr.auth import check_secret
 from sdr.backends import oob
 from sdr.backends.udp import UdpTransport
 from sdr.backends.udp.transport import MAX_PATHS
 from sdr.cli.transfer_options import Progress
-from sdr.cli.transfer_peer import WATCH_S, agree_secret, peer_error, tell_peer, watch
-from sdr.cli.transfer_pieces import map_file, pieces, sha256, stats, verified, with_arrived
+from sdr.cli.transfer_output import (
+    check_out,
+    check_space,
+    create_partial,
+    partial_path,
+    publish,
+)
+from sdr.cli.transfer_peer import WATCH_S, peer_error, tell_peer, watch
+from sdr.cli.transfer_pieces import PieceWindow, map_file, sha256, with_arrived
 from sdr.cli.transfer_relay import RelaySide, load_side
-from sdr.errors import ConfigError, MessageFailed, ProtocolError, SDRError
-from sdr.reliability import ReliabilityConfig
+from sdr.cli.transfer_setup import Request, expect, new_challenge, parse_hello, reply
+from sdr.errors import ConfigError, MessageFailed, SDRError
+from sdr.errors import TimeoutError as SDRTimeoutError
 from sdr.runtime import ReliableQP, drive
+from sdr.units import parse_size
 
-__all__ = ["partial_path", "serve_file"]
+__all__ = ["DEFAULT_MAX_SIZE", "partial_path", "serve_file"]
+
+DEFAULT_MAX_SIZE = "64GiB"
+"""The largest file a receiver accepts unless told otherwise (``--max-size``)."""
 
 
-def partial_path(out: str) -> str:
-    """Where :func:`serve_file` writes ``out`` until it is verified: ``out + ".partial"``."""
-    return f"{out}.partial"
-
-
-def _check_out(out: str) -> None:
-    """OSError unless ``out`` can be written (its directory exists and is writable)."""
-    directory = os.path.dirname(os.path.abspath(out))
-    if os.path.isdir(out):
-        raise IsADirectoryError(f"--out {out!r} is a directory")
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"directory of --out {out!r} does not exist")
-    if not os.access(directory, os.W_OK):
-        raise PermissionError(f"directory of --out {out!r} is not writable")
+def check_max_size(max_size: str | int) -> int:
+    """``max_size`` in bytes (units accepted); ConfigError unless it is a size >= 0."""
+    try:
+        value = parse_size(max_size)
+    except (SDRError, ValueError, TypeError) as exc:
+        raise ConfigError(f"--max-size must be a size such as 64GiB, got {max_size!r}") from exc
+    if value < 0:
+        raise ConfigError(f"--max-size must be >= 0, got {max_size!r}")
+    return value
 
 
 def serve_file(
@@ -54,22 +60,28 @@ def serve_file(
     keep_partial: bool = False,
     relay: str | None = None,
     data_port: int = 0,
+    max_size: str | int = DEFAULT_MAX_SIZE,
 ) -> dict[str, Any]:
     """Receive one file into ``out`` from a :func:`~sdr.cli.transfer_send.send_file` peer;
     returns a report.
 
-    The data lands in :func:`partial_path` ``(out)``, renamed to ``out`` only once its
-    SHA-256 matches the sender's; on failure that file is removed (kept, when
-    ``keep_partial``) and ``out`` is left as it was. ``progress`` counts verified bytes
-    only. A sender that exits or is killed is reported within about a second. With
-    ``relay`` (a map file of ``sdr emulate relay``) the UDP traffic crosses the relay as
-    its side B. ``data_port``: receive the UDP data on ports ``data_port`` ...
-    ``data_port + paths - 1`` (``paths`` is the sender's); 0 (default) takes free ports.
+    The data lands in :func:`partial_path` ``(out)`` (created new: nothing there may
+    exist, :mod:`~sdr.cli.transfer_output`), renamed to ``out`` only once its SHA-256
+    matches the sender's; on failure that file is removed (kept, when ``keep_partial``)
+    and ``out`` is left as it was. The set-up (:mod:`~sdr.cli.transfer_setup`) must
+    be complete within ``timeout`` s of the sender's connection; a file larger than
+    ``max_size`` bytes (units accepted) or than the free disk space is refused before
+    anything is created. ``progress`` counts verified bytes only. A sender that exits or
+    is killed is reported within about a second. With ``relay`` (a map file of ``sdr
+    emulate relay``) the UDP traffic crosses the relay as its side B. ``data_port``:
+    receive the UDP data on ports ``data_port`` ... ``data_port + paths - 1`` (``paths``
+    is the sender's); 0 (default) takes free ports.
     """
     if isinstance(data_port, bool) or not isinstance(data_port, int) or not 0 <= data_port < 65536:
         raise ConfigError(f"--data-port must be in [0, 65535], got {data_port!r}")
     key = check_secret(secret)
-    _check_out(out)
+    limit = check_max_size(max_size)
+    check_out(out)
     side = load_side(relay, "b", timeout) if relay else None
     srv = oob.listen(bind, port)
     try:
@@ -79,39 +91,25 @@ def serve_file(
         try:
             conn, _ = srv.accept()
         except TimeoutError:
-            raise errors.TimeoutError(f"no sender connected within {timeout:g} s") from None
+            raise SDRTimeoutError(f"no sender connected within {timeout:g} s") from None
     finally:
         srv.close()
     try:
-        conn.settimeout(timeout)  # a sender that connects and says nothing
-        hello = oob.recv_obj(conn)
         conn.settimeout(None)
-        oob.keepalive(conn)
-        try:
-            size = int(hello["size"])
-            attr = sdr.QPAttr(**hello["attr"])
-            config = ReliabilityConfig.from_mapping(hello["reliability"])
-            info = str(hello["qp"])
-        except (KeyError, TypeError, ValueError, SDRError) as exc:
-            oob.send_obj(conn, {"error": str(exc)})
-            raise ProtocolError(f"bad transfer request: {exc}") from exc
-        agree_secret(conn, info, key, "receiver", "sender")
-        if side:
-            info = side.rewrite(info, key)
-        return _receive(
-            conn,
-            out,
-            size,
-            attr,
-            config,
-            progress,
+        deadline = time.monotonic() + timeout  # the whole set-up, however the bytes come
+        challenge = new_challenge()
+        oob.send_obj(conn, {"challenge": challenge})
+        request = parse_hello(
+            expect(conn, deadline, timeout, "complete set-up from the sender"),
+            challenge,
             key,
-            timeout,
-            info,
-            keep_partial,
-            side,
-            data_port,
+            limit,
         )
+        oob.keepalive(conn)
+        check_space(out, request.size)
+        info = side.rewrite(request.info, key) if side else request.info
+        return _receive(conn, out, request, progress, key, timeout, info, keep_partial, side,
+                        data_port)  # fmt: skip
     except (SDRError, OSError) as exc:
         tell_peer(conn, exc)
         raise
@@ -122,9 +120,7 @@ def serve_file(
 def _receive(
     conn: socket.socket,
     out: str,
-    size: int,
-    attr: sdr.QPAttr,
-    config: ReliabilityConfig,
+    request: Request,
     progress: Progress | None,
     secret: bytes | None,
     timeout: float,
@@ -133,25 +129,78 @@ def _receive(
     side: RelaySide | None,
     data_port: int = 0,
 ) -> dict[str, Any]:
+    """Create the partial file, receive into it, rename it once verified; on failure it
+    is removed (kept with ``keep_partial``), whatever failed."""
+    fh = create_partial(out, request.size)
     partial = partial_path(out)
-    open(partial, "wb").close()
-    renamed = False
-    fh, buf = map_file(partial, size, write=True)
+    report = None
+    try:
+        with fh:
+            buf = map_file(fh, request.size, write=True)
+            try:
+                report = _into(conn, out, fh, buf, request, progress, secret, timeout, info,
+                               keep_partial, side, data_port)  # fmt: skip
+            finally:
+                if isinstance(buf, mmap.mmap):
+                    try:
+                        buf.close()
+                    except BufferError:
+                        pass  # a registered view still points at it: closed when collected
+    finally:
+        if report is None and not keep_partial:
+            try:
+                os.remove(partial)
+            except FileNotFoundError:
+                pass  # renamed to out already (the verdict could not be sent)
+    assert report is not None  # every failure above raised
+    return report
+
+
+def _into(
+    conn: socket.socket,
+    out: str,
+    fh: BinaryIO,
+    buf: Any,
+    request: Request,
+    progress: Progress | None,
+    secret: bytes | None,
+    timeout: float,
+    info: str,
+    keep_partial: bool,
+    side: RelaySide | None,
+    data_port: int,
+) -> dict[str, Any]:
+    """The transfer itself, into ``buf`` (``fh`` mapped): reply to the sender, receive
+    every piece, compare the digests; publishes the file as ``out`` when they match."""
+    size, attr, config = request.size, request.attr, request.config
+    partial = partial_path(out)
     host = conn.getsockname()[0]
-    transport = side.transport() if side else UdpTransport(host, data_port, paths=_paths_of(info))
+    # no prefault: touching every page of the output would cost its size in memory up
+    # front (and write it twice); pages are faulted in as the data lands
+    transport = (
+        side.transport(prefault=False)
+        if side
+        else UdpTransport(host, data_port, paths=_paths_of(info), prefault=False)
+    )
     ctx = sdr.Context(transport, secret=secret)
     try:
         qp = ctx.create_qp(attr)
         qp.connect(info.encode())
-        oob.send_obj(conn, {"qp": qp.info().decode()})
+        oob.send_obj(conn, reply(qp.info().decode(), request.nonce, secret))
         rqp = ReliableQP(qp, config)
         mr = ctx.register(buf) if size else None
-        handles = [rqp.post_recv(mr, off, n) for off, n in pieces(size, attr.max_message_size)]  # type: ignore[arg-type]
+        window = PieceWindow(
+            lambda off, n: rqp.post_recv(mr, off, n),  # type: ignore[arg-type]
+            size,
+            attr.max_message_size,
+            2 * rqp.max_in_flight,
+        )
 
         def finished() -> bool:
+            window.top_up()
             if progress:
-                progress(verified(handles), size)
-            return all(h.finished for h in handles)
+                progress(window.verified(), size)
+            return window.finished
 
         try:
             done = watch(rqp, finished, timeout, f"receiving {out}", conn, "sender")
@@ -160,10 +209,9 @@ def _receive(
                 drive([rqp], finished, WATCH_S, f"receiving {out}")
             elif done is not None:
                 raise peer_error(done, "sender")
-            for h in handles:
-                h._check()
+            window.check()
         except SDRError as exc:
-            raise with_arrived(_kept(exc, partial, keep_partial), handles, size) from exc
+            raise with_arrived(_kept(exc, partial, keep_partial), window) from exc
         end = time.monotonic()
         # keep acknowledging until the sender says it is done (a last ACK may be lost)
         if done is None:
@@ -175,8 +223,7 @@ def _receive(
         digest = sha256(buf)
         ok = digest == done.get("sha256")
         if ok:
-            os.replace(partial, out)
-            renamed = True
+            publish(fh, out)
         oob.send_obj(conn, {"ok": ok, "sha256": digest, "end": end})
         if not ok:
             raise _kept(
@@ -190,21 +237,10 @@ def _receive(
             "sha256": digest,
             "scheme": config.scheme,
             "counters": qp.counters(),
-            "stats": stats(handles),
+            "stats": window.stats,
         }
     finally:
         ctx.close()
-        if isinstance(buf, mmap.mmap):
-            try:
-                buf.close()
-            except BufferError:
-                pass  # a registered view still points at it: closed when collected
-        fh.close()
-        if not renamed and not keep_partial:
-            try:
-                os.remove(partial)
-            except FileNotFoundError:
-                pass
 
 
 def _kept(exc: SDRError, partial: str, keep_partial: bool) -> SDRError:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 from dataclasses import dataclass
 
@@ -39,13 +40,16 @@ class RelaySide:
     peer_data: Address
     peer_control: Address
 
-    def transport(self) -> UdpTransport:
-        """A UDP transport bound to this side's data and control ports."""
+    def transport(self, prefault: bool = True) -> UdpTransport:
+        """A UDP transport bound to this side's data and control ports (``prefault``:
+        see :class:`~sdr.backends.udp.UdpTransport`)."""
         if self.data[0] != self.control[0]:
             raise ConfigError(
                 f"relay map: data {self.data} and control {self.control} need the same host"
             )
-        return UdpTransport(host=self.data[0], port=self.data[1], control_port=self.control[1])
+        return UdpTransport(
+            host=self.data[0], port=self.data[1], control_port=self.control[1], prefault=prefault
+        )
 
     def rewrite(self, info: str, secret: bytes | None) -> str:
         """The peer's QP ``info`` with its UDP addresses replaced by the relay's stand-ins
@@ -70,15 +74,27 @@ class RelaySide:
 
 def write_map(path: str, a: list[Address], b: list[Address], for_a: list[Address],
               for_b: list[Address]) -> None:  # fmt: skip
-    """Write the map file that ``--relay`` reads (atomically: a reader sees all or none)."""
+    """Write the map file that ``--relay`` reads, atomically (a reader sees all or none):
+    into a new file of a random name beside ``path`` (created with ``O_EXCL |
+    O_NOFOLLOW``: nothing planted there is followed or overwritten), then renamed over
+    ``path`` (a link at ``path`` is replaced, never followed)."""
     doc = {
         "a": {"ports": [f"{h}:{p}" for h, p in a], "peer": [f"{h}:{p}" for h, p in for_a]},
         "b": {"ports": [f"{h}:{p}" for h, p in b], "peer": [f"{h}:{p}" for h, p in for_b]},
     }
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(doc, fh, indent=1)
-    os.replace(tmp, path)
+    directory, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def _address(text: object, what: str) -> Address:

@@ -13,9 +13,10 @@ import sdr
 from sdr.backends import oob
 from sdr.backends.udp import UdpTransport
 from sdr.cli.transfer_options import Progress, TransferOptions, plan, qp_attr, validate_send
-from sdr.cli.transfer_peer import agree_secret, peer_error, tell_peer, watch
-from sdr.cli.transfer_pieces import map_file, pieces, sha256, stats, verified, with_arrived
+from sdr.cli.transfer_peer import peer_error, tell_peer, watch
+from sdr.cli.transfer_pieces import PieceWindow, map_file, sha256, with_arrived
 from sdr.cli.transfer_relay import RelaySide, load_side
+from sdr.cli.transfer_setup import expect, hello, parse_challenge, parse_reply
 from sdr.errors import ConfigError, MessageFailed, ProtocolError, SDRError
 from sdr.reliability import ReliabilityConfig
 from sdr.reliability.registry import create_scheme
@@ -46,7 +47,9 @@ def send_file(
 
     Everything is validated before the network is touched (ConfigError, OSError). The
     receiver is awaited up to ``opts.timeout`` s (``waiting`` is called once if it is not
-    listening yet), and the transfer then gets up to ``opts.timeout`` s. ``progress``
+    listening yet), the set-up exchange (:mod:`~sdr.cli.transfer_setup`) must then be
+    complete within ``opts.timeout`` s (a receiver that stops answering is an error, not
+    a hang), and the transfer gets up to ``opts.timeout`` s. ``progress``
     counts verified (acknowledged) bytes only. A receiver that exits or is killed is
     reported within about a second, with how much of the file it had verified. With
     ``opts.relay`` (a map file of ``sdr emulate relay``) the UDP traffic crosses the relay
@@ -58,7 +61,8 @@ def send_file(
     attr = qp_attr(opts, config)
     create_scheme(config.resolved(attr.chunk_size, attr.rate_limit))  # a bad scheme fails here
     side = load_side(opts.relay, "a", opts.timeout) if opts.relay else None
-    fh, buf = map_file(path, size, write=False)
+    fh = open(path, "rb")  # noqa: SIM115 - closed below
+    buf = map_file(fh, size, write=False)
     ctx: sdr.Context | None = None
     sock: socket.socket | None = None
     try:
@@ -93,56 +97,60 @@ def _send(
     progress: Progress | None,
     side: RelaySide | None,
 ) -> dict[str, Any]:
+    deadline = time.monotonic() + opts.timeout  # the whole set-up, however the bytes come
+    what = "answer from the receiver"
+    challenge = parse_challenge(expect(sock, deadline, opts.timeout, what))
     qp = ctx.create_qp(attr)
-    oob.send_obj(
-        sock,
-        {
-            "name": os.path.basename(path),
-            "size": size,
-            "message_size": attr.max_message_size,
-            "attr": attr.as_dict(),
-            "reliability": _config_dict(config),
-            "qp": qp.info().decode(),
-        },
-    )
-    reply = oob.recv_obj(sock)
-    if "error" in reply:
-        if "secret" in reply:
-            raise ProtocolError(str(reply["error"]))
-        raise ProtocolError(f"receiver refused the transfer: {reply['error']}")
-    agree_secret(sock, reply["qp"], ctx.secret, "sender", "receiver")
-    info = side.rewrite(reply["qp"], ctx.secret) if side else reply["qp"]
+    request = hello(os.path.basename(path), size, attr, _config_dict(config),
+                    qp.info().decode(), challenge, ctx.secret)  # fmt: skip
+    oob.send_obj(sock, request)
+    answer = expect(sock, deadline, opts.timeout, what)
+    theirs = parse_reply(answer, request.get("nonce"), ctx.secret)
+    info = side.rewrite(theirs, ctx.secret) if side else theirs
     qp.connect(info.encode())
     rqp = ReliableQP(qp, config)
     mr = ctx.register(buf) if size else None
     start, clock_start = time.monotonic(), ctx.now()  # the selector's moves use ctx's clock
-    handles = [rqp.write(mr, off, n) for off, n in pieces(size, attr.max_message_size)]  # type: ignore[arg-type]
+    window = PieceWindow(
+        lambda off, n: rqp.write(mr, off, n),  # type: ignore[arg-type]
+        size,
+        attr.max_message_size,
+        2 * rqp.max_in_flight,
+    )
 
     def finished() -> bool:
+        window.top_up()
         if progress:
-            progress(verified(handles), size)
-        return all(h.finished for h in handles)
+            progress(window.verified(), size)
+        return window.finished
 
     try:
         message = watch(rqp, finished, opts.timeout, f"sending {path}", sock, "receiver")
         if message is not None:
             raise peer_error(message, "receiver")
-        for h in handles:
-            h._check()
+        window.check()
     except SDRError as exc:
-        raise with_arrived(exc, handles, size) from exc
+        raise with_arrived(exc, window) from exc
     seconds = time.monotonic() - start
+    hashing = time.monotonic()
     digest = sha256(buf)
     oob.send_obj(sock, {"done": True, "sha256": digest})
-    verdict = oob.recv_obj(sock)
-    if not verdict.get("ok"):
-        raise MessageFailed(f"receiver reports a bad file: {verdict}")
+    # the receiver hashes its copy first: as long as we took, and then the usual timeout
+    wait = opts.timeout + time.monotonic() - hashing
+    verdict = expect(sock, time.monotonic() + wait, wait, "verdict from the receiver")
+    if not isinstance(verdict, dict) or not verdict.get("ok"):
+        if isinstance(verdict, dict) and "error" in verdict:
+            raise peer_error(verdict, "receiver")
+        raise MessageFailed(f"receiver reports a bad file: {verdict!r:.200}")
+    recv_end = verdict.get("end")
+    if isinstance(recv_end, bool) or not isinstance(recv_end, int | float):
+        raise ProtocolError(f"the receiver's verdict lacks its end time: {verdict!r:.200}")
     counters = qp.counters()
     return {
         "bytes": size,
         "seconds": seconds,
         "start": start,
-        "recv_end": verdict["end"],
+        "recv_end": recv_end,
         "scheme": config.scheme,
         "config": _config_dict(config),
         "predicted_mean_s": selection.mean_s if selection else None,
@@ -150,7 +158,7 @@ def _send(
         "packets_sent": counters["packets_sent"],
         "paths": len(getattr(qp.ctx.transport, "ports", (0,))),
         "multipath": _multipath_report(rqp, clock_start),
-        "stats": stats(handles),
+        "stats": window.stats,
         "sha256": digest,
     }
 

@@ -26,6 +26,7 @@ INSTRUMENTED = (
     "targets_control",
     "targets_placement",
     "targets_forward",
+    "targets_setup",
 )
 """Top-level modules whose code atheris instruments (and everything below them)."""
 

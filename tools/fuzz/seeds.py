@@ -116,6 +116,28 @@ def _forward_vnet() -> list[bytes]:
     return out
 
 
+def _transfer_setup() -> list[bytes]:
+    """transfer_setup: mode (bit 0 secret, 1 sender's side, 2 replay, 3 close, 7 raw),
+    edits, cut, size and limit picks, then edit bytes (or, raw, the wire)."""
+    heads = [
+        (0, 0, 0, 3, 4),  # receiver, no secret, 1 MiB + 1 within 1 TiB: accepted
+        (1, 0, 0, 2, 3),  # signed: accepted
+        (5, 0, 0, 2, 3),  # signed, replayed: refused
+        (1, 0, 128, 2, 3),  # half a frame: refused
+        (9, 0, 200, 2, 3),  # most of a frame, then the writer closes
+        (0, 0, 0, 4, 3),  # 1 TiB announced, 1 MiB + 1 allowed: refused
+        (1, 0, 0, 6, 5),  # 2^63 announced
+        (2, 0, 0, 0, 0),  # the sender's side: a reply
+        (3, 0, 0, 0, 0),
+        (7, 0, 0, 0, 0),  # a replayed reply
+    ]
+    out = [bytes(h) for h in heads]
+    out.append(bytes((1, 1, 0, 2, 3)) + b"\x02\x00\x00\x00\x04")  # signed, one field edited
+    challenge = json.dumps({"challenge": "0123456789abcdef" * 2}).encode()
+    out.append(b"\x82\x00\x00\x00\x00" + len(challenge).to_bytes(4, "big") + challenge)
+    return out
+
+
 def seeds() -> dict[str, list[bytes]]:
     """Valid and near-valid inputs for every target that has a structured format."""
     from sdr.control import CTS, encode_cts_request
@@ -154,6 +176,7 @@ def seeds() -> dict[str, list[bytes]]:
         "offload_header": [_offload()],
         "forward_vnet": _forward_vnet(),
         "loss_trace": [b"0 0 1  # a loss\n0 1\n", b"# header\n" + b"0 " * 40 + b"1\n"],
+        "transfer_setup": _transfer_setup(),
         # targets_connect: byte 0 mode (bit 7: raw JSON), byte 1 edits to the real info
         **{
             name: [b"\x00\x00", b"\x01\x00", b"\x00\x01\x05\x00\x00\x00\x03", b"\x80{}"]

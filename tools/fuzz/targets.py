@@ -6,7 +6,8 @@ touch memory also assert that nothing is written outside a posted buffer. The sa
 targets run under atheris (``tools/fuzz/run.py``, millions of inputs) and, briefly, in
 the test suite (tests/test_fuzz_targets.py). This module holds the core's targets and
 imports the others (targets_wire: RoCEv2 and the UDP receive path; targets_text:
-control messages, configs, plans, units, out-of-band frames) so one import registers all.
+control messages, configs, plans, units, out-of-band frames; targets_setup: the set-up
+exchange of ``sdr send/recv``) so one import registers all.
 """
 
 from __future__ import annotations
@@ -135,5 +136,6 @@ import targets_connect  # noqa: E402,F401
 import targets_control  # noqa: E402,F401
 import targets_forward  # noqa: E402,F401
 import targets_placement  # noqa: E402,F401
+import targets_setup  # noqa: E402,F401
 import targets_text  # noqa: E402,F401  (registers its targets)
 import targets_wire  # noqa: E402,F401
