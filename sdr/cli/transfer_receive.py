@@ -14,6 +14,7 @@ import sdr
 from sdr.auth import check_secret
 from sdr.backends import oob
 from sdr.backends.udp import UdpTransport
+from sdr.backends.udp.sockets import prefault
 from sdr.backends.udp.transport import MAX_PATHS
 from sdr.cli.transfer_options import Progress
 from sdr.cli.transfer_output import (
@@ -175,8 +176,9 @@ def _into(
     size, attr, config = request.size, request.attr, request.config
     partial = partial_path(out)
     host = conn.getsockname()[0]
-    # no prefault: touching every page of the output would cost its size in memory up
-    # front (and write it twice); pages are faulted in as the data lands
+    # no prefault of the whole output (its size in memory up front): each piece's pages
+    # are faulted in as it is posted (below), so memory follows the window, and the
+    # first packets of a piece do not page-fault (at these rates that shows as loss)
     transport = (
         side.transport(prefault=False)
         if side
@@ -189,8 +191,14 @@ def _into(
         oob.send_obj(conn, reply(qp.info().decode(), request.nonce, secret))
         rqp = ReliableQP(qp, config)
         mr = ctx.register(buf) if size else None
+
+        def post(off: int, n: int) -> Any:
+            with memoryview(buf) as whole, whole[off : off + n] as piece:
+                prefault(piece)
+            return rqp.post_recv(mr, off, n)  # type: ignore[arg-type]
+
         window = PieceWindow(
-            lambda off, n: rqp.post_recv(mr, off, n),  # type: ignore[arg-type]
+            post,
             size,
             attr.max_message_size,
             2 * rqp.max_in_flight,
