@@ -57,3 +57,31 @@ def test_prefault_is_one_madvise_call_on_linux():
         pytest.skip("not Linux")
     buf = np.zeros(1 << 20, dtype=np.uint8)
     assert sockets._populate(buf.ctypes.data, len(buf))  # a kernel >= 5.14 has it
+
+
+def _rss_anon() -> int:
+    with open("/proc/self/status") as fh:
+        line = next(x for x in fh if x.startswith("RssAnon:"))
+    return int(line.split()[1]) << 10
+
+
+def test_the_sender_registers_its_file_without_copying_it(tmp_path):
+    """`sdr send` maps its input copy-on-write; registering it must not fault it in for
+    writing, which would copy every page into the process's private memory."""
+    import sdr
+    from sdr.cli.transfer_pieces import map_file
+    from sdr.cli.transfer_send import _transport
+
+    size = 32 << 20
+    path = tmp_path / "in.bin"
+    path.write_bytes(np.random.default_rng(2).integers(0, 256, size, dtype=np.uint8).tobytes())
+    with open(path, "rb") as fh:
+        buf = map_file(fh, size, write=False)
+        ctx = sdr.Context(_transport("127.0.0.1", 1))
+        try:
+            before = _rss_anon()
+            ctx.register(buf)
+            grown = _rss_anon() - before
+        finally:
+            ctx.close()
+    assert grown < size // 8, f"{grown >> 20} MiB of private memory for a {size >> 20} MiB file"

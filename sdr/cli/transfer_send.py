@@ -69,7 +69,7 @@ def send_file(
         sock = oob.connect(host, port, opts.timeout, waiting)
         if side and opts.paths > 1:
             raise ConfigError("--paths needs a direct link: a relay carries one path")
-        transport = side.transport() if side else _transport(host, opts.paths)
+        transport = side.transport(prefault=False) if side else _transport(host, opts.paths)
         ctx = sdr.Context(transport, secret=secret)
         return _send(sock, ctx, path, size, buf, opts, attr, config, selection, progress, side)
     except (SDRError, OSError) as exc:
@@ -191,4 +191,6 @@ def _config_dict(config: ReliabilityConfig) -> dict[str, Any]:
 
 
 def _transport(host: str, paths: int) -> UdpTransport:
-    return UdpTransport(host=_source_address(host), port=0, paths=paths)
+    # No prefault: the sender only reads its file, and faulting a copy-on-write mapping in
+    # for writing would copy every page of it (the file's size in private memory).
+    return UdpTransport(host=_source_address(host), port=0, paths=paths, prefault=False)
