@@ -153,7 +153,9 @@ class ReliableConnection:
         self.paths: ChunkPaths | None = None
         """Per-chunk path choice over the channels (``config.multipath``), else None."""
         if config.multipath and self.attr.channels > 1:
-            self.paths = ChunkPaths(self.attr.channels, self.attr.mtu, self.attr.chunk_size)
+            self.paths = ChunkPaths(
+                self.attr.channels, self.attr.mtu, self.attr.chunk_size, config.rto
+            )
             core.send.channel_for = self._channels_for
 
     @property
