@@ -162,14 +162,14 @@ class SdrFlow(SimFlow):
             size = self._next_size()
             if not cc.can_send(size):
                 return None
-            slot = sel.pick() if sel is not None else 0
+            slot = sel.pick(now, probe=True) if sel is not None else 0
             self._take(size)
             engine.transmit(now, self.index, self.paths[slot], size)
             cc.on_sent(now, size)
             if sel is not None:
                 sel.on_sent(now, slot, size)
             self.path_bytes[slot] += size
-            self._next_send = max(self._next_send, now) + size * 8 / cc.pacing_rate
+            self._next_send = max(self._next_send, now) + size * 8 / cc.bounded_pacing_rate
         return None
 
     def on_ack(

@@ -67,6 +67,13 @@ class DesOptions:
             rate; ``delay``, ``bbr``, ``auto``: the SDK's own controller code, started at
             the link rate).
         congestion_params: its parameters (``ReliabilityConfig.congestion_params``).
+        paths: QP channels; more than one turns multipath on (``ReliabilityConfig.
+            multipath``: each chunk takes one path, picked by the SDK's path selector).
+            The paths share the one link; they differ only by their blackouts.
+        blackouts: per path, ``(start, end)`` intervals of simulated time in seconds
+            during which that path drops every data packet, in both directions
+            (:attr:`~sdr.simulator.des_link.PathImpairments.blackouts`; control messages
+            take path 0, so a blackout of path 0 is an outage of the whole link).
     """
 
     control_loss: LossModel | None = None
@@ -79,13 +86,24 @@ class DesOptions:
     nic_queue_packets: int | None = None
     congestion: str = "fixed"
     congestion_params: dict[str, Any] = field(default_factory=dict)
+    paths: int = 1
+    blackouts: tuple[tuple[tuple[float, float], ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        paths = self.paths
+        if isinstance(paths, bool) or not isinstance(paths, int) or not 1 <= paths <= 16:
+            raise ConfigError(f"paths must be an integer in [1, 16], got {paths!r}")
+        if len(self.blackouts) > paths:
+            raise ConfigError(
+                f"blackouts name {len(self.blackouts)} paths but there are {paths} (set paths)"
+            )
 
     def impairments(self, link: Link, loss: LossModel | None) -> PathImpairments:
         """One direction's impairments with ``loss`` on its data packets."""
         delay = self.reorder_delay_s
         if delay is None:
             delay = 8 * link.serialization_s(link.mtu + self.header_bytes) if self.reorder else 0.0
-        return PathImpairments(loss, self.control_loss, self.reorder, delay)
+        return PathImpairments(loss, self.control_loss, self.reorder, delay, self.blackouts)
 
 
 @dataclass
@@ -159,8 +177,9 @@ def reliability_config(link: Link, spec: SchemeSpec) -> ReliabilityConfig:
     )
 
 
-def qp_attr(link: Link, size_bytes: int, spec: SchemeSpec) -> sdr.QPAttr:
-    """QP attributes for writes of ``size_bytes`` (the MTU and chunk of the link)."""
+def qp_attr(link: Link, size_bytes: int, spec: SchemeSpec, channels: int = 1) -> sdr.QPAttr:
+    """QP attributes for writes of ``size_bytes`` (the MTU and chunk of the link) over
+    ``channels`` paths."""
     chunks = link.num_chunks(size_bytes)
     parity = -(-chunks // spec.k) * spec.m * link.chunk_size if spec.is_ec else 0
     largest = max(size_bytes, parity)
@@ -169,6 +188,7 @@ def qp_attr(link: Link, size_bytes: int, spec: SchemeSpec) -> sdr.QPAttr:
         chunk_size=link.chunk_size,
         max_message_size=-(-largest // link.mtu) * link.mtu,
         max_messages=15,  # odd: see sdr.id_reuse
+        channels=channels,
     )
 
 
@@ -191,9 +211,11 @@ def _pair(
     sim: DesSim, a: DesHost, b: DesHost, link: Link, size: int, spec: SchemeSpec, opts: DesOptions
 ) -> tuple[ReliableQP, ReliableQP]:
     config = reliability_config(link, spec).replace(
-        congestion=opts.congestion, congestion_params=opts.congestion_params
+        congestion=opts.congestion,
+        congestion_params=opts.congestion_params,
+        multipath=opts.paths > 1,
     )
-    ra, rb = sim.reliable_pair(a, b, qp_attr(link, size, spec), config)
+    ra, rb = sim.reliable_pair(a, b, qp_attr(link, size, spec, opts.paths), config)
     with_encode_time(ra.scheme, a.transport.now, opts.encode_s_per_byte)
     return ra, rb
 

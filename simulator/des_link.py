@@ -14,6 +14,7 @@ Several senders' packets are merged in time order before they enter the queue (s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,12 +43,18 @@ class PathImpairments:
         reorder: probability that a packet is held back (delayed, so later ones overtake).
         reorder_delay_s: a held-back packet is delayed by a uniform extra in
             ``[0, reorder_delay_s]`` seconds.
+        blackouts: per path (a QP channel: ``blackouts[p]`` for channel ``p``), the
+            ``(start, end)`` intervals of simulated time, in seconds, during which the
+            path is a black hole: a data packet of that channel that reaches the switch
+            in one is dropped before the switch queue (it takes no room there); a path
+            past the tuple's end never goes dark. Control messages travel on path 0.
     """
 
     loss: LossModel | None = None
     control_loss: LossModel | None = None
     reorder: float = 0.0
     reorder_delay_s: float = 0.0
+    blackouts: tuple[tuple[tuple[float, float], ...], ...] = ()
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.reorder <= 1.0:
@@ -56,6 +63,16 @@ class PathImpairments:
             raise ConfigError(f"reorder_delay_s must be >= 0 s, got {self.reorder_delay_s!r}")
         if self.reorder > 0 and self.reorder_delay_s == 0:
             raise ConfigError("reorder > 0 needs reorder_delay_s > 0 (how far packets are held)")
+        object.__setattr__(self, "blackouts", _blackouts(self.blackouts))
+
+    def dark(self, starts: np.ndarray, paths: np.ndarray) -> np.ndarray:
+        """Which packets, reaching the switch at ``starts`` on ``paths``, a blackout drops."""
+        out = np.zeros(len(starts), bool)
+        for path, spans in enumerate(self.blackouts):
+            on_path = paths == path
+            for lo, hi in spans:
+                out |= on_path & (lo <= starts) & (starts < hi)
+        return out
 
     def spec(self, link: Link, buffer_bytes: float | None = None, seed: int = 0) -> LinkSpec:
         """The :class:`LinkSpec` of one direction of ``link`` with these impairments."""
@@ -73,6 +90,25 @@ class PathImpairments:
             reorder_jitter=self.reorder_delay_s,
             seed=seed,
         )
+
+
+def _blackouts(value: object) -> tuple[tuple[tuple[float, float], ...], ...]:
+    """``value`` as per-path tuples of (start, end) seconds, else a one-line ConfigError."""
+    example = "e.g. ((), ((0.5, 0.8),)) for path 1 dark from 0.5 s to 0.8 s"
+    try:
+        spans = tuple(tuple((float(lo), float(hi)) for lo, hi in path) for path in value)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"blackouts must be, per path, (start, end) pairs in seconds; got {value!r}; " + example
+        ) from None
+    for path in spans:
+        for lo, hi in path:
+            if not (math.isfinite(lo) and math.isfinite(hi) and 0 <= lo <= hi):
+                raise ConfigError(
+                    f"a blackout must be (start, end) with 0 <= start <= end, finite; got "
+                    f"{(lo, hi)!r}; {example}"
+                )
+    return spans
 
 
 class Nic:
@@ -111,10 +147,18 @@ Deliver = Callable[[int, int, np.ndarray], None]
 
 
 class _Submission:
-    __slots__ = ("starts", "sizes", "control", "deliver", "done")
+    __slots__ = ("starts", "sizes", "control", "deliver", "paths", "done")
 
-    def __init__(self, starts: np.ndarray, sizes: np.ndarray, control: bool, deliver: Deliver):
+    def __init__(
+        self,
+        starts: np.ndarray,
+        sizes: np.ndarray,
+        control: bool,
+        deliver: Deliver,
+        paths: np.ndarray,
+    ):
         self.starts, self.sizes, self.control, self.deliver = starts, sizes, control, deliver
+        self.paths = paths
         self.done = 0
 
 
@@ -129,11 +173,16 @@ class DirectionScheduler:
     propagation delay's worth of packets.
 
     ``rng`` (optional) spawns the direction's random streams instead of ``spec.seed``.
+    ``paths`` (optional) black-holes packets per path (:attr:`PathImpairments.blackouts`).
     The simulator does not model duplication or corruption (a spec with them is refused).
     """
 
     def __init__(
-        self, env: simpy.Environment, spec: LinkSpec, rng: np.random.Generator | None = None
+        self,
+        env: simpy.Environment,
+        spec: LinkSpec,
+        rng: np.random.Generator | None = None,
+        paths: PathImpairments | None = None,
     ) -> None:
         if spec.duplicate or spec.corrupt:
             raise ConfigError(
@@ -142,6 +191,7 @@ class DirectionScheduler:
             )
         self.env = env
         self.spec = spec
+        self.paths = paths if paths is not None and paths.blackouts else None
         self.direction = link_model.LinkDirection(spec, rng)
         self.rate_bps = self.direction.rate_bps
         self.delay_s = self.direction.delay_s
@@ -166,12 +216,19 @@ class DirectionScheduler:
 
     # --- submission and merged processing ------------------------------------------------
     def submit(
-        self, starts: np.ndarray, sizes: np.ndarray, control: bool, deliver: Deliver
+        self,
+        starts: np.ndarray,
+        sizes: np.ndarray,
+        control: bool,
+        deliver: Deliver,
+        paths: np.ndarray | None = None,
     ) -> None:
-        """Packets reach the switch at ``starts`` (ascending); ``deliver`` learns their fate."""
+        """Packets reach the switch at ``starts`` (ascending) on ``paths`` (the QP channel
+        of each; default path 0); ``deliver`` learns their fate."""
         if len(starts):
+            on = np.zeros(len(starts), np.int64) if paths is None else np.asarray(paths)
             self._pending.append(
-                _Submission(starts, np.asarray(sizes, np.float64), control, deliver)
+                _Submission(starts, np.asarray(sizes, np.float64), control, deliver, on)
             )
             self._schedule(float(starts[0]))
 
@@ -212,8 +269,15 @@ class DirectionScheduler:
         sizes = np.concatenate([sub.sizes[a:b] for sub, a, b in parts])
         control = np.concatenate([np.full(b - a, sub.control) for sub, a, b in parts])
         order = np.argsort(starts, kind="stable")
-        arrive = np.empty(len(starts))
-        arrive[order] = self.carry(starts[order], sizes[order], control[order])
+        arrive = np.full(len(starts), np.nan)
+        if self.paths is None:
+            arrive[order] = self.carry(starts[order], sizes[order], control[order])
+        else:  # a dark path's packets never reach the queue
+            paths = np.concatenate([sub.paths[a:b] for sub, a, b in parts])
+            lit = order[~self.paths.dark(starts[order], paths[order])]
+            self.stats.blackout_drops += len(order) - len(lit)
+            if len(lit):
+                arrive[lit] = self.carry(starts[lit], sizes[lit], control[lit])
         at = 0
         for sub, a, b in parts:
             sub.done = b

@@ -117,7 +117,11 @@ class DesQP(KeyTableBindings, TransportQP):
         self.pacer.consume(t.now(), float(sizes.sum()) * 8)
         starts = t.nic.reserve(t.now(), sizes)
         t.direction.submit(
-            starts, sizes, False, lambda a, b, arrive: self._land(batch, a, b, arrive)
+            starts,
+            sizes,
+            False,
+            lambda a, b, arrive: self._land(batch, a, b, arrive),
+            batch.channels,
         )
 
     def _land(self, batch: WriteBatch, first: int, stop: int, arrive: np.ndarray) -> None:
@@ -270,8 +274,8 @@ class DesFabric:
         rng_ab, rng_ba = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
         fwd, rev = forward or PathImpairments(), reverse or PathImpairments()
         self.directions = {
-            "a": DirectionScheduler(env, fwd.spec(link, buffer_bytes), rng_ab),
-            "b": DirectionScheduler(env, rev.spec(link, buffer_bytes), rng_ba),
+            "a": DirectionScheduler(env, fwd.spec(link, buffer_bytes), rng_ab, fwd),
+            "b": DirectionScheduler(env, rev.spec(link, buffer_bytes), rng_ba, rev),
         }
         self.endpoints: dict[int, DesQP] = {}
         self.hosts: list[DesTransport] = []

@@ -179,10 +179,12 @@ def _multipath_report(rqp: ReliableQP, start: float) -> dict[str, Any] | None:
                 "srtt_s": s.srtt,
                 "loss": s.loss,
                 "active": s.active,
+                "alive": s.alive,
             }
             for s in selector.stats
         ],
         "moves": [(t - start, path, active) for t, path, active in selector.moves],
+        "liveness": [(t - start, path, alive) for t, path, alive in selector.liveness],
     }
 
 

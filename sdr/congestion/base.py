@@ -8,6 +8,12 @@ congestion control beside loss recovery). It reads no clock and sends nothing: a
 - :attr:`CongestionController.cwnd`: bytes that may be in flight (sent, neither
   acknowledged nor declared lost); ``math.inf`` for a rate-only controller.
 
+A driver paces at :attr:`~CongestionController.bounded_pacing_rate`: the controller's rate
+held inside ``[min_rate, max_rate]``. A controller's own arithmetic (a sample of 0 after
+an outage, a forged acknowledgement, a subclass's NaN) thus never stops the sender and
+never surfaces as a configuration error of the pacer; the floor is what a sender still
+sends at to learn that the path is back.
+
 Events, all with ``now`` in seconds:
 
 - :meth:`~CongestionController.on_sent` ``(now, nbytes)``: bytes left (data or repair);
@@ -59,6 +65,8 @@ class CongestionController(ABC):
     max_rate: the ceiling in bits/s (the NIC's line rate); default ``rate``: a controller
         never sends faster than the user allowed.
     mtu: packet payload in bytes (a controller's smallest window is a few packets).
+    min_rate: the floor in bits/s (default ``max_rate / 1000``, at least 1 kbit/s, at
+        most ``rate``): a controller never paces below it.
 
     Subclasses override the ``on_*`` hooks, call ``super()`` first, and implement
     :attr:`pacing_rate` and :attr:`cwnd`.
@@ -66,11 +74,24 @@ class CongestionController(ABC):
 
     name: ClassVar[str] = ""
 
-    def __init__(self, rate: float, *, max_rate: float | None = None, mtu: int = 4096) -> None:
+    def __init__(
+        self,
+        rate: float,
+        *,
+        max_rate: float | None = None,
+        mtu: int = 4096,
+        min_rate: float | None = None,
+    ) -> None:
         self.rate = check_rate("rate", rate)
         self.max_rate = self.rate if max_rate is None else check_rate("max_rate", max_rate)
         if self.max_rate < self.rate:
             raise ConfigError(f"max_rate {max_rate!r} must be >= rate {rate!r}")
+        if min_rate is None:
+            self.min_rate = min(self.rate, max(_MIN_RATE, self.max_rate / 1000))
+        else:
+            self.min_rate = check_rate("min_rate", min_rate)
+            if self.min_rate > self.rate:
+                raise ConfigError(f"min_rate {min_rate!r} must be <= rate {rate!r}")
         if isinstance(mtu, bool) or not isinstance(mtu, int) or not 64 <= mtu <= 1 << 20:
             raise ConfigError(f"mtu must be an integer number of bytes in [64, 1 MiB], got {mtu!r}")
         self.mtu = mtu
@@ -127,6 +148,15 @@ class CongestionController(ABC):
     def cwnd(self) -> float:
         """Bytes allowed in flight now (``math.inf``: no window, pacing only)."""
 
+    @property
+    def bounded_pacing_rate(self) -> float:
+        """What a driver paces at: :attr:`pacing_rate` held inside ``[min_rate, max_rate]``
+        (bits/s; a NaN or a rate <= 0 from a controller's arithmetic paces at the floor)."""
+        rate = self.pacing_rate
+        if not rate > self.min_rate:  # below the floor, or NaN
+            return self.min_rate
+        return min(rate, self.max_rate)
+
     def can_send(self, nbytes: float) -> bool:
         """Whether ``nbytes`` more may go now under :attr:`cwnd` (one packet always may
         when nothing is in flight, so a tiny window cannot deadlock)."""
@@ -137,6 +167,7 @@ class CongestionController(ABC):
         return {
             "controller": self.name,
             "pacing_rate": self.pacing_rate,
+            "min_rate": self.min_rate,
             "cwnd": self.cwnd,
             "in_flight": self.in_flight,
             "min_rtt": self.min_rtt,

@@ -68,7 +68,7 @@ import math
 from collections import deque
 from typing import Any
 
-from sdr.congestion.base import CongestionController, check_rate
+from sdr.congestion.base import CongestionController
 from sdr.errors import ConfigError
 from sdr.units import parse_time
 
@@ -126,7 +126,7 @@ class DelayBased(CongestionController):
         noise_gain: float = 2.0,
         target_max_fraction: float = 0.25,
     ) -> None:
-        super().__init__(rate, max_rate=max_rate, mtu=mtu)
+        super().__init__(rate, max_rate=max_rate, mtu=mtu, min_rate=min_rate)
         if isinstance(target, str):  # a config's "10ms"
             target = parse_time(target, field="target")
         if target is not None and not (isinstance(target, int | float) and 0 < target < 60):
@@ -139,8 +139,6 @@ class DelayBased(CongestionController):
         self.beta = _fraction("beta", beta)
         self.max_mdf = _fraction("max_mdf", max_mdf, 0.99)
         self.loss_beta = _fraction("loss_beta", loss_beta, 0.99)
-        floor = self.max_rate / 1000 if min_rate is None else check_rate("min_rate", min_rate)
-        self.min_rate = floor
         self.compete_rtts = _fraction("compete_rtts", compete_rtts, 1000.0)
         self.compete_factor = _fraction("compete_factor", compete_factor, 1000.0)
         self.cwnd_gain = _fraction("cwnd_gain", cwnd_gain, 100.0)

@@ -19,6 +19,20 @@ off: its weight drops to ``probe_weight`` (it keeps a trickle, so it is still me
 It comes back after ``good_rounds`` rounds in a row inside the tighter band
 (``rtt_back``, half the loss margin): the hysteresis. The best path is never moved off.
 
+**Liveness**, apart from that comparison (which needs a majority of good paths: with three
+of four paths black-holed, the lower median is a dead path and nothing looks worse than
+it). A path is **dead** once it has had ``dead_losses`` loss reports and no ACK for
+``dead_rtos`` retransmission timeouts (``rto``, the sender's; without one, three of the
+best path's smoothed RTTs), measured from its last ACK (or its first send), while
+another live path was acknowledged within the last RTO: when every path goes quiet at once
+(the link is out, or a host was descheduled) none is declared dead. A dead path
+gets no traffic (weight 0: data and repairs go to the live paths) except a **probe**: one
+chunk sent for the first time (never a repair, which would be lost again), after
+``probe_rtos`` RTOs, then after twice as long after each probe that brought no ACK, up
+to ``probe_max_rtos`` (through :meth:`PathSelector.pick` given ``now`` and
+``probe=True``); its first ACK brings the path back. So the last live path is
+never declared dead. A dead path takes no part in the rounds' comparisons.
+
 A single congestion controller per connection can be fed RTT samples from every path
 through :meth:`PathSelector.normalized_rtt`, which removes the difference in propagation
 delay between paths, so a longer path is not read as queueing.
@@ -50,6 +64,14 @@ class PathStats:
     lost: float = 0.0
     round_acked: float = 0.0
     round_lost: float = 0.0
+    alive: bool = True
+    """False while the path is declared dead (no ACK for ``dead_rtos`` RTOs, with losses)."""
+    last_ack: float | None = None
+    first_sent: float | None = None
+    losses_since_ack: int = 0
+    last_probe: float = -math.inf
+    probe_wait: float = 0.0
+    """RTOs until the next probe of a dead path (doubles after each unanswered one)."""
     credit: float = field(default=0.0, repr=False)
 
 
@@ -68,6 +90,11 @@ class PathSelector:
         bad_rounds: int = 3,
         good_rounds: int = 10,
         probe_weight: float = 0.02,
+        rto: float | None = None,
+        dead_rtos: float = 2.0,
+        dead_losses: int = 2,
+        probe_rtos: float = 1.0,
+        probe_max_rtos: float = 32.0,
     ) -> None:
         if isinstance(paths, bool) or not isinstance(paths, int) or not 1 <= paths <= 1 << 16:
             raise ConfigError(f"paths must be an integer in [1, 65536], got {paths!r}")
@@ -77,6 +104,21 @@ class PathSelector:
             raise ConfigError(f"gain, probe_weight must be in (0, 1], got {gain}, {probe_weight}")
         if bad_rounds < 1 or good_rounds < 1:
             raise ConfigError(f"bad/good_rounds must be >= 1, got {bad_rounds}, {good_rounds}")
+        if rto is not None and not (isinstance(rto, int | float) and 0 < rto < math.inf):
+            raise ConfigError(f"rto must be a positive number of seconds or None, got {rto!r}")
+        if not (isinstance(probe_max_rtos, int | float) and probe_max_rtos >= probe_rtos):
+            raise ConfigError(f"probe_max_rtos must be >= probe_rtos, got {probe_max_rtos!r}")
+        self.probe_max_rtos = float(probe_max_rtos)
+        for name, value in (("dead_rtos", dead_rtos), ("probe_rtos", probe_rtos)):
+            if not (isinstance(value, int | float) and 0 < value < math.inf):
+                raise ConfigError(f"{name} must be a positive number, got {value!r}")
+        if isinstance(dead_losses, bool) or not isinstance(dead_losses, int) or dead_losses < 1:
+            raise ConfigError(f"dead_losses must be an integer >= 1, got {dead_losses!r}")
+        self.rto = None if rto is None else float(rto)
+        self.dead_rtos, self.probe_rtos = float(dead_rtos), float(probe_rtos)
+        self.dead_losses = dead_losses
+        self.liveness: list[tuple[float, int, bool]] = []
+        """(now, path, alive) for every path declared dead (False) or back (True)."""
         self.stats = [PathStats() for _ in range(paths)]
         self.gain = gain
         self.rtt_ratio, self.rtt_back = rtt_ratio, rtt_back
@@ -90,13 +132,20 @@ class PathSelector:
     # --- events -----------------------------------------------------------------------
     def on_sent(self, now: float, path: int, nbytes: float) -> None:
         """``nbytes`` left on ``path``."""
-        self.stats[path].sent += nbytes
+        s = self.stats[path]
+        s.sent += nbytes
+        if s.first_sent is None:
+            s.first_sent = now
 
     def on_ack(self, now: float, path: int, acked_bytes: float, rtt_s: float | None) -> None:
         """``acked_bytes`` acknowledged on ``path``, with an RTT sample or None."""
         s = self.stats[path]
         s.acked += acked_bytes
         s.round_acked += acked_bytes
+        s.last_ack, s.losses_since_ack = now, 0
+        if not s.alive:  # a probe got through: the path is back
+            s.alive, s.credit = True, 0.0
+            self.liveness.append((now, path, True))
         if rtt_s is not None and rtt_s > 0:
             s.min_rtt = min(s.min_rtt, rtt_s)
             s.srtt = rtt_s if s.srtt is None else (1 - self.gain) * s.srtt + self.gain * rtt_s
@@ -107,19 +156,63 @@ class PathSelector:
         s = self.stats[path]
         s.lost += lost_bytes
         s.round_lost += lost_bytes
+        s.losses_since_ack += 1
+        self._check_alive(now, path)
         self._maybe_round(now)
+
+    # --- liveness ---------------------------------------------------------------------
+    def timeout(self) -> float | None:
+        """The RTO liveness is measured in (seconds): ``rto``, else three of the best
+        live path's smoothed RTTs (None before any RTT sample)."""
+        if self.rto is not None:
+            return self.rto
+        length = self._round_length()
+        return None if length is None else 3.0 * length
+
+    def _check_alive(self, now: float, path: int) -> None:
+        s = self.stats[path]
+        rto = self.timeout()
+        if not s.alive or rto is None or s.losses_since_ack < self.dead_losses:
+            return
+        since = s.last_ack if s.last_ack is not None else s.first_sent
+        if since is None or now - since < self.dead_rtos * rto:
+            return
+        # only against a live path that still hears ACKs: when every path went quiet
+        # together (an outage of the link, a descheduled host), none is to blame
+        heard = [
+            o for i, o in enumerate(self.stats) if i != path and o.alive and o.last_ack is not None
+        ]
+        if not any(now - o.last_ack < rto for o in heard):  # type: ignore[operator]
+            return
+        s.alive, s.credit = False, 0.0
+        s.last_probe, s.probe_wait = now, self.probe_rtos  # the first probe after that
+        self.liveness.append((now, path, False))
+
+    @property
+    def alive(self) -> list[int]:
+        """The paths not declared dead."""
+        return [i for i, s in enumerate(self.stats) if s.alive]
 
     # --- outputs ----------------------------------------------------------------------
     @property
     def weights(self) -> list[float]:
-        """Share of traffic per path, summing to 1."""
-        raw = [1.0 if s.active else self.probe_weight for s in self.stats]
+        """Share of traffic per path, summing to 1 (0 for a dead path)."""
+        raw = [(1.0 if s.active else self.probe_weight) if s.alive else 0.0 for s in self.stats]
         total = sum(raw)
         return [w / total for w in raw]
 
-    def pick(self) -> int:
+    def pick(self, now: float | None = None, probe: bool = False) -> int:
         """The path for the next packet: smooth weighted round robin over :attr:`weights`
-        (deterministic, so no path gets a burst and no random source is needed)."""
+        (deterministic, so no path gets a burst and no random source is needed). With
+        ``probe`` (the packet may be lost at no extra cost: a chunk's first transmission)
+        and ``now``, a dead path whose probe is due gets it."""
+        rto = self.timeout()
+        if probe and now is not None and rto is not None:
+            for i, s in enumerate(self.stats):
+                if not s.alive and now - s.last_probe >= s.probe_wait * rto:
+                    s.last_probe = now
+                    s.probe_wait = min(2 * s.probe_wait, self.probe_max_rtos)
+                    return i
         best, best_credit = 0, -math.inf
         for i, (s, w) in enumerate(zip(self.stats, self.weights, strict=True)):
             s.credit += w
@@ -139,7 +232,7 @@ class PathSelector:
 
     # --- rounds -----------------------------------------------------------------------
     def _round_length(self) -> float | None:
-        rtts = [s.srtt for s in self.stats if s.srtt is not None and s.active]
+        rtts = [s.srtt for s in self.stats if s.srtt is not None and s.active and s.alive]
         return min(rtts) if rtts else None
 
     def _maybe_round(self, now: float) -> None:
@@ -162,7 +255,7 @@ class PathSelector:
                 this_round[i] = s.round_lost / total
                 s.loss = (1 - self.gain) * s.loss + self.gain * this_round[i]
             s.round_acked = s.round_lost = 0.0
-        measured = [s for s in self.stats if s.srtt is not None]
+        measured = [s for s in self.stats if s.srtt is not None and s.alive]
         if len(measured) < 2:
             return
         # against the lower median path, not the best: congestion drops on the paths
@@ -172,10 +265,10 @@ class PathSelector:
         best_rtt = sorted(s.srtt for s in measured if s.srtt is not None)[middle]
         best_min = sorted(s.min_rtt for s in measured)[middle]
         best_loss = sorted(s.loss for s in measured)[middle]
-        fractions = sorted(this_round.values())
+        fractions = sorted(f for i, f in this_round.items() if self.stats[i].alive)
         round_ref = fractions[(len(fractions) - 1) // 2] if fractions else 0.0
         for i, s in enumerate(self.stats):
-            if s.srtt is None:
+            if s.srtt is None or not s.alive:  # a dead path waits for its probe
                 continue
             # loss: this round's own (a burst is one bad round, not many: the EWMA
             # remembers it for a dozen rounds), against this round's lower median path
@@ -196,7 +289,7 @@ class PathSelector:
             elif not s.active and s.better_rounds >= self.good_rounds:
                 s.active = True
                 self.moves.append((now, i, True))
-        if not any(s.active for s in self.stats):  # never move off every path
-            keep = min(range(len(self.stats)), key=lambda i: self.stats[i].srtt or math.inf)
+        if not any(s.active and s.alive for s in self.stats):  # never move off every path
+            keep = min(self.alive, key=lambda i: self.stats[i].srtt or math.inf)
             self.stats[keep].active = True
             self.moves.append((now, keep, True))

@@ -153,13 +153,17 @@ class ReliableConnection:
         self.paths: ChunkPaths | None = None
         """Per-chunk path choice over the channels (``config.multipath``), else None."""
         if config.multipath and self.attr.channels > 1:
-            self.paths = ChunkPaths(self.attr.channels, self.attr.mtu, self.attr.chunk_size)
+            self.paths = ChunkPaths(
+                self.attr.channels, self.attr.mtu, self.attr.chunk_size, config.rto
+            )
             core.send.channel_for = self._channels_for
 
     @property
     def pacing_rate(self) -> float | None:
-        """Bits/s the driver should pace at now (None: the QP's own rate_limit)."""
-        return None if self.controller is None else self.controller.pacing_rate
+        """Bits/s the driver should pace at now (None: the QP's own rate_limit): the
+        controller's rate held inside its ``[min_rate, max_rate]``, so no arithmetic of
+        it (a rate of 0 or NaN) reaches the pacer."""
+        return None if self.controller is None else self.controller.bounded_pacing_rate
 
     # --- the application's side ---------------------------------------------------------
     def post_write(
@@ -249,7 +253,8 @@ class ReliableConnection:
             # books only when the scheme notices (an RTO at worst), and the window must
             # not stall the sender before that; nor less than two chunks: the receiver
             # acknowledges whole chunks, so a window inside one would never open again
-            cwnd = max(cwnd, cc.pacing_rate / 8 * self.config.rto, 2.0 * self.attr.chunk_size)  # type: ignore[union-attr]
+            rate = cc.bounded_pacing_rate  # type: ignore[union-attr]
+            cwnd = max(cwnd, rate / 8 * self.config.rto, 2.0 * self.attr.chunk_size)
             room = cwnd - cc.in_flight  # type: ignore[union-attr]
             idle = cc.in_flight <= 0  # type: ignore[union-attr]
             budget = min(budget, max(int(room // self.attr.mtu), 1 if idle else 0))

@@ -9,7 +9,10 @@ tells about one path: the scheme's ``Delivered``/``Lost`` chunks become per-path
 (with the RTT sample on the path that carried it) and losses, and the selector moves
 traffic off a path whose loss or delay is worse (PLB-style). Reordering between paths
 costs no bytes (chunks are placed by offset) and no repairs: the sr-nack receiver NACKs
-a hole only after its learned reorder window (:mod:`sdr.reliability.sr_receiver`).
+a hole only after its learned reorder window (:mod:`sdr.reliability.sr_receiver`). A
+path that stops acknowledging (``rto``: the sender's RTO, what liveness is counted in) is
+declared dead and gets only a probe chunk now and then, so the live paths carry the
+transfer, repairs included (:mod:`sdr.congestion.paths`, "Liveness").
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ __all__ = ["ChunkPaths"]
 class ChunkPaths:
     """Paths per chunk of each outgoing lane, and the selector they feed (sans-I/O)."""
 
-    def __init__(self, paths: int, mtu: int, chunk_size: int) -> None:
-        self.selector = PathSelector(paths)
+    def __init__(self, paths: int, mtu: int, chunk_size: int, rto: float | None = None) -> None:
+        self.selector = PathSelector(paths, rto=rto)
         self.mtu = mtu
         self.chunk_size = chunk_size
         self._lanes: dict[object, np.ndarray] = {}
@@ -40,7 +43,8 @@ class ChunkPaths:
         chunks = starts // self.chunk_size
         fresh = (starts % self.chunk_size == 0) | (paths[chunks] < 0)
         for chunk in np.unique(chunks[fresh]).tolist():
-            paths[chunk] = self.selector.pick()
+            # a chunk's first transmission may probe a dead path; a repair never does
+            paths[chunk] = self.selector.pick(now, probe=bool(paths[chunk] < 0))
         channels = paths[chunks].astype(np.int64)
         sent = np.bincount(channels, minlength=len(self.selector.stats)) * self.mtu
         for path in np.flatnonzero(sent).tolist():
