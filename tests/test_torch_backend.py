@@ -100,7 +100,10 @@ def _run(world: int, fn: Callable[[int], Any], survivors: list[int] | None) -> l
                 rank, ok, value = results.get(timeout=60.0)
             except queue.Empty:
                 missing = sorted(set(want) - set(got))
-                raise AssertionError(f"ranks {missing} gave no result in 60 s") from None
+                codes = {r: procs[r].exitcode for r in missing}
+                raise AssertionError(
+                    f"ranks {missing} gave no result in 60 s (exit {codes})"
+                ) from None
             assert ok, f"rank {rank} failed: {value}"
             got[rank] = pickle.loads(value)
     finally:
@@ -274,6 +277,22 @@ def test_a_killed_rank_is_named_by_the_survivor_in_one_line() -> None:
     (message,) = _job(2, 1, body, timeout_s=600, survivors=[0])
     assert "peer rank 1 (datacenter 1) is gone" in message, message
     assert "control connection closed" in message and "\n" not in message
+
+
+def test_a_rank_killed_inside_a_datacenter_is_named_by_every_survivor() -> None:
+    def body(rank: int) -> str:
+        if rank == 1:  # shares datacenter 0 (shared memory) with rank 0
+            dist.barrier()
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            dist.barrier()
+            dist.all_reduce(torch.ones(1000))
+        except Exception as exc:  # noqa: BLE001 - the message is the result
+            return str(exc)
+        return "no error"
+
+    for message in _job(4, 2, body, timeout_s=600, survivors=[0, 2, 3]):
+        assert "peer rank 1 (datacenter 0) is gone" in message, message
 
 
 def test_a_busy_peer_is_not_dead_and_a_silent_one_is() -> None:

@@ -320,7 +320,8 @@ class ProcessGroupSDR(dist.ProcessGroup):
             return
         self._closed = True
         self._queue.put(None)
-        self._worker.join(timeout=self._timeout_s)
+        # after a failure the worker may sit in a wait that only its timeout ends: leave it
+        self._worker.join(timeout=self._timeout_s if self._failure is None else 0.1)
         healthy = self._failure is None and self.liveness.error is None
         healthy = healthy and not self._worker.is_alive()
         try:
@@ -328,8 +329,12 @@ class ProcessGroupSDR(dist.ProcessGroup):
                 self.comm.links.close(drain=healthy)
             except SDRError as exc:  # a peer left while we drained (the links are closed)
                 log.warning("sdr process group: closed without draining: %s", exc)
-            if self.comm.intra is not None:
+            if self.comm.intra is not None and not self._worker.is_alive():
                 self.comm.intra.close()  # type: ignore[attr-defined]
+            elif self.comm.intra is not None:
+                # the worker still polls the shared memory (a failed peer's flag): unmapping
+                # it would crash this process; the mappings go with the process
+                log.warning("sdr process group: shared memory left mapped (an operation hangs)")
         finally:
             self.liveness.close()
 
@@ -344,11 +349,14 @@ def _one_line(what: str, exc: BaseException) -> BaseException:
     if isinstance(exc, SDRError) and str(exc).startswith("sdr process group"):
         return exc
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    error = (
-        type(exc)(f"sdr process group: {what} failed: {first}")
-        if isinstance(exc, SDRError)
-        else SDRError(f"sdr process group: {what} failed: {type(exc).__name__}: {first}")
+    error: BaseException = SDRError(
+        f"sdr process group: {what} failed: {type(exc).__name__}: {first}"
     )
+    if isinstance(exc, SDRError):
+        try:  # keep the kind (TimeoutError, ConfigError, ...) for callers that catch it
+            error = type(exc)(f"sdr process group: {what} failed: {first}")
+        except TypeError:
+            pass
     error.__cause__ = exc
     return error
 
