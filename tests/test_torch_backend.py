@@ -348,6 +348,19 @@ def test_an_op_past_the_group_timeout_raises() -> None:
     assert "within 2.0 s" in messages[0]
 
 
+def test_a_peer_that_finished_closing_first_does_not_spoil_the_others_close() -> None:
+    # closing is collective (the links drain, then meet); the first rank through says
+    # goodbye while the other may still be meeting: that goodbye is not a failure
+    def body(rank: int) -> bool:
+        t = torch.ones(10)
+        dist.all_reduce(t)
+        group = dist.distributed_c10d._get_default_group()
+        dist.destroy_process_group()
+        return group.drained
+
+    assert _job(2, 1, body) == [True, True]
+
+
 def test_topology_from_the_environment() -> None:
     env = {"SDR_DATACENTERS": "a,b,a,b"}
     rmap = rank_map_from_env(4, env)

@@ -30,11 +30,17 @@ __all__ = ["Liveness", "PeerGone"]
 log = logging.getLogger(__name__)
 
 _BEAT = b"h"
-_BYE = b"b"
+_BYE = b"b"  # leaving after draining its links: the peers' drains may finish
+_ABANDON = b"x"  # leaving after a failure, without draining
 
 
 class PeerGone(TransportError):
-    """A peer of the process group left or died (the message names it)."""
+    """A peer of the process group left or died (the message names it).
+
+    ``left``: it said goodbye (closed its group on purpose) rather than vanished.
+    """
+
+    left = False
 
 
 class Liveness:
@@ -127,16 +133,19 @@ class Liveness:
             return
         if not data:
             self._gone(peer, "its control connection closed (the process exited or was killed)")
+        elif _ABANDON in data:
+            self._gone(peer, "it closed its process group after an error")
         elif _BYE in data:
-            self._gone(peer, "it left the process group")
+            self._gone(peer, "it left the process group", left=True)
         else:
             self._heard[peer] = now
 
-    def _gone(self, peer: int, why: str) -> None:
+    def _gone(self, peer: int, why: str, left: bool = False) -> None:
         sock = self._socks.pop(peer, None)
         if sock is not None:
             sock.close()
         error = PeerGone(f"sdr process group: peer {self._names(peer)} is gone: {why}")
+        error.left = left
         with self._lock:
             if self._error is not None:
                 return
@@ -166,13 +175,13 @@ class Liveness:
         if error is not None:
             callback(error)
 
-    def close(self) -> None:
-        """Tell every peer we leave on purpose, then close the connections."""
+    def close(self, drained: bool = True) -> None:
+        """Tell every peer we leave (after draining our links, or not), then close."""
         self._stop.set()
         self._thread.join(timeout=2 * self.interval + 1)
         for sock in self._socks.values():
             try:
-                sock.send(_BYE)
+                sock.send(_BYE if drained else _ABANDON)
             except OSError:
                 pass
             sock.close()

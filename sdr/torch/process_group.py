@@ -88,13 +88,17 @@ class _WatchedLinks(SdrLinks):
 
     def __init__(self, liveness: Liveness, *args: Any, **kwargs: Any) -> None:
         self.liveness = liveness
+        self.closing = False
         super().__init__(*args, **kwargs)
 
     def drive(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
-        """Progress the QPs until ``condition()``; raise PeerGone as soon as a peer is."""
+        """Progress the QPs until ``condition()``; raise PeerGone as soon as a peer is
+        (while closing, a peer that left on purpose is not an error: it drained first)."""
 
         def done() -> bool:
-            self.liveness.check()
+            error = self.liveness.error
+            if error is not None and not (self.closing and error.left):
+                raise error
             return condition()
 
         super().drive(done, timeout, what)
@@ -136,6 +140,7 @@ class ProcessGroupSDR(dist.ProcessGroup):
             intra = ShmCommunicator(local, timeout=self._timeout_s)  # type: ignore[arg-type]
         options = link_options_from_env(self._timeout_s)
         links = _WatchedLinks(self.liveness, world, topo.wan_peers(), host, options)
+        self._links = links
         slices = int(os.environ.get("SDR_SLICES", "4"))
         self.comm = HierarchicalCommunicator(topo, intra, links, slices=slices)
         self.ops = TensorOps(self.comm, rmap, rank)
@@ -322,12 +327,17 @@ class ProcessGroupSDR(dist.ProcessGroup):
         self._queue.put(None)
         # after a failure the worker may sit in a wait that only its timeout ends: leave it
         self._worker.join(timeout=self._timeout_s if self._failure is None else 0.1)
-        healthy = self._failure is None and self.liveness.error is None
+        gone = self.liveness.error
+        healthy = self._failure is None and (gone is None or gone.left)
         healthy = healthy and not self._worker.is_alive()
+        self._links.closing = True
+        self.drained = False
+        """Whether shutdown drained the SDR links collectively (False after a failure)."""
         try:
             try:
                 self.comm.links.close(drain=healthy)
-            except SDRError as exc:  # a peer left while we drained (the links are closed)
+            except Exception as exc:  # noqa: BLE001 - a peer vanished while we drained
+                healthy = False
                 log.warning("sdr process group: closed without draining: %s", exc)
             if self.comm.intra is not None and not self._worker.is_alive():
                 self.comm.intra.close()  # type: ignore[attr-defined]
@@ -336,7 +346,8 @@ class ProcessGroupSDR(dist.ProcessGroup):
                 # it would crash this process; the mappings go with the process
                 log.warning("sdr process group: shared memory left mapped (an operation hangs)")
         finally:
-            self.liveness.close()
+            self.drained = healthy
+            self.liveness.close(drained=healthy)
 
     def abort(self) -> None:
         """Give up at once (no drain)."""
