@@ -361,6 +361,19 @@ def test_a_peer_that_finished_closing_first_does_not_spoil_the_others_close() ->
     assert _job(2, 1, body) == [True, True]
 
 
+def test_a_subgroup_on_the_sdr_backend_is_refused_in_one_line() -> None:
+    def body(rank: int) -> str:
+        try:
+            dist.new_group(ranks=[0, 1])  # of 3 ranks; the default backend, "sdr"
+        except Exception as exc:  # noqa: BLE001 - the message is the result
+            return str(exc)
+        return "no error"
+
+    members = _job(3, 1, body)[:2]  # rank 2 is no member: torch makes no group there
+    for message in members:
+        assert "subgroups are not supported" in message and "\n" not in message, message
+
+
 def test_topology_from_the_environment() -> None:
     env = {"SDR_DATACENTERS": "a,b,a,b"}
     rmap = rank_map_from_env(4, env)

@@ -118,6 +118,13 @@ class ProcessGroupSDR(dist.ProcessGroup):
     def __init__(self, store: Any, rank: int, world_size: int, timeout: timedelta) -> None:
         super().__init__(rank, world_size)
         self._timeout_s = timeout.total_seconds()
+        job_size = os.environ.get("WORLD_SIZE")
+        if job_size is not None and job_size.isdigit() and int(job_size) != world_size:
+            # the datacenter map describes the job's ranks; a subgroup's ranks are renumbered
+            raise ConfigError(
+                f"sdr backend: a group of {world_size} of the job's {job_size} ranks; "
+                "subgroups are not supported: new_group(ranks, backend='gloo') for them"
+            )
         rmap = rank_map_from_env(world_size)
         topo = rmap.topology(rank)
         self.rank_map = rmap
