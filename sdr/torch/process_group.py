@@ -215,6 +215,22 @@ class ProcessGroupSDR(dist.ProcessGroup):
         """The name ``init_process_group`` knows this backend by."""
         return "sdr"
 
+    # torch names every group (DeviceMesh and the functional collectives look groups up by
+    # name); a Python group keeps its own
+    def _set_group_name(self, name: str) -> None:
+        self._name = name
+
+    def getGroupName(self) -> str:  # noqa: N802 - torch's name
+        """The group's name, as torch set it."""
+        return getattr(self, "_name", "")
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._desc = desc
+
+    def getGroupDesc(self) -> str:  # noqa: N802 - torch's name
+        """The group's description, as torch set it."""
+        return getattr(self, "_desc", "")
+
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SdrWork:
         """Reduce every tensor of ``tensors`` over all ranks, in place."""
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
