@@ -192,6 +192,29 @@ def test_every_op_and_dtype_matches_the_reference_on_2x2_ranks() -> None:
         assert torch.equal(res["async"], sum(_values(r, torch.int64, 9) for r in range(4)))
 
 
+def test_interleaved_datacenters_from_a_rank_map_keep_rank_order() -> None:
+    # ranks 0 and 2 in one datacenter, 1 and 3 in the other: the hierarchical order
+    # (0, 2, 1, 3) must not leak into results
+    def body(rank: int) -> dict[str, Any]:
+        gathered = [torch.empty(4, dtype=torch.int64) for _ in range(4)]
+        dist.all_gather(gathered, _values(rank, torch.int64, 4))
+        b = _values(rank, torch.int16, 3)
+        dist.broadcast(b, src=2)
+        t = _values(rank, torch.float32, 100)
+        dist.all_reduce(t)
+        group = dist.distributed_c10d._get_default_group()
+        return {"gathered": torch.stack(gathered), "b": b, "t": t, "dc": group.datacenter}
+
+    results = _job(4, 2, body, env={"SDR_DATACENTERS": "a,b,a,b"})
+    assert [r["dc"] for r in results] == [0, 1, 0, 1]
+    for r in results:
+        assert torch.equal(
+            r["gathered"], torch.stack([_values(q, torch.int64, 4) for q in range(4)])
+        )
+        assert torch.equal(r["b"], _values(2, torch.int16, 3))
+        assert torch.equal(r["t"], sum(_values(q, torch.float32, 100) for q in range(4)))
+
+
 def test_int_average_is_refused_in_one_line() -> None:
     def body(rank: int) -> str:
         try:
