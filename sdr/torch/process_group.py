@@ -348,26 +348,28 @@ class ProcessGroupSDR(dist.ProcessGroup):
             return
         self._closed = True
         self._queue.put(None)
-        # after a failure the worker may sit in a wait that only its timeout ends: leave it
-        self._worker.join(timeout=self._timeout_s if self._failure is None else 0.1)
-        gone = self.liveness.error
-        healthy = self._failure is None and (gone is None or gone.left)
-        healthy = healthy and not self._worker.is_alive()
+        # after a failure the worker leaves an SDR wait at its next check of the peers, but
+        # a shared-memory wait only at its timeout: wait a little, not for that
+        self._worker.join(timeout=self._timeout_s if self._failure is None else 5.0)
         self._links.closing = True
         self.drained = False
         """Whether shutdown drained the SDR links collectively (False after a failure)."""
+        if self._worker.is_alive():
+            # it still uses the SDR context or polls the shared memory: freeing either under
+            # it crashes this process (SIGSEGV); both go with the process
+            log.warning("sdr process group: an operation still waits; links left open")
+            self.liveness.close(drained=False)
+            return
+        gone = self.liveness.error
+        healthy = self._failure is None and (gone is None or gone.left)
         try:
             try:
                 self.comm.links.close(drain=healthy)
             except Exception as exc:  # noqa: BLE001 - a peer vanished while we drained
                 healthy = False
                 log.warning("sdr process group: closed without draining: %s", exc)
-            if self.comm.intra is not None and not self._worker.is_alive():
+            if self.comm.intra is not None:
                 self.comm.intra.close()  # type: ignore[attr-defined]
-            elif self.comm.intra is not None:
-                # the worker still polls the shared memory (a failed peer's flag): unmapping
-                # it would crash this process; the mappings go with the process
-                log.warning("sdr process group: shared memory left mapped (an operation hangs)")
         finally:
             self.drained = healthy
             self.liveness.close(drained=healthy)
