@@ -50,3 +50,32 @@ def test_sweep_grid_recipe_runs_as_printed(tmp_path):
     assert len(rows) == 3 * 1 * 4 * 2  # sizes x the flag's drop x schemes x RTTs
     assert {r["drop"] for r in rows} == {1e-3} and {r["samples"] for r in rows} == {200}
     assert (tmp_path / "fig9.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_torch_backend_script_runs_as_printed(tmp_path):
+    """docs/training.md's DDP script on the ``sdr`` backend, started by its torchrun line."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    from sdr.backends.shm import free_port
+
+    (script,) = [
+        b for b in python_blocks(ROOT / "docs/training.md") if 'init_process_group("sdr")' in b
+    ]
+    (tmp_path / "train_ddp.py").write_text(script)
+    command = shell_block("docs/training.md", "torchrun --nproc-per-node 2 train_ddp.py")
+    bin_dir = tmp_path / "bin"  # `torchrun` of this interpreter (the one with this sdr)
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text(
+        f'#!/bin/sh\nexec {sys.executable} -m torch.distributed.run "$@"\n'
+    )
+    (bin_dir / "torchrun").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", PET_MASTER_PORT=str(free_port()))
+    proc = subprocess.run(
+        ["bash", "-euc", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=240, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "step 30: loss" in proc.stdout and "replicas identical: True" in proc.stdout, proc.stdout

@@ -1,0 +1,417 @@
+"""``ProcessGroupSDR``: a torch.distributed process group over SDR (registered as ``"sdr"``).
+
+One instance per rank, made by ``dist.init_process_group("sdr")`` (``import sdr.torch``
+registers the backend). Set-up goes through the job's c10d store: the rank map from the
+environment (:mod:`sdr.torch.topology`), a control connection to every peer
+(:mod:`sdr.torch.liveness`), the memory channels of this rank's datacenter and its SDR
+links to the other datacenters (:mod:`sdr.backends.hierarchical`).
+
+Every operation is queued to one worker thread per group, in call order (every rank
+issues collectives in the same order, as torch requires), and returns an
+:class:`~sdr.torch.work.SdrWork` at once; a synchronous call is torch waiting on it. The
+first failure (an operation's error, its timeout, or a peer gone) fails every pending
+and later operation of the group with the same one-line error: no rank carries on with
+results the others did not get.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from sdr.backends.hierarchical import HierarchicalCommunicator, SdrLinkOptions, SdrLinks
+from sdr.backends.shm import ShmCommunicator
+from sdr.errors import ConfigError, SDRError
+from sdr.torch.liveness import Liveness
+from sdr.torch.store_bootstrap import StoreBootstrap
+from sdr.torch.tensor_ops import TensorOps
+from sdr.torch.topology import rank_map_from_env
+from sdr.torch.work import SdrWork
+
+__all__ = ["ProcessGroupSDR", "link_options_from_env"]
+
+log = logging.getLogger(__name__)
+
+
+def link_options_from_env(timeout: float) -> SdrLinkOptions:
+    """SdrLinkOptions from SDR_SCHEME, SDR_RATE, SDR_RTT, SDR_LOSS, SDR_SIZE_HINT and
+    SDR_MAX_MESSAGE_SIZE; every wait bounded by the group's ``timeout`` (seconds)."""
+    env = os.environ
+    fields = {
+        "scheme": "SDR_SCHEME",
+        "rate": "SDR_RATE",
+        "rtt": "SDR_RTT",
+        "size_hint": "SDR_SIZE_HINT",
+        "max_message_size": "SDR_MAX_MESSAGE_SIZE",
+    }
+    changes: dict[str, Any] = {k: env[v] for k, v in fields.items() if env.get(v)}
+    if env.get("SDR_LOSS"):
+        try:
+            changes["loss"] = float(env["SDR_LOSS"])
+        except ValueError:
+            raise ConfigError(f"SDR_LOSS={env['SDR_LOSS']!r}; expected a number") from None
+    return SdrLinkOptions(timeout=timeout).replace(**changes)
+
+
+def _default_host() -> str:
+    """The local address that routes to MASTER_ADDR (what other datacenters reach)."""
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((socket.gethostbyname(master), 9))
+            return probe.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}; expected seconds as a number") from None
+
+
+class _WatchedLinks(SdrLinks):
+    """SDR links whose every wait also stops, with its error, when a peer is gone."""
+
+    def __init__(self, liveness: Liveness, *args: Any, **kwargs: Any) -> None:
+        self.liveness = liveness
+        self.closing = False
+        super().__init__(*args, **kwargs)
+
+    def drive(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        """Progress the QPs until ``condition()``; raise PeerGone as soon as a peer is
+        (while closing, a peer that left on purpose is not an error: it drained first)."""
+
+        def done() -> bool:
+            error = self.liveness.error
+            if error is not None and not (self.closing and error.left):
+                raise error
+            return condition()
+
+        super().drive(done, timeout, what)
+
+
+class ProcessGroupSDR(dist.ProcessGroup):
+    """The ``sdr`` backend for one rank (see module docs). ``timeout``: every operation's
+    bound, torch's group timeout (default 30 minutes; ``init_process_group(timeout=...)``).
+
+    Environment: SDR_DATACENTERS or SDR_LOCAL_SIZE (topology), SDR_HOST (this rank's
+    address for SDR and control traffic; default: the one that routes to MASTER_ADDR),
+    SDR_SCHEME / SDR_RATE / SDR_RTT / SDR_LOSS / SDR_SIZE_HINT / SDR_MAX_MESSAGE_SIZE (the
+    SDR links), SDR_SLICES (WAN pipeline depth, default 4), SDR_HEARTBEAT_S (0.5) and
+    SDR_PEER_SILENCE_S (5: a peer silent that long is gone).
+    """
+
+    def __init__(self, store: Any, rank: int, world_size: int, timeout: timedelta) -> None:
+        super().__init__(rank, world_size)
+        self._timeout_s = timeout.total_seconds()
+        job_size = os.environ.get("WORLD_SIZE")
+        if job_size is not None and job_size.isdigit() and int(job_size) != world_size:
+            # the datacenter map describes the job's ranks; a subgroup's ranks are renumbered
+            raise ConfigError(
+                f"sdr backend: a group of {world_size} of the job's {job_size} ranks; "
+                "subgroups are not supported: new_group(ranks, backend='gloo') for them"
+            )
+        rmap = rank_map_from_env(world_size)
+        topo = rmap.topology(rank)
+        self.rank_map = rmap
+        self.datacenter = topo.datacenter
+        host = os.environ.get("SDR_HOST") or _default_host()
+        self.liveness = Liveness(
+            StoreBootstrap(store, rank, world_size, "sdr/live"),
+            host,
+            interval=_env_float("SDR_HEARTBEAT_S", 0.5),
+            silence=_env_float("SDR_PEER_SILENCE_S", 5.0),
+            names=lambda r: f"rank {r} (datacenter {rmap.datacenter(r)})",
+            connect_timeout=self._timeout_s,
+        )
+        world = StoreBootstrap(store, topo.rank, world_size, "sdr/world")
+        intra = None
+        if topo.local_size > 1:
+            local = StoreBootstrap(
+                store, topo.local_rank, topo.local_size, f"sdr/dc{topo.datacenter}"
+            )
+            intra = ShmCommunicator(local, timeout=self._timeout_s)  # type: ignore[arg-type]
+        options = link_options_from_env(self._timeout_s)
+        links = _WatchedLinks(self.liveness, world, topo.wan_peers(), host, options)
+        self._links = links
+        slices = int(os.environ.get("SDR_SLICES", "4"))
+        self.comm = HierarchicalCommunicator(topo, intra, links, slices=slices)
+        self.ops = TensorOps(self.comm, rmap, rank)
+        self._pending: set[SdrWork] = set()
+        self._lock = threading.Lock()
+        self._failure: BaseException | None = None
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._worker = threading.Thread(target=self._serve, daemon=True, name="sdr-pg-worker")
+        self._worker.start()
+        self.liveness.on_failure(self._fail)
+        log.info(
+            "sdr process group: rank %d of %d, datacenter %d of %d, WAN scheme %s",
+            rank,
+            world_size,
+            topo.datacenter,
+            topo.datacenters,
+            links.scheme,
+        )
+
+    # --- the worker --------------------------------------------------------------------
+    def _serve(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            work, fn = item
+            if self._failure is not None:
+                work.settle(error=self._failure)
+                continue
+            try:
+                result = fn()
+            except BaseException as exc:  # noqa: BLE001 - settles the work
+                self._fail(_one_line(work.what, exc))
+            else:
+                work.settle(result)
+            with self._lock:
+                self._pending.discard(work)
+
+    def _fail(self, error: BaseException) -> None:
+        """Record the group's first failure and fail every pending operation with it."""
+        with self._lock:
+            if self._failure is None:
+                self._failure = error
+            pending = list(self._pending)
+            self._pending.clear()
+        if pending:
+            log.error("%s", error)
+        for work in pending:
+            work.settle(error=self._failure)
+
+    def _submit(self, what: str, fn: Callable[[], Any]) -> SdrWork:
+        work = SdrWork(what)
+        with self._lock:
+            failure = self._failure
+            if failure is None:
+                self._pending.add(work)
+        if failure is not None:
+            work.settle(error=failure)
+        else:
+            self._queue.put((work, fn))
+        return work
+
+    # --- torch's ProcessGroup API ------------------------------------------------------
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        """The name ``init_process_group`` knows this backend by."""
+        return "sdr"
+
+    # torch names every group (DeviceMesh and the functional collectives look groups up by
+    # name); a Python group keeps its own
+    def _set_group_name(self, name: str) -> None:
+        self._name = name
+
+    def getGroupName(self) -> str:  # noqa: N802 - torch's name
+        """The group's name, as torch set it."""
+        return getattr(self, "_name", "")
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._desc = desc
+
+    def getGroupDesc(self) -> str:  # noqa: N802 - torch's name
+        """The group's description, as torch set it."""
+        return getattr(self, "_desc", "")
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SdrWork:
+        """Reduce every tensor of ``tensors`` over all ranks, in place."""
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+
+        def run() -> list[torch.Tensor]:
+            for t in tensors:
+                _in_place(t, lambda host: self.ops.allreduce(host, op))
+            return tensors
+
+        return self._submit(f"allreduce of {_describe(tensors)}", run)
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> SdrWork:
+        """Copy rank ``opts.rootRank``'s tensors to every rank."""
+        root = opts.rootRank if opts is not None else 0
+
+        def run() -> list[torch.Tensor]:
+            for t in tensors:
+                _in_place(t, lambda host: self.ops.broadcast(host, root))
+            return tensors
+
+        return self._submit(f"broadcast of {_describe(tensors)} from rank {root}", run)
+
+    def allgather(
+        self,
+        output_tensors: list[list[torch.Tensor]],
+        input_tensors: list[torch.Tensor],
+        opts: Any = None,
+    ) -> SdrWork:
+        """``output_tensors[i][r]`` becomes rank ``r``'s ``input_tensors[i]``."""
+
+        def run() -> list[list[torch.Tensor]]:
+            for outs, t in zip(output_tensors, input_tensors, strict=True):
+                if len(outs) != self.size():
+                    raise ConfigError(f"allgather into {len(outs)} tensors; expected {self.size()}")
+                stacked = self.ops.allgather(_host(t))
+                for r, out in enumerate(outs):
+                    out.copy_(stacked[r].reshape(out.shape))
+            return output_tensors
+
+        return self._submit(f"allgather of {_describe(input_tensors)}", run)
+
+    def _allgather_base(
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> SdrWork:  # noqa: A002
+        """``output`` (``world`` times ``input``'s elements) becomes every rank's ``input``."""
+
+        def run() -> list[torch.Tensor]:
+            if output.numel() != input.numel() * self.size():
+                raise ConfigError(
+                    f"all_gather_into_tensor output of {output.numel()} elements; "
+                    f"expected {input.numel() * self.size()}"
+                )
+            output.copy_(self.ops.allgather(_host(input)).reshape(output.shape))
+            return [output]
+
+        return self._submit(f"all_gather_into_tensor of {_describe([input])}", run)
+
+    def _reduce_scatter_base(
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> SdrWork:  # noqa: A002
+        """``output`` becomes this rank's chunk of the reduction of every rank's ``input``."""
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+
+        def run() -> list[torch.Tensor]:
+            if input.numel() != output.numel() * self.size():
+                raise ConfigError(
+                    f"reduce_scatter_tensor input of {input.numel()} elements; "
+                    f"expected {output.numel() * self.size()}"
+                )
+            whole = input.detach().to("cpu", copy=True).contiguous()
+            self.ops.allreduce(whole, op)
+            n = output.numel()
+            output.copy_(whole.view(-1)[self.rank() * n : (self.rank() + 1) * n].view(output.shape))
+            return [output]
+
+        return self._submit(f"reduce_scatter_tensor of {_describe([input])}", run)
+
+    def reduce_scatter(
+        self,
+        output_tensors: list[torch.Tensor],
+        input_tensors: list[list[torch.Tensor]],
+        opts: Any = None,
+    ) -> SdrWork:
+        """``output_tensors[i]``: the reduction of every rank's ``input_tensors[i][rank]``."""
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+
+        def run() -> list[torch.Tensor]:
+            for out, ins in zip(output_tensors, input_tensors, strict=True):
+                whole = torch.cat([t.detach().to("cpu").reshape(-1) for t in ins])
+                self.ops.allreduce(whole, op)
+                n = out.numel()
+                out.copy_(whole[self.rank() * n : (self.rank() + 1) * n].view(out.shape))
+            return output_tensors
+
+        return self._submit(f"reduce_scatter of {_describe(output_tensors)}", run)
+
+    # torch 2.13 names the two tensor forms *_single (the *_base names are the older ones)
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base
+
+    def barrier(self, opts: Any = None) -> SdrWork:
+        """Every rank of the group meets."""
+
+        def run() -> list[torch.Tensor]:
+            self.ops.barrier()
+            return []
+
+        return self._submit("barrier", run)
+
+    # --- shutdown ----------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Finish queued operations, drain the SDR links (when healthy) and tell peers we
+        leave; ``destroy_process_group`` calls it."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        self._queue.put(None)
+        # after a failure the worker leaves an SDR wait at its next check of the peers, but
+        # a shared-memory wait only at its timeout: wait a little, not for that
+        self._worker.join(timeout=self._timeout_s if self._failure is None else 5.0)
+        self._links.closing = True
+        self.drained = False
+        """Whether shutdown drained the SDR links collectively (False after a failure)."""
+        if self._worker.is_alive():
+            # it still uses the SDR context or polls the shared memory: freeing either under
+            # it crashes this process (SIGSEGV); both go with the process
+            log.warning("sdr process group: an operation still waits; links left open")
+            self.liveness.close(drained=False)
+            return
+        gone = self.liveness.error
+        healthy = self._failure is None and (gone is None or gone.left)
+        try:
+            try:
+                self.comm.links.close(drain=healthy)
+            except Exception as exc:  # noqa: BLE001 - a peer vanished while we drained
+                healthy = False
+                log.warning("sdr process group: closed without draining: %s", exc)
+            if self.comm.intra is not None:
+                self.comm.intra.close()  # type: ignore[attr-defined]
+        finally:
+            self.drained = healthy
+            self.liveness.close(drained=healthy)
+
+    def abort(self) -> None:
+        """Give up at once (no drain)."""
+        self._fail(SDRError("sdr process group aborted"))
+        self.shutdown()
+
+
+def _one_line(what: str, exc: BaseException) -> BaseException:
+    """The error as users see it: which operation, and the first line of why."""
+    if isinstance(exc, SDRError) and str(exc).startswith("sdr process group"):
+        return exc
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    error: BaseException = SDRError(
+        f"sdr process group: {what} failed: {type(exc).__name__}: {first}"
+    )
+    if isinstance(exc, SDRError):
+        try:  # keep the kind (TimeoutError, ConfigError, ...) for callers that catch it
+            error = type(exc)(f"sdr process group: {what} failed: {first}")
+        except TypeError:
+            pass
+    error.__cause__ = exc
+    return error
+
+
+def _describe(tensors: list[torch.Tensor]) -> str:
+    return ", ".join(f"{t.dtype} {tuple(t.shape)}" for t in tensors) or "no tensors"
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """``t`` on the CPU, contiguous (a copy only when needed)."""
+    return t.detach().to("cpu").contiguous()
+
+
+def _in_place(t: torch.Tensor, op: Callable[[torch.Tensor], None]) -> None:
+    """Run ``op`` on a contiguous CPU view of ``t`` (staged through a copy if needed)."""
+    host = t.detach()
+    staged = host.device.type != "cpu" or not host.is_contiguous()
+    if staged:
+        host = host.to("cpu").contiguous()
+    op(host)
+    if staged:
+        t.copy_(host)
