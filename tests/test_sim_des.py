@@ -199,7 +199,7 @@ def test_a_hopeless_link_fails_writes_after_the_global_timeout():
     link = Link(10e9, RTT)
     run = simulate_writes(link, 256 * 1024, SchemeSpec("sr-rto"), Bernoulli(0.999), samples=1)
     assert run.failed == 1
-    timeout = 100 * 3 * RTT  # 100 RTOs (plus 4x the tiny transmit time)
+    timeout = max(60.0, 100 * 3 * RTT)  # 60 s or 100 RTOs (plus 4x the tiny transmit time)
     assert timeout <= run.times_s[0] < timeout + RTT
 
 

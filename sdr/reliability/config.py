@@ -34,7 +34,7 @@ from sdr.units import parse_rate, parse_size, parse_time
 
 __all__ = ["ReliabilityConfig", "load", "loads", "load_config"]
 
-_MIN_TIMEOUT_S = 1.0
+_MIN_TIMEOUT_S = 60.0  # a descheduled peer (a GC pause, a loaded host) is not dead
 _MAX_RTT_S = 3600.0  # an hour: beyond any path on Earth or to a satellite
 _MAX_RTTS = 1000.0  # alpha and beta, in RTTs
 _MIN_RATE = 1e3  # bits/s
@@ -80,8 +80,9 @@ class ReliabilityConfig:
     ack_interval: how long a receiver may delay a SACK to coalesce arrivals (default rtt/10).
     global_timeout: T, seconds without progress (no chunk newly acknowledged or arrived)
         after which a message fails with sdr.TimeoutError; a message that moves never
-        fails by a timer. None: max(1 s, 100 RTOs) + 4x the message's transmit time at
-        link_rate. The backed-off RTO grows to at most min(60 s, T/4).
+        fails by a timer. None: max(60 s, 100 RTOs) + 4x the message's transmit time at
+        link_rate (a peer descheduled for seconds is not a dead one). The backed-off
+        RTO grows to at most min(60 s, T/4).
     max_in_flight: reliable messages in flight per direction (more writes wait).
     max_queued: writes that may wait beyond max_in_flight; one more raises ResourceBusy
         (backpressure). None: no limit (the queue holds handles, never copies).
