@@ -55,8 +55,9 @@ __all__ = [
 
 
 def retry_cost_s(link: Link, spec: SchemeSpec) -> float:
-    """O = RTO + T_INJ: what each loss of a chunk adds to its completion."""
-    return link.rto_s(spec.resolved_rto_rtts(link)) + link.t_inj_s
+    """O = RTO + T_INJ (a NACK's RTT + T_INJ for sr-nack): what each loss of a chunk adds
+    to its completion."""
+    return link.rto_s(spec.retry_rtts(link)) + link.t_inj_s
 
 
 def sr_mean(link: Link, size: int, p: float, spec: SchemeSpec) -> float:

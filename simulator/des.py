@@ -157,14 +157,11 @@ def packet_loss(link: Link, drop: float, unit: DropUnit = "chunk") -> Bernoulli:
 def reliability_config(link: Link, spec: SchemeSpec) -> ReliabilityConfig:
     """The SDK's reliability config that matches ``spec`` on ``link``.
 
-    RTO = ``rto_rtts`` RTTs (alpha = rto_rtts - 1). ``sr-nack`` uses real NACKs, so its
-    RTO is only the backstop for lost tails and NACKs: ``1 + alpha`` RTTs of the link
-    unless ``spec.rto_rtts`` is given. EC: beta = the link's alpha / 2.
+    RTO = ``rto_rtts`` RTTs (alpha = rto_rtts - 1); for ``sr-nack``, which uses real
+    NACKs, it is only the backstop for lost tails and NACKs. EC: beta = the link's
+    alpha / 2.
     """
-    if spec.name == "sr-nack" and spec.rto_rtts is None:
-        rto_rtts = link.default_rto_rtts
-    else:
-        rto_rtts = spec.resolved_rto_rtts(link)
+    rto_rtts = spec.resolved_rto_rtts(link)
     return ReliabilityConfig(
         scheme=spec.name,
         rtt=link.rtt_s,

@@ -64,10 +64,9 @@ def paired_model_time(
         raise ConfigError(f"expected {n} data chunk loss counts, got {len(z)}")
     t, rtt = link.t_inj_s, link.rtt_s
     if not spec.is_ec:
-        rto = spec.resolved_rto_rtts(link) * rtt
-        over = np.full(n, rto + t)
-        if protocol and spec.name == "sr-nack" and spec.rto_rtts is None:
-            over[-1] = link.default_rto_rtts * rtt + t
+        over = np.full(n, spec.retry_rtts(link) * rtt + t)
+        if protocol and spec.name == "sr-nack":  # no later chunk shows the last one's hole
+            over[-1] = spec.resolved_rto_rtts(link) * rtt + t
         return float(np.max(np.arange(1, n + 1) * t + over * z) + rtt)
     if parity_losses is None:
         raise ConfigError("EC needs the parity chunks' loss counts too")
@@ -132,7 +131,7 @@ def _fallback_time(
     before ``beta*RTT`` after the last), and every resend has its own place in the queue.
     """
     t, rtt, n = link.t_inj_s, link.rtt_s, len(z)
-    o = spec.resolved_rto_rtts(link) * rtt + t
+    o = spec.retry_rtts(link) * rtt + t
     # every missing data chunk of a failed submessage is resent (those of submessages that
     # decode are not NACKed)
     resent = _failed_missing(z, spec.k, np.concatenate([c for c, _ in needs]))

@@ -141,6 +141,7 @@ class DesQP(KeyTableBindings, TransportQP):
         region, gen = batch.region, batch.generation
         push, order, heap = heapq.heappush, peer._order, peer._data
         wakes = []
+        delivered = None  # the arrival of the last packet of this part that was not lost
         for when, ch, roff, imm, src, length, wake in zip(
             arrive.tolist(),
             batch.channels[first:stop].tolist(),
@@ -152,8 +153,14 @@ class DesQP(KeyTableBindings, TransportQP):
             strict=True,
         ):
             if when != when:  # NaN: dropped on the way
+                if wake and delivered is not None:
+                    # the packet that would have woken the receiver is lost, but those
+                    # before it may complete the chunk (a repair fills the packets an
+                    # earlier copy lost): wake it when the last of them is there
+                    wakes.append(delivered)
                 continue
             push(heap, (when, next(order), (gen, ch, roff, imm, region, src, length)))
+            delivered = when
             if wake:
                 wakes.append(when)
         peer.transport.wake_many(wakes)

@@ -1,8 +1,10 @@
 """The four reliability schemes the models know, and their parameters.
 
 ``sr-rto`` and ``sr-nack`` are Selective Repeat with an RTO of ``rto_rtts`` RTTs (default
-``1 + alpha`` = 3 for sr-rto, the paper's "SR RTO"; 1 for sr-nack, which approximates
-negative acknowledgements). ``ec-mds`` and ``ec-xor`` are erasure coding with ``k`` data and
+``1 + alpha`` = 3, the paper's "SR RTO"). What a loss costs in the models is
+:meth:`SchemeSpec.retry_rtts`: the RTO for sr-rto, one RTT for sr-nack (the NACK's round
+trip; its RTO is only the backstop for a lost tail, and a 1-RTT RTO passed back into the
+SDK would fire before every ACK). ``ec-mds`` and ``ec-xor`` are erasure coding with ``k`` data and
 ``m`` parity chunks per submessage (default 32, 8); their SR fallback uses ``rto_rtts``
 (default ``1 + alpha``).
 
@@ -77,16 +79,23 @@ class SchemeSpec:
         return "mds" if self.name == "ec-mds" else "xor"
 
     def resolved_rto_rtts(self, link: Link) -> float:
-        """The RTO in RTTs this scheme uses on ``link``."""
+        """The RTO in RTTs this scheme uses on ``link`` (the SDK's ``1 + alpha``)."""
         if self.rto_rtts is not None:
             return float(self.rto_rtts)
-        if self.name == "sr-nack":
-            return 1.0
         return link.default_rto_rtts
 
+    def retry_rtts(self, link: Link) -> float:
+        """What one loss of a chunk delays it by, in RTTs: the NACK's round trip (1) for
+        sr-nack, the RTO for the others."""
+        return 1.0 if self.name == "sr-nack" else self.resolved_rto_rtts(link)
+
     def params(self, link: Link) -> dict[str, Any]:
-        """The parameters that define this scheme on ``link`` (for reports and configs)."""
+        """The parameters that define this scheme on ``link`` (for reports and configs):
+        ``rto_rtts`` is the SDK's RTO (alpha = rto_rtts - 1), ``retry_rtts`` (sr-nack) the
+        models' repair delay."""
         out: dict[str, Any] = {"rto_rtts": self.resolved_rto_rtts(link)}
+        if self.name == "sr-nack":
+            out["retry_rtts"] = self.retry_rtts(link)
         if self.is_ec:
             out.update(k=self.k, m=self.m)
         out["chunk_size"] = link.chunk_size

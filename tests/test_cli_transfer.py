@@ -129,10 +129,11 @@ def test_multipath_and_congestion_control_from_the_command_line(tmp_path: Path) 
     assert out.read_bytes() == source.read_bytes()
 
 
-def test_an_rtt_far_below_the_paths_is_one_warning_line(tmp_path: Path) -> None:
-    # --rtt 50us on loopback, where Python answers in a millisecond or more: every RTO
-    # fires before the ACK, the paced copies wait behind the first sends, and the sender
-    # says once, in one line, which setting is wrong; the bytes arrive all the same
+def test_an_rtt_far_below_the_paths_is_learned(tmp_path: Path) -> None:
+    # --rtt 50us on loopback, where Python answers in a millisecond or more: before, every
+    # RTO fired before the ACK, every chunk was sent twice and a warning named the
+    # setting. The RTO follows the measured round trip (RFC 6298): only the chunks sent
+    # before the first sample are repaired for nothing; the bytes arrive, no warning
     source = _payload(tmp_path / "in.bin", 4 << 20)
     out = tmp_path / "out.bin"
     receiver, port = _receiver(out, "--timeout", "60")
@@ -140,11 +141,9 @@ def test_an_rtt_far_below_the_paths_is_one_warning_line(tmp_path: Path) -> None:
     stdout, stderr = sender.communicate(timeout=120)
     assert sender.returncode == 0, stderr
     assert receiver.wait(60) == 0, receiver.communicate()
-    warnings = [line for line in stderr.splitlines() if "warning" in line.lower()]
-    assert len(warnings) == 1 and warnings[0].startswith("warning: "), stderr
-    assert "the RTO (150us = rtt 50us x (1 + alpha 2)) is shorter than" in warnings[0]
-    assert "warnings.warn" not in stderr and ".py:" not in stderr  # no source line
-    assert _lines(stdout)[-1]["report"]["stats"]["repairs_spurious"] >= 16
+    assert "warning" not in stderr.lower(), stderr
+    stats = _lines(stdout)[-1]["report"]["stats"]
+    assert stats["repairs_spurious"] < 0.1 * stats["chunks_sent_lane0"], stats
     assert out.read_bytes() == source.read_bytes()
 
 
@@ -184,6 +183,36 @@ def test_peer_killed_mid_transfer_fails_fast(tmp_path: Path, killed: str, keep: 
         assert (tmp_path / "out.bin.partial").exists() == keep
     if keep:
         assert "partial data kept in" in last
+
+
+@pytest.mark.parametrize("paused", ["receiver", "sender"])
+def test_a_paused_peer_does_not_fail_the_transfer(tmp_path: Path, paused: str) -> None:
+    """One end descheduled for 2.5 s once data flows (SIGSTOP, then SIGCONT: a GC pause,
+    a loaded host) with --timeout 60: the transfer completes. Before, it failed at a
+    global timeout of ~1.5 s derived from the RTT (--timeout did not reach the scheme)
+    while the sender resent the window every RTO."""
+    source = _payload(tmp_path / "in.bin", 16 << 20)
+    out = tmp_path / "out.bin"
+    receiver, port = _receiver(out, "--timeout", "60")
+    sender = _sender(
+        source, port, "--scheme", "sr-rto", "--rate", "100Mbit/s", "--rtt", "1ms",
+        "--message-size", "256KiB", "--timeout", "60", "--json",
+    )  # fmt: skip
+    victim, survivor = (receiver, sender) if paused == "receiver" else (sender, receiver)
+    try:
+        _wait_for_progress(survivor)  # the gate: data flows, some of it verified
+        victim.send_signal(signal.SIGSTOP)
+        time.sleep(2.5)  # the pause itself (the verdict does not depend on its length)
+        victim.send_signal(signal.SIGCONT)
+        stdout, stderr = sender.communicate(timeout=120)
+        _, rstderr = receiver.communicate(timeout=60)
+    finally:
+        for proc in (sender, receiver):
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+    assert sender.returncode == 0, stderr
+    assert receiver.returncode == 0, rstderr
+    assert out.read_bytes() == source.read_bytes()
 
 
 def test_send_without_receiver_honours_timeout_and_says_it_waits(tmp_path: Path) -> None:

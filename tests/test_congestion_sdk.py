@@ -23,7 +23,6 @@ from sdr.congestion.base import CongestionController
 from sdr.errors import ConfigError
 from sdr.pacing import TokenBucket
 from sdr.reliability import (
-    MessageFailedEvent,
     ReliabilityConfig,
     WriteCompleted,
 )
@@ -33,6 +32,7 @@ from sdr.reliability.connection import congestion_controller
 from sdr.reliability.messages import Sack
 from sdr.reliability.registry import create_scheme
 from sdr.reliability.rto_check import RtoWarning
+from sdr.reliability.sr_sender import PROBE_CHUNKS
 from sdr.runtime import ReliableQP
 from sdr.simulator.des import DesOptions, simulate_flows, simulate_writes
 from sdr.simulator.link import Link
@@ -110,9 +110,9 @@ def test_a_sack_reports_the_newly_acked_bytes_with_a_karn_rtt() -> None:
 def test_a_retransmitted_chunk_gives_no_rtt_and_its_loss_is_reported() -> None:
     sender = _sender()
     sender.on_sent(0.001, 0, np.arange(0, 10))
-    sender.handle_timer(sender.next_timer())  # every chunk's RTO: all queued again
-    [lost] = [a for a in sender.actions() if isinstance(a, Lost)]
-    assert lost.nbytes == 10 * 4096 and lost.sent_at == pytest.approx(0.001)
+    sender.handle_timer(sender.next_timer())  # every chunk's RTO, the receiver silent:
+    [lost] = [a for a in sender.actions() if isinstance(a, Lost)]  # PROBE_CHUNKS resent
+    assert lost.nbytes == PROBE_CHUNKS * 4096 and lost.sent_at == pytest.approx(0.001)
     sender.on_sent(0.05, 0, np.arange(0, 10))
     sender.on_control(0.06, Sack.build(0, _have(3, 10), digest_ok=True))
     [signal] = [a for a in sender.actions() if isinstance(a, Delivered)]
@@ -347,11 +347,12 @@ def _outstanding_bytes(conn) -> int:
 
 @pytest.mark.parametrize("scheme", ["sr-rto", "sr-nack"])
 def test_spurious_rtos_do_not_leak_the_window(scheme) -> None:
-    # ACKs take 40 ms, longer than the 30 ms RTO (an emulator host under CPU load): every
-    # chunk is queued again, and the window holds the copies back until the first copy's
-    # ACK has come. Before, the copy's bytes were counted in flight when it left and
-    # never taken off (the chunk was delivered already): the leaks filled the window, the
-    # sender stopped for good and every write failed at its global timeout
+    # ACKs take 40 ms, longer than the 30 ms RTO (an emulator host under CPU load): the
+    # chunks that leave before the first RTT sample are queued again (later ones get the
+    # measured RTO), and the window holds the copies back until the first copy's ACK has
+    # come. Before, the copy's bytes were counted in flight when it left and never taken
+    # off (the chunk was delivered already): the leaks filled the window, the sender
+    # stopped for good and every write failed at its global timeout
     a = Side(scheme, congestion="delay")
     b = Side(scheme, congestion="delay")
     a.conn.controller = SmallWindow(1e6, mtu=ATTR.mtu)
@@ -372,31 +373,28 @@ def test_spurious_rtos_do_not_leak_the_window(scheme) -> None:
         done.extend(a.events())
         return len(done) == len(srcs)
 
-    with pytest.warns(RtoWarning, match="shorter than this path's round trip"):
-        wire.run(finished)
+    wire.run(finished)
     assert [type(e) for e in done] == [WriteCompleted] * len(srcs), done
     assert all(np.array_equal(s, d) for s, d in zip(srcs, dsts, strict=True))
-    assert all(e.stats["rto_expired"] > 100 for e in done)  # of 128 chunks each: spurious
+    assert a.conn.counters["write_repairs_spurious"] > 0  # there were copies to leak
     bad = [(i, c, o) for i, (c, o) in enumerate(books) if c != o]
     assert not bad, (len(books), bad[:10])
 
 
 @pytest.mark.parametrize("scheme", ["sr-rto", "sr-nack"])
-def test_an_rtt_configured_too_short_is_named_once(scheme) -> None:
-    # rtt 10 ms (RTO 30 ms) on a path whose ACKs take 40 ms: every chunk is queued
-    # twice, the window holds the copies until the first copies' ACKs have come, and the
-    # user is told once which setting is wrong
+def test_an_rtt_configured_too_short_is_learned_not_repeated(scheme) -> None:
+    # rtt 10 ms (RTO 30 ms) on a path whose ACKs take 40 ms: before, every chunk was
+    # queued twice (192 repairs for nothing) and a warning named the setting. The RTO now
+    # follows the measured RTT (RFC 6298): only chunks that left before the first sample
+    # are repaired for nothing, too few to warn about
     a, b = Side(scheme, congestion="delay"), Side(scheme, congestion="delay")
     a.conn.controller = SmallWindow(1e6, mtu=ATTR.mtu)
     wire = Wire(a, b, control_delay=0.04)
-    with pytest.warns(RtoWarning) as caught:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RtoWarning)
         _transfer(wire, [256 << 10] * 3)
-    assert len(caught) == 1
-    text = str(caught[0].message)
-    assert "the RTO (30ms = rtt 10ms x (1 + alpha 2)) is shorter" in text
-    assert "set rtt to the path's round trip" in text
-    assert a.conn.counters["write_repairs_spurious"] >= 0.5 * 3 * 64  # most of the chunks
-    assert a.conn.counters["write_repairs_spurious"] <= a.conn.counters["write_rto_expired"]
+    assert 0 < a.conn.counters["write_repairs_spurious"] < 0.1 * 3 * 64
+    assert a.conn.rtt.rto > 0.04  # it measured the 40 ms round trip
 
 
 @pytest.mark.parametrize("scheme", ["sr-rto", "sr-nack"])
@@ -410,12 +408,12 @@ def test_repairs_of_real_losses_are_not_called_spurious(scheme) -> None:
 
 
 @pytest.mark.parametrize("congestion", ["fixed", "delay"])
-def test_with_a_controller_the_deadline_follows_progress(congestion) -> None:
+def test_the_deadline_follows_progress(congestion) -> None:
     # two 1 MiB writes need 16 rounds of 0.1 ms each, the second after the first; the
-    # global timeout is 1 ms. With fixed it is a hard deadline; under a controller (which
-    # may pace far below link_rate, and did on the emulator: writes failed with nothing
-    # lost, the later ones before a packet of theirs had left) it bounds a stall of the
-    # whole connection
+    # global timeout is 1 ms. It bounds a stall of the whole connection, not a write's
+    # age: with fixed (a rate shared between writes) and under a controller (which may
+    # pace far below link_rate, and did on the emulator: writes failed with nothing
+    # lost, the later ones before a packet of theirs had left) both complete
     cfg = {"congestion": congestion, "global_timeout": 1e-3, "ack_interval": 2e-4}
     a, b = Side("sr-rto", **cfg), Side("sr-rto", **cfg)
     wire = Wire(a, b)
@@ -427,14 +425,10 @@ def test_with_a_controller_the_deadline_follows_progress(congestion) -> None:
         a.conn.post_write(0.0, _register(src))
     done: list[object] = []
     wire.run(lambda: done.extend(a.events() + b.events()) or len(done) == 4)
-    if congestion == "fixed":
-        assert any(isinstance(e, MessageFailedEvent) for e in done)
-    else:
-        assert (
-            sorted(type(e).__name__ for e in done)
-            == ["ReceiveCompleted"] * 2 + ["WriteCompleted"] * 2
-        )
-        assert all(np.array_equal(s, d) for s, d in zip(srcs, dsts, strict=True))
+    assert (
+        sorted(type(e).__name__ for e in done) == ["ReceiveCompleted"] * 2 + ["WriteCompleted"] * 2
+    )
+    assert all(np.array_equal(s, d) for s, d in zip(srcs, dsts, strict=True))
 
 
 def test_multipath_is_refused_when_it_is_not_a_bool() -> None:

@@ -217,7 +217,8 @@ def test_receiver_global_timeout_is_armed_by_the_first_sign_of_the_message():
     r.handle_timer(6.0)
     _, control, done = split(r.actions())
     assert isinstance(done[0].error, sdr.TimeoutError)
-    assert "1 of 2 chunks missing, 1 landed but unverified" in str(done[0].error)
+    assert "1 of 2 chunks received, 1 of them unverified" in str(done[0].error)
+    assert "no progress for 1 s" in str(done[0].error)
     assert control == [Ack(0, failed=True)]
 
 

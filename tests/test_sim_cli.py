@@ -79,7 +79,8 @@ def test_sim_montecarlo_ec_distance_packet_unit(app) -> None:
 
 def test_sim_nack_default_rto_and_table(app) -> None:
     out = _json(app, _a("sim --scheme sr-nack --size 1MiB --rtt 10ms --drop 0.01 --json"))
-    assert out["params"]["rto_rtts"] == 1.0
+    assert out["params"]["rto_rtts"] == 3.0  # the SDK RTO: passed back, no spurious repairs
+    assert out["params"]["retry_rtts"] == 1.0  # what a loss costs: the NACK's round trip
     result = runner.invoke(app, _a("sim --scheme sr-nack --size 1MiB --rtt 10ms --drop 0.01"))
     assert result.exit_code == 0 and "slowdown" in result.stdout
 

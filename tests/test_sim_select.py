@@ -105,3 +105,19 @@ def test_select_table_shows_how_far_each_row_is_from_the_best() -> None:
     assert len(set(deltas)) > 1
     # rows whose mean is not scored for p99.9 say so instead of leaving a blank
     assert "only with --objective p999" in result.stdout
+
+
+def test_the_nack_schemes_rto_passed_back_gives_no_spurious_repairs() -> None:
+    # select reported rto_rtts = 1.0 for sr-nack (the models' repair delay: a NACK's RTT);
+    # passed back as the scheme's RTO it fired before every ACK: ~100 spurious
+    # retransmissions per write. rto_rtts is now the SDK's RTO, retry_rtts the delay
+    from sdr.simulator.des import simulate_writes
+
+    link = Link(10e9, 0.001)
+    choice = select_scheme(link, 4 * 2**20, 1e-3, schemes=("sr-nack",))
+    assert choice.params["rto_rtts"] == link.default_rto_rtts
+    assert choice.params["retry_rtts"] == 1.0
+    spec = SchemeSpec("sr-nack", rto_rtts=choice.params["rto_rtts"])
+    run = simulate_writes(link, 4 * 2**20, spec, None, samples=3, seed=1)
+    assert run.failed == 0 and (run.retransmissions == 0).all()
+    assert choice.mean_s == pytest.approx(analytic.sr_mean(link, 4 * 2**20, 1e-3, spec))

@@ -176,6 +176,13 @@ class AdaptiveReceiver:
             return None
         return earliest(self._deadline, self._ask_at)
 
+    def hold_deadline(self, until: float) -> None:
+        """The connection made progress: do not give up before ``until``."""
+        if self.inner is not None:
+            self.inner.hold_deadline(until)
+        elif math.isfinite(self._deadline):
+            self._deadline = max(self._deadline, until)
+
     def handle_timer(self, now: float) -> None:
         if self.inner is not None:
             self.inner.handle_timer(now)

@@ -85,7 +85,9 @@ def sim(
     alpha: float = ALPHA,
     ec: str = typer.Option("32,8", "--ec", help="EC data,parity chunks per submessage."),
     rto_rtts: float | None = typer.Option(
-        None, "--rto-rtts", help="RTO in RTTs (default: sr-rto 1+alpha = 3, sr-nack 1)."
+        None,
+        "--rto-rtts",
+        help="RTO in RTTs (default 1+alpha = 3; a loss costs sr-nack a NACK's RTT).",
     ),
     method: MethodName = typer.Option(MethodName.analytic, "--method"),
     samples: int | None = typer.Option(

@@ -194,7 +194,9 @@ def send(
     ),
     secret: str = typer.Option(None, envvar="SDR_SECRET", help="shared secret (HMAC set-up)"),
     timeout: float = typer.Option(
-        300.0, help="seconds to wait for the receiver, and then for the transfer"
+        300.0,
+        help="seconds to wait for the receiver, for the set-up, and then without progress "
+        "in the transfer (a transfer that moves is never cut short)",
     ),
     relay: str = typer.Option(
         None, help="map file of 'sdr emulate relay --map': send the UDP data through it"
@@ -245,7 +247,9 @@ def recv(
     port: int = typer.Option(oob.DEFAULT_PORT, help="out-of-band TCP port"),
     secret: str = typer.Option(None, envvar="SDR_SECRET", help="shared secret (HMAC set-up)"),
     timeout: float = typer.Option(
-        300.0, help="seconds to wait for a sender, and then for the transfer"
+        300.0,
+        help="seconds to wait for a sender, for the set-up, and then without progress "
+        "in the transfer (a transfer that moves is never cut short)",
     ),
     keep_partial: bool = typer.Option(
         False, help="on failure keep what arrived in OUT.partial (default: remove it)"

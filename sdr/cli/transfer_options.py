@@ -98,6 +98,7 @@ def check_paths(paths: object) -> int:
 def merged_config(opts: TransferOptions) -> ReliabilityConfig:
     """The reliability config: :data:`DEFAULTS`, then the file, then the options given."""
     table = dict(DEFAULTS)
+    table["global_timeout"] = opts.timeout  # --timeout: no progress for that long fails it
     if opts.config:
         table.update(_file_table(opts.config))
     given = {

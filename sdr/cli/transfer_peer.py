@@ -104,11 +104,17 @@ def watch(
 ) -> Any | None:
     """Progress ``rqp`` until ``condition()`` holds (None) or the peer sends a message
     (returned). The out-of-band connection is looked at every ``WATCH_S`` s: when it
-    closes the peer is gone (TransportError at once, not after the scheme's timers)."""
+    closes the peer is gone (TransportError at once, not after the scheme's timers).
+    ``timeout`` is a no-progress timeout: sdr.TimeoutError once no chunk was newly
+    acknowledged or received for that long (a transfer that moves is never cut short)."""
     deadline = time.monotonic() + timeout
+    seen = rqp.connection.progress_at
     while True:
         if condition():
             return None
+        if rqp.connection.progress_at != seen:  # it moved: the timeout starts again
+            seen = rqp.connection.progress_at
+            deadline = time.monotonic() + timeout
         try:
             message = oob.poll_obj(sock, time.monotonic() + timeout)
         except TransportError as exc:
@@ -117,7 +123,7 @@ def watch(
             return message
         left = deadline - time.monotonic()
         if left <= 0:
-            raise errors.TimeoutError(f"{what} did not finish within {timeout:g} s")
+            raise errors.TimeoutError(f"{what}: no progress for {timeout:g} s")
         try:
             drive([rqp], condition, min(left, WATCH_S), what)
         except errors.TimeoutError:

@@ -173,7 +173,8 @@ def _into(
 ) -> dict[str, Any]:
     """The transfer itself, into ``buf`` (``fh`` mapped): reply to the sender, receive
     every piece, compare the digests; publishes the file as ``out`` when they match."""
-    size, attr, config = request.size, request.attr, request.config
+    size, attr = request.size, request.attr
+    config = request.config.replace(global_timeout=timeout)  # our --timeout: no progress
     partial = partial_path(out)
     host = conn.getsockname()[0]
     # no prefault of the whole output (its size in memory up front): each piece's pages

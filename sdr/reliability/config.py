@@ -34,7 +34,7 @@ from sdr.units import parse_rate, parse_size, parse_time
 
 __all__ = ["ReliabilityConfig", "load", "loads", "load_config"]
 
-_MIN_TIMEOUT_S = 1.0
+_MIN_TIMEOUT_S = 60.0  # a descheduled peer (a GC pause, a loaded host) is not dead
 _MAX_RTT_S = 3600.0  # an hour: beyond any path on Earth or to a satellite
 _MAX_RTTS = 1000.0  # alpha and beta, in RTTs
 _MIN_RATE = 1e3  # bits/s
@@ -78,8 +78,11 @@ class ReliabilityConfig:
     link_rate: bits/s for T_INJ = chunk bits / link_rate; None takes the QP's rate_limit
         (T_INJ = 0 when neither is set).
     ack_interval: how long a receiver may delay a SACK to coalesce arrivals (default rtt/10).
-    global_timeout: seconds after which a stuck message fails with sdr.TimeoutError;
-        None: max(1 s, 100 RTOs) + 4x the message's transmit time at link_rate.
+    global_timeout: T, seconds without progress (no chunk newly acknowledged or arrived)
+        after which a message fails with sdr.TimeoutError; a message that moves never
+        fails by a timer. None: max(60 s, 100 RTOs) + 4x the message's transmit time at
+        link_rate (a peer descheduled for seconds is not a dead one). The backed-off
+        RTO grows to at most min(60 s, T/4).
     max_in_flight: reliable messages in flight per direction (more writes wait).
     max_queued: writes that may wait beyond max_in_flight; one more raises ResourceBusy
         (backpressure). None: no limit (the queue holds handles, never copies).
@@ -191,20 +194,18 @@ class ReliabilityConfig:
         return (data_chunks + parity_chunks) * self.t_inj + self.beta_value * self.rtt  # type: ignore[operator]
 
     def timeout_for(self, length: int) -> float:
-        """Global timeout of one message of ``length`` bytes."""
+        """Global (no-progress) timeout of one message of ``length`` bytes."""
         if self.global_timeout is not None:
             return self.global_timeout  # type: ignore[return-value]
         tx = length * 8 / self.link_rate if self.link_rate else 0.0  # type: ignore[operator]
         return max(_MIN_TIMEOUT_S, _TIMEOUT_RTOS * self.rto) + _TIMEOUT_TX * tx
 
     @property
-    def stall_timeout(self) -> float | None:
-        """With a congestion controller (which may pace far below ``link_rate``), how long
-        a message may go without progress (newly acknowledged or arrived chunks) before it
-        fails: its deadline moves on with every bit of progress. None with ``fixed``: the
-        deadline stays where :meth:`timeout_for` put it."""
-        if self.congestion == "fixed":
-            return None
+    def stall_timeout(self) -> float:
+        """How long the connection may go without progress (a chunk newly acknowledged or
+        arrived, of any message) before a message that waits its turn behind others fails:
+        every bit of progress moves every message's deadline on by this much (a controller
+        may pace far below ``link_rate``, and a fixed rate shares itself between messages)."""
         return self.timeout_for(0)
 
     def replace(self, **changes: Any) -> ReliabilityConfig:

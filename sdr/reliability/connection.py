@@ -73,6 +73,8 @@ from sdr.reliability.messages import (
 from sdr.reliability.multipath import ChunkPaths
 from sdr.reliability.registry import create_scheme
 from sdr.reliability.rto_check import RtoWarning, spurious_repair_warning
+from sdr.reliability.rtt_estimator import RttEstimator
+from sdr.reliability.sr_sender import max_rto
 from sdr.reliability.transfers import Incoming, Outgoing, Register, open_outgoing
 from sdr.send_table import SendRecord, SendState
 from sdr.transport import CompletionBatch, MemoryRegion, WriteBatch
@@ -145,6 +147,11 @@ class ReliableConnection:
         self._lane_in: dict[RecvRecord, tuple[Incoming, int]] = {}
         self._finished: OrderedDict[int, bool] = OrderedDict()
         self._events: deque[Event] = deque()
+        self.rtt = RttEstimator(config.rto, max(max_rto(config.timeout_for(0)), config.rto))
+        """SRTT/RTTVAR of the path, shared by every write's sender (RFC 6298)."""
+        self.progress_at = -math.inf
+        """When a chunk of any message was last newly acknowledged or arrived (the
+        driver's clock): what a no-progress timeout of the application watches."""
         self._largest_rtt: float | None = None  # the longest RTT sample (for RtoWarning)
         self._warned_rto = False
         self.controller = congestion_controller(config, self.attr)
@@ -233,7 +240,8 @@ class ReliableConnection:
                     inc.machine.on_chunks(now, lane, chunks)
                     progress = True
         stall = self.config.stall_timeout
-        if progress and stall is not None:  # the connection moves: no receive is stuck
+        if progress:  # the connection moves: no receive is stuck
+            self.progress_at = now
             for other in self._receiving.values():
                 if other.machine is not None:
                     other.machine.hold_deadline(now + stall)
@@ -325,6 +333,8 @@ class ReliableConnection:
                 seq, region, offset, length, self.scheme, self.core, self._register, now,
                 self.config.rto,
             )  # fmt: skip
+            if isinstance(getattr(out.machine, "rtt", None), RttEstimator):
+                out.machine.rtt = self.rtt  # a new write starts from what the others measured
             self._sending[seq] = out
             for index, lane in enumerate(out.lanes):
                 self._lane_of[lane.record] = (out, index)
@@ -370,7 +380,8 @@ class ReliableConnection:
         if rtt is not None:
             self._largest_rtt = max(self._largest_rtt or 0.0, rtt)
         stall = self.config.stall_timeout
-        if stall is not None and isinstance(signal, Delivered):  # the connection moves
+        if isinstance(signal, Delivered):  # the connection moves
+            self.progress_at = now
             for other in self._sending.values():
                 other.machine.hold_deadline(now + stall)
         if self.paths is not None and signal.chunks is not None:

@@ -12,8 +12,10 @@ other, and without the window each overtaken chunk was NACKed and sent twice. Ev
 against its CRC-32 from the DIGEST; a chunk that fails is NACKed on its own and checked
 again when its retransmission should have landed (duplicates do not change the bitmap,
 so the check is timer driven). The message completes, with a positive ACK, only when
-every chunk is verified. A global timeout (armed at the first sign of the message) fails
-it with sdr.TimeoutError and tells the sender (ACK with the FAILED flag).
+every chunk is verified. The global timeout T is a no-progress timeout (armed at the first
+sign of the message, moved on by every chunk that newly arrives): no new chunk for T
+seconds fails the message with sdr.TimeoutError and tells the sender (ACK with the FAILED
+flag).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         """Seconds a hole waits before its NACK (learned, see the module docstring)."""
         self._nack_at = np.inf  # the next hole whose window ends
         self._deadline = np.inf
+        self.timeout = self.config.timeout_for(self.geometry.length)
+        self.progress_at = -np.inf
+        """When a chunk last newly arrived (or the message first showed)."""
         self._ack_at: float | None = None
         self._hi = -1  # highest chunk index that arrived
 
@@ -68,7 +73,13 @@ class SelectiveRepeatReceiver(SchemeReceiver):
     def begin(self, now: float) -> None:
         """First sign of the message: arm the global timeout."""
         if not np.isfinite(self._deadline):
-            self._deadline = now + self.config.timeout_for(self.geometry.length)
+            self.progress_at = now
+            self._deadline = now + self.timeout
+
+    def progressed(self, now: float) -> None:
+        """A chunk newly arrived: the no-progress timeout starts again."""
+        self.progress_at = now
+        self.hold_deadline(now + self.timeout)
 
     def on_chunks(self, now: float, lane: int, chunks: np.ndarray) -> None:
         if not self.active:
@@ -77,6 +88,8 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         if lane == Lane.DATA:
             chunks = chunks[chunks < self.n_chunks]
             self._learn_reordering(now, chunks)
+            if not self.arrived[chunks].all():
+                self.progressed(now)
             self.arrived[chunks] = True
             self.count("chunks_arrived", len(chunks))
             if len(chunks) and (hi := int(chunks.max())) > self._hi:
@@ -158,7 +171,7 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         if not self.active:
             return
         if now >= self._deadline:
-            self.fail_timeout()
+            self.fail_timeout(now)
             return
         if self._ack_at is not None and now >= self._ack_at:
             self._ack_at = None
@@ -276,16 +289,14 @@ class SelectiveRepeatReceiver(SchemeReceiver):
             self.send(Ack(self.seq, failed=True))
         self.finish(error)
 
-    def fail_timeout(self) -> None:
+    def fail_timeout(self, now: float) -> None:
         landed = self.landed()
-        missing = int((~landed).sum())
         unverified = int((landed & ~self.verified).sum())
         digest = "" if self.digests.complete else " (checksums incomplete)"
         self.fail(
             TimeoutError(
-                f"receive seq {self.seq}: not complete within the global timeout of "
-                f"{self.config.timeout_for(self.geometry.length):.3g} s after its first chunk; "
-                f"{missing} of {self.n_chunks} chunks missing, {unverified} landed but "
-                f"unverified{digest}"
+                f"receive seq {self.seq}: {int(landed.sum())} of {self.n_chunks} chunks "
+                f"received, {unverified} of them unverified{digest}; no progress for "
+                f"{now - self.progress_at:.3g} s (the global timeout is {self.timeout:.3g} s)"
             )
         )

@@ -7,9 +7,16 @@ ACKs, lost final ACK): a PROBE goes out one RTO after the last activity (a depar
 a message from the receiver) and with every RTO retransmission (retransmitted chunks the
 receiver already had change nothing it could report). The receiver answers a PROBE with
 its state; a NACK for a chunk retransmitted less than an RTO ago is ignored (the answer
-may predate the retransmission; its RTO covers a second loss). Consecutive silent
-timeouts double the RTO (up to 16x) so a dead path is not flooded. A global timeout fails
-the message with sdr.TimeoutError and tells the receiver (ABORT).
+may predate the retransmission; its RTO covers a second loss).
+
+Timers as TCP's (RFC 6298) and QUIC's PTO (RFC 9002): the RTO follows the measured RTT
+(:class:`~sdr.reliability.rtt_estimator.RttEstimator`, never below rtt + alpha * rtt);
+each timeout while the receiver is silent doubles it, up to ``max_rto`` = min(60 s, T/4),
+and, when the receiver acknowledges as chunks arrive (SR), resends only :data:`PROBE_CHUNKS`
+of the chunks that are due, re-arming all the others on one timer (they wait for the
+receiver's answer: a paused receiver is not flooded with the whole window). The global
+timeout T is a no-progress timeout: the message fails with sdr.TimeoutError (and tells the
+receiver, ABORT) only when no chunk was newly acknowledged for T seconds.
 
 Every SACK, NACK and EC_NACK is clipped to this message before it is expanded (whoever
 the driver is), so one costs O(its bytes) plus at most one vectorized pass over the
@@ -35,13 +42,23 @@ from sdr.reliability.base import (
 from sdr.reliability.chunk_tracker import ChunkTracker
 from sdr.reliability.integrity import DigestBuilder
 from sdr.reliability.messages import Abort, Ack, ControlMessage, EcNack, Nack, Probe, Sack
+from sdr.reliability.rtt_estimator import RttEstimator
 
-__all__ = ["SelectiveRepeatSender", "CRC_STEP_CHUNKS"]
+__all__ = ["SelectiveRepeatSender", "CRC_STEP_CHUNKS", "PROBE_CHUNKS", "max_rto"]
 
 CRC_STEP_CHUNKS = 16
 """Chunks checksummed per work step (1 MiB at 64 KiB chunks, ~0.3 ms)."""
 
-_MAX_BACKOFF = 16
+PROBE_CHUNKS = 2
+"""Chunks resent by a timeout while the receiver is silent (the rest wait for its answer)."""
+
+_MAX_RTO_S = 60.0
+
+
+def max_rto(timeout: float) -> float:
+    """The longest the backed-off RTO grows: min(60 s, a quarter of the no-progress
+    timeout), so that a silent receiver is probed at least four times before it fails."""
+    return min(_MAX_RTO_S, timeout / 4)
 
 
 class SelectiveRepeatSender(SchemeSender):
@@ -64,16 +81,24 @@ class SelectiveRepeatSender(SchemeSender):
         self._last_control = -np.inf  # last message from the receiver
         self._last_backoff = -np.inf
         self._backoff = 1
+        self.timeout = self.config.timeout_for(self.geometry.length)
+        """T: how long the message may go without progress before it fails."""
+        self.progress_at = -np.inf
+        """When a chunk was last newly acknowledged (or the message started)."""
+        self.max_rto = max(max_rto(self.timeout), self.config.rto)
+        self.rtt = RttEstimator(self.config.rto, self.max_rto)
 
     @property
     def rto(self) -> float:
-        """The current RTO: rtt * (1 + alpha), doubled per silent timeout."""
-        return self.config.rto * self._backoff
+        """The current RTO: the estimator's (SRTT + 4 RTTVAR, at least rtt * (1 + alpha)),
+        doubled per silent timeout, at most ``max_rto``."""
+        return min(self.rtt.rto * self._backoff, self.max_rto)
 
     # --- events -------------------------------------------------------------------------
     def start(self, now: float) -> None:
         self.started = True
-        self._deadline = now + self.config.timeout_for(self.geometry.length)
+        self.progress_at = now
+        self._deadline = now + self.timeout
         self._last_heard = now
         self.initial_sends(now)
 
@@ -157,6 +182,11 @@ class SelectiveRepeatSender(SchemeSender):
         if np.isfinite(self._deadline):  # armed (the receiver's, by the first chunk)
             self._deadline = max(self._deadline, until)
 
+    def progressed(self, now: float) -> None:
+        """A chunk was newly acknowledged: the no-progress timeout starts again."""
+        self.progress_at = now
+        self.hold_deadline(now + self.timeout)
+
     def next_timer(self) -> float | None:
         if not self.active or not self.started:
             return None
@@ -167,12 +197,19 @@ class SelectiveRepeatSender(SchemeSender):
         if not self.active or not self.started:
             return
         if now >= self._deadline:
-            self.fail_timeout()
+            self.fail_timeout(now)
             return
         due = self.tracker.due(now)
         if len(due):
             self.count("rto_expired", len(due))
+            # a receiver that acknowledges as chunks arrive (SR) and said nothing for an
+            # RTO is silent (EC's says nothing until a submessage fails: not silence)
+            silent = self.scheme.acks_progressively and now - self._last_control >= self.rtt.rto
             self.back_off(now)
+            if silent:  # probe; the rest wait for the answer, all on one timer
+                armed = np.flatnonzero(np.isfinite(self.tracker.deadline))
+                self.tracker.arm(now, armed, self.rto)
+                due = due[:PROBE_CHUNKS]
             self.retransmit(due)
             self.probe(now)
         elif now >= self._last_heard + self.rto:  # silence: nothing left, nothing heard
@@ -185,7 +222,8 @@ class SelectiveRepeatSender(SchemeSender):
         the many chunk timers of one round are one timeout, not many)."""
         rto = self.rto
         if now - self._last_control >= rto and now - self._last_backoff >= rto:
-            self._backoff = min(self._backoff * 2, _MAX_BACKOFF)
+            if self.rto < self.max_rto:
+                self._backoff *= 2
             self._last_backoff = now
 
     def probe(self, now: float) -> None:
@@ -197,15 +235,15 @@ class SelectiveRepeatSender(SchemeSender):
         if not self.digest_ok:
             self.resend_digest(now)
 
-    def fail_timeout(self) -> None:
-        timeout = self.config.timeout_for(self.geometry.length)
-        missing = int((~self.tracker.acked).sum())
+    def fail_timeout(self, now: float) -> None:
+        acked = int(self.tracker.acked.sum())
+        final = " (all; not the final acknowledgement)" if acked == self.n_chunks else ""
         self.send(Abort(self.seq))
         self.finish(
             TimeoutError(
-                f"write seq {self.seq}: not acknowledged within the global timeout of "
-                f"{timeout:.3g} s; {missing} of {self.n_chunks} chunks unacknowledged after "
-                f"{self.tracker.retransmissions} retransmissions"
+                f"write seq {self.seq}: {acked} of {self.n_chunks} chunks acknowledged{final}; "
+                f"no progress for {now - self.progress_at:.3g} s (the global timeout is "
+                f"{self.timeout:.3g} s), {self.tracker.retransmissions} retransmissions"
             )
         )
 
@@ -234,12 +272,15 @@ class SelectiveRepeatSender(SchemeSender):
         """Report newly acknowledged chunks, with a Karn RTT sample (see :class:`Delivered`)."""
         if not len(fresh):
             return
+        self.progressed(now)
         once = fresh[self.tracker.sends[fresh] == 1]
         rtt, sample = None, None
         if len(once):
             newest = once[int(np.argmax(self.tracker.last_sent[once]))]
             rtt = now - float(self.tracker.last_sent[newest])
             rtt, sample = (rtt, int(newest)) if rtt > 0 else (None, None)
+            if rtt is not None:
+                self.rtt.sample(rtt)
         self._actions.append(Delivered(self.geometry.chunk_bytes(fresh), rtt, fresh, sample))
 
     def resend_digest(self, now: float) -> None:
