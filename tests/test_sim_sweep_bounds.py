@@ -149,3 +149,23 @@ def test_ctrl_c_while_resume_reads_its_rows_leaves_them_and_says_so(tmp_path) ->
         line
         == f"interrupted before any point ran; {path} is as it was; run the same command to go on"
     )
+
+
+def test_cli_ctrl_c_before_the_sweep_starts_exits_130_with_a_true_line(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import sdr.simulator.sweep
+    from sdr.cli.main import app
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    out = tmp_path / "s.csv"
+    out.write_text("kept\n")
+    monkeypatch.setattr(sdr.simulator.sweep, "make_grid", interrupted)
+    result = CliRunner().invoke(app, ["sweep", "--out", str(out), "--resume"])
+    assert result.exit_code == 130, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        f"interrupted before any point ran; {out} is as it was; run the same command to go on"
+    )
+    assert out.read_text() == "kept\n"

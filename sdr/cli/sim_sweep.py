@@ -89,7 +89,16 @@ def sweep(
     except SDRError as exc:
         raise fail(exc) from None
     opts.pop("grid", None)
-    _run_sweep(**opts)
+    try:
+        _run_sweep(**opts)
+    except KeyboardInterrupt:  # before the sweep started (imports, the grid's checks)
+        where = "" if opts["out"] == "-" else f"; {opts['out']} is as it was"
+        err_console.print(
+            f"interrupted before any point ran{where}; run the same command to go on",
+            markup=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(128 + signal.SIGINT) from None
 
 
 def _run_sweep(
