@@ -29,7 +29,7 @@ from rich.table import Table
 from benchmarks.peers.runner import run_pair
 from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces
 from sdr.cli.defaults import DEFAULT_MTU
-from sdr.cli.demo_report import predict
+from sdr.cli.demo_report import lossless_at_receiver, predict
 from sdr.cli.emulator_report import print_report
 from sdr.cli.wan_transfer import make_payload, transfer_over_link
 from sdr.simulator.link import Link
@@ -128,7 +128,8 @@ def main() -> None:
             spec = LinkSpec(rate=args.rate, rtt=args.rtt, loss=loss, seed=args.seed)
             with TunLink(spec, mtu=args.tun_mtu) as link:
                 for size in sizes:
-                    ideal = size * 8 / parse_rate(args.rate) + parse_time(args.rtt)
+                    # at the receiver, as the measured times are
+                    ideal = lossless_at_receiver(size, parse_rate(args.rate), parse_time(args.rtt))
                     for proto in protocols:
                         bar.update(task, description=f"{proto} {format_size(size)} loss {loss:g}")
                         try:

@@ -30,11 +30,9 @@ from sdr.simulator.ec_repair import message_repair, repair_cdf, repair_mean
 from sdr.simulator.link import Link
 from sdr.simulator.schemes import SchemeSpec
 from sdr.simulator.sr_model import (
-    level_weights,
     max_delay_cdf,
     max_delay_mean,
     max_delay_quantile,
-    retry_levels,
 )
 
 __all__ = [
@@ -142,18 +140,10 @@ def _mixture_cdf(
     s: np.ndarray, chunks: np.ndarray, probs: np.ndarray, p: float, t: float, o: float
 ):
     """sum_n P(n) * P(max X(n) <= s), vectorized over n; s is 1-D."""
-    levels = retry_levels(int(chunks.max()), p)
-    n = chunks.astype(float)
-    base = n * math.log1p(-p)  # (N,)
-    log_cdf = np.broadcast_to(base[None, :], (s.size, n.size)).copy()
-    if levels:
-        j = np.arange(1, levels + 1, dtype=float)
-        raw = np.floor((s[:, None, None] - j[None, None, :] * o) / t + 1e-9)
-        counts = np.clip(raw, 0, n[None, :, None])
-        log_cdf += counts @ level_weights(p, levels)
-    sent = s[:, None] >= n[None, :] * t * (1 - 1e-9)
-    cdf = np.where(sent, np.exp(log_cdf), 0.0)
-    return cdf @ probs
+    cdf = np.zeros(s.size)
+    for n, prob in zip(chunks.astype(int), probs, strict=True):  # memory linear in the levels
+        cdf += prob * max_delay_cdf(s, int(n), p, t, o)
+    return cdf
 
 
 def ec_cdf(t: float | np.ndarray, link: Link, size: int, p: float, spec: SchemeSpec) -> np.ndarray:

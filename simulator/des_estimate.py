@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from sdr.errors import ConfigError
 from sdr.simulator import analytic
+from sdr.simulator.bounds import check_samples, check_write_size
 from sdr.simulator.des import DesOptions, simulate_writes
 from sdr.simulator.estimate import Estimate
 from sdr.simulator.link import Link
@@ -41,8 +41,8 @@ def estimate_des(
     values for comparison. ``extra`` holds simulation facts: simpy events, wall time,
     failed writes, the receiver's completion time, retransmissions, link counters.
     """
-    if samples < 1:
-        raise ConfigError(f"samples must be >= 1, got {samples!r}")
+    size_bytes = check_write_size(size_bytes)
+    samples = check_samples(samples)
     run = simulate_writes(link, size_bytes, spec, loss, samples=samples, seed=seed, options=options)
     summary = summarize(run.times_s)
     p_chunk = _chunk_drop(link, loss)

@@ -29,6 +29,7 @@ import math
 import numpy as np
 from scipy import stats
 
+from sdr.errors import ConfigError
 from sdr.simulator.ec_model import (
     Code,
     ECLayout,
@@ -42,13 +43,25 @@ from sdr.simulator.ec_model import (
 __all__ = ["repair_levels", "message_repair", "repair_mean", "repair_cdf", "sample_repair"]
 
 _NEGLIGIBLE = 1e-17
+#: resend rounds the repair model evaluates at most (its time is linear in them; a chunk
+#: that needs more is lost nearly every time it is sent)
+MAX_REPAIR_ROUNDS = 256
 
 
 def _rounds(p: float, chunks: int) -> int:
     """Rounds J after which ``chunks * p^(J+1)`` (any resend still lost) is negligible."""
     if p <= 0.0 or chunks <= 0:
         return 0
-    return max(1, math.ceil((math.log(_NEGLIGIBLE) - math.log(chunks)) / math.log(p)))
+    if not p < 1.0:
+        raise ConfigError(f"chunk drop probability must be < 1 for EC repair, got {p!r}")
+    rounds = max(1, math.ceil((math.log(_NEGLIGIBLE) - math.log(chunks)) / math.log(p)))
+    if rounds > MAX_REPAIR_ROUNDS:
+        raise ConfigError(
+            f"chunk drop probability {p:.6g} is too close to 1 for the EC repair model: "
+            f"{rounds:,} resend rounds matter, more than the {MAX_REPAIR_ROUNDS:,} it "
+            "evaluates; use smaller chunks"
+        )
+    return rounds
 
 
 def repair_levels(p: float, k: int, m: int, code: Code, rounds: int) -> np.ndarray:
@@ -56,17 +69,17 @@ def repair_levels(p: float, k: int, m: int, code: Code, rounds: int) -> np.ndarr
     are missing, and it is recoverable once its resends have had ``j`` retries)."""
     out = np.zeros((rounds + 1, k + 1))
     d = np.arange(k + 1)
-    for j in range(rounds + 1):
-        a = 1.0 - p ** (j + 1)  # a resent chunk arrived within j retries
-        if code == "mds":
-            pd = stats.binom.pmf(d, k, p)
-            for e in range(m + 1):
-                need = d + e - m
-                fails = need > 0
-                sat = stats.binom.sf(need - 1, d, a)  # P(at least `need` of d arrived)
-                out[j] += np.where(fails, pd * stats.binom.pmf(e, m, p) * sat, 0.0)
-        else:
-            out[j] = _xor_level(p, k, m, a)
+    arrived = 1.0 - p ** (np.arange(rounds + 1) + 1.0)  # a resent chunk arrived within j retries
+    if code == "mds":  # every round at once
+        pd = stats.binom.pmf(d, k, p)
+        for e in range(m + 1):
+            need = d + e - m
+            fails = need > 0
+            sat = stats.binom.sf(need - 1, d, arrived[:, None])  # P(at least `need` of d arrived)
+            out += np.where(fails, pd * stats.binom.pmf(e, m, p) * sat, 0.0)
+        return out
+    for j, a in enumerate(arrived):
+        out[j] = _xor_level(p, k, m, float(a))
     return out
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from sdr.errors import ConfigError
 from sdr.simulator import analytic
+from sdr.simulator.bounds import check_samples, check_write_size
 from sdr.simulator.estimate import Estimate
 from sdr.simulator.link import DropUnit, Link
 from sdr.simulator.loss import LossModel
@@ -52,6 +53,8 @@ def evaluate(
             chunks written, so use hundreds of samples, not the Monte Carlo default).
         samples, seed: sample count and seed (ignored by ``analytic``).
     """
+    size_bytes = check_write_size(size_bytes)
+    samples = check_samples(samples)  # a bad count is refused whichever method ignores it
     p = link.chunk_drop(drop, drop_unit)
     ideal = link.ideal_time_s(size_bytes)
     params = spec.params(link)
@@ -126,8 +129,8 @@ def evaluate_loss_model(
     comparison (``extra["analytic_is_iid_equivalent"]``); ``fallback_probability`` is the
     sampled fraction of EC writes that needed the SR fallback.
     """
-    if samples < 1:
-        raise ConfigError(f"samples must be >= 1, got {samples!r}")
+    size_bytes = check_write_size(size_bytes)
+    samples = check_samples(samples)
     rng = np.random.default_rng(seed)
     if spec.is_ec:
         times, fell_back = sample_ec_trace(rng, link, size_bytes, model, spec, samples)

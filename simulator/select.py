@@ -139,6 +139,7 @@ def select_scheme(
     if objective not in ("mean", "p999"):
         raise ConfigError(f"objective must be 'mean' or 'p999', got {objective!r}")
     scored: list[dict[str, Any]] = []
+    refused: list[str] = []  # candidates the model cannot evaluate, and why
     for variant, spec in candidate_specs(
         link,
         drop_unit=drop_unit,
@@ -148,12 +149,16 @@ def select_scheme(
         sr_rto_rtts=sr_rto_rtts,
     ):
         p = variant.chunk_drop(drop, drop_unit)
-        mean = analytic.scheme_mean(variant, size_bytes, p, spec)
-        p999 = (
-            analytic.scheme_quantile(0.999, variant, size_bytes, p, spec)
-            if objective == "p999"
-            else None
-        )
+        try:
+            mean = analytic.scheme_mean(variant, size_bytes, p, spec)
+            p999 = (
+                analytic.scheme_quantile(0.999, variant, size_bytes, p, spec)
+                if objective == "p999"
+                else None
+            )
+        except ConfigError as exc:  # e.g. a chunk so large that nearly every copy is lost
+            refused.append(f"{spec.name} with {variant.chunk_size} B chunks: {exc}")
+            continue
         scored.append(
             {
                 "scheme": spec.name,
@@ -164,7 +169,10 @@ def select_scheme(
             }
         )
     if not scored:
-        raise ConfigError("no candidate schemes to choose from")
+        why = f" (the model refused every one; first: {refused[0]})" if refused else ""
+        raise ConfigError(f"no candidate schemes to choose from{why}")
+    if refused:
+        log.info("%d candidates left out: %s", len(refused), "; ".join(refused))
     key = "p999_s" if objective == "p999" else "mean_s"
     scored.sort(key=lambda row: (row[key], row["mean_s"]))
     best = scored[0]

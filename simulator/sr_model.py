@@ -26,6 +26,7 @@ import numpy as np
 from sdr.errors import ConfigError
 
 __all__ = [
+    "MAX_RETRY_LEVELS",
     "level_weights",
     "retry_levels",
     "max_delay_cdf",
@@ -36,6 +37,10 @@ __all__ = [
 # Retry levels whose total probability mass n * p^j falls below this are ignored.
 _NEGLIGIBLE = 1e-17
 _EPS = 1e-9
+#: retry levels the model evaluates at most (memory and time are linear in them)
+MAX_RETRY_LEVELS = 1_000_000
+# Matrix entries per block when the CDF counts the chunks of the partly-sent levels.
+_BLOCK = 1 << 20
 # Up to this many lattice points the mean is summed exactly; beyond, the closed form is used.
 _EXACT_MEAN_POINTS = 50_000
 
@@ -50,11 +55,28 @@ def _check(n: int, p: float, t: float, o: float) -> None:
 
 
 def retry_levels(n: int, p: float) -> int:
-    """Number of retry levels J that matter: the smallest J with ``n * p^(J+1)`` negligible."""
+    """Number of retry levels J that matter: the smallest J with ``n * p^(J+1)`` negligible.
+
+    ConfigError past :data:`MAX_RETRY_LEVELS` (a chunk drop probability so close to 1 that
+    a chunk needs about a million sends): the model's memory and time grow with J.
+    """
     if p <= 0.0 or n == 0:
         return 0
-    j = math.ceil((math.log(_NEGLIGIBLE) - math.log(n)) / math.log(p))
-    return max(1, j)
+    if not p < 1.0:
+        raise ConfigError(f"chunk drop probability must be in [0, 1), got {p!r}")
+    j = max(1, math.ceil((math.log(_NEGLIGIBLE) - math.log(n)) / math.log(p)))
+    if j > MAX_RETRY_LEVELS:
+        raise ConfigError(
+            f"chunk drop probability {p:.6g} is too close to 1 for the model: a chunk needs "
+            f"about {1 / (1 - p):.3g} sends on average and {j:,} retry levels matter, more "
+            f"than the {MAX_RETRY_LEVELS:,} it evaluates; use smaller chunks"
+        )
+    return j
+
+
+def _prefix(values: np.ndarray) -> np.ndarray:
+    """``out[k] = values[0] + ... + values[k-1]`` (``out[0] = 0``)."""
+    return np.concatenate(([0.0], np.cumsum(values)))
 
 
 def level_weights(p: float, levels: int) -> np.ndarray:
@@ -77,19 +99,41 @@ def max_delay_cdf(s: float | np.ndarray, n: int, p: float, t: float, o: float) -
     all_sent = s >= n * t * (1 - _EPS)
     levels = retry_levels(n, p)
     base = n * math.log1p(-p)
-    if levels:
-        j = np.arange(1, levels + 1, dtype=float)
-        counts = np.clip(np.floor((s[:, None] - j[None, :] * o) / t + _EPS), 0, n)
-        log_cdf = base + counts @ level_weights(p, levels)
-    else:
-        log_cdf = np.full(s.shape, base)
+    log_cdf = base + _level_sum(s, n, p, t, o, levels) if levels else np.full(s.shape, base)
     return np.where(all_sent, np.exp(log_cdf), 0.0)
 
 
+def _level_sum(
+    s: np.ndarray, n: int, p: float, t: float, o: float, levels: int, continuous: bool = False
+) -> np.ndarray:
+    """``sum_j d_j * count_j(s)`` with ``count_j = clip(floor((s - j*O)/T), 0, n)`` (or, if
+    ``continuous``, ``clip((s - j*O)/T - 1/2, 0, n)``), in memory linear in the levels:
+    levels whose chunks are all sent by ``s`` come from a prefix sum, and only the band of
+    partly-sent ones (about ``n*T/O`` wide) is counted, block by block."""
+    d = level_weights(p, levels)
+    total_d = _prefix(d)
+    # levels <= full are all sent, levels > some none (one level of slack either side)
+    full = np.clip(np.floor((s - n * t) / o) - 1, 0, levels).astype(np.int64)
+    some = np.clip(np.floor(s / o) + 1, 0, levels).astype(np.int64)
+    some = np.maximum(some, full)
+    out = n * total_d[full]
+    width = int((some - full).max()) if s.size else 0
+    if width:
+        offsets = np.arange(1, width + 1)
+        rows = max(1, _BLOCK // width)
+        for a in range(0, s.size, rows):
+            j = full[a : a + rows, None] + offsets[None, :]
+            inside = j <= some[a : a + rows, None]
+            j = np.where(inside, j, 1)
+            x = (s[a : a + rows, None] - j * o) / t
+            counts = np.clip(x - 0.5 if continuous else np.floor(x + _EPS), 0, n)
+            out[a : a + rows] += np.sum(np.where(inside, counts * d[j - 1], 0.0), axis=1)
+    return out
+
+
 def _continuous_log_cdf(s: np.ndarray, n: int, p: float, t: float, o: float, levels: int):
-    j = np.arange(1, levels + 1, dtype=float)
-    counts = np.clip((s[:, None] - j[None, :] * o) / t - 0.5, 0, n)
-    return n * math.log1p(-p) + counts @ level_weights(p, levels)
+    """The log-CDF with the chunks of a level counted continuously (the mean's midpoint rule)."""
+    return n * math.log1p(-p) + _level_sum(s, n, p, t, o, levels, continuous=True)
 
 
 def _lattice_mean(n: int, p: float, t: float, o: float, levels: int) -> float:
@@ -151,8 +195,9 @@ def max_delay_quantile(q: float, n: int, p: float, t: float, o: float) -> float:
     if max_delay_cdf(lo, n, p, t, o)[0] >= q:
         return lo
     # F(n*T + j*O) = (1 - p^(j+1))^n: find the first level whose saturation reaches q.
-    j = 1
-    while -math.expm1(n * math.log1p(-(p ** (j + 1)))) > 1.0 - q and j < 10_000:
+    # (1 - p^(j+1))^n >= q  <=>  p^(j+1) <= 1 - q^(1/n)
+    j = max(1, math.ceil(math.log(-math.expm1(math.log(q) / n)) / math.log(p)) - 1)
+    while -math.expm1(n * math.log1p(-(p ** (j + 1)))) > 1.0 - q:  # rounding: a level more
         j += 1
     hi = n * t + j * o
     tol = t * 1e-3

@@ -146,13 +146,15 @@ class SweepInterrupted(KeyboardInterrupt):  # noqa: N818 - it is a KeyboardInter
     """A :func:`sweep_to_csv` stopped by Ctrl-C (or a callback's ``KeyboardInterrupt``).
 
     Attributes:
-        finished: points in the output now (earlier runs' rows included).
+        finished: points in the output now (earlier runs' rows included); ``None`` when
+            the sweep stopped before it had read its output to resume (left as it was).
         total: points in the grid.
         path: the output file, or ``None`` for a stream.
     """
 
-    def __init__(self, finished: int, total: int, path: Path | None) -> None:
-        super().__init__(f"sweep interrupted: {finished} of {total} points finished")
+    def __init__(self, finished: int | None, total: int, path: Path | None) -> None:
+        done = "before it started" if finished is None else f"{finished} of {total} points finished"
+        super().__init__(f"sweep interrupted: {done}")
         self.finished = finished
         self.total = total
         self.path = path
@@ -262,10 +264,15 @@ def sweep_to_csv(
     path = partial_path(final) if fmt == "parquet" and final is not None else final
     live = "csv" if fmt == "parquet" else fmt
     earlier: list[dict[str, Any]] = []
-    if path is not None and resume and path.exists():
-        earlier = _finished_rows(path, points, live)
-    have = {point_key(r) for r in earlier}
-    todo = [p for p in points if point_key(p) not in have]
+    try:
+        if path is not None and resume and path.exists():
+            earlier = _finished_rows(path, points, live)
+        have = {point_key(r) for r in earlier}
+        # without earlier rows the grid itself is the work: its points are built as they run
+        todo = [p for p in points if point_key(p) not in have] if have else points
+    except KeyboardInterrupt:
+        # before a row was written: the output is as it was, its rows not yet counted
+        raise SweepInterrupted(None, len(points), path) from None
     log.info("sweep: %d points, %d already in the output", len(points), len(points) - len(todo))
 
     fh: TextIO

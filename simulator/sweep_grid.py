@@ -7,19 +7,20 @@ runs it (:mod:`sdr.simulator.sweep_executors`).
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from sdr.errors import ConfigError
+from sdr.simulator.bounds import check_drop, check_grid_points, check_samples, check_write_size
 from sdr.simulator.evaluate import evaluate
 from sdr.simulator.link import PAPER_PROPAGATION_SPEED, Link
 from sdr.simulator.schemes import SCHEMES, SchemeSpec
 
-__all__ = ["SweepPoint", "make_grid", "run_batch", "run_point"]
+__all__ = ["SweepGrid", "SweepPoint", "make_grid", "run_batch", "run_point"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,67 @@ class SweepPoint:
     """EC fallback model: ``"protocol"`` (the SDK's repair) or ``"paper"`` (the paper's)."""
 
 
+class SweepGrid(Sequence[SweepPoint]):
+    """The cartesian grid of a sweep, built point by point as it is read (never all at once).
+
+    Indexing and iteration compute a point from its index (``schemes`` varying fastest, then
+    drops, sizes, paths, bandwidths), so a grid of many points costs memory only for the
+    points in use, and the first batch can run before the last point exists.
+    """
+
+    def __init__(
+        self,
+        axes: tuple[
+            list[float], list[tuple[float, float | None]], list[int], list[float], list[str]
+        ],
+        seed: int,
+        fixed: dict[str, Any],
+    ) -> None:
+        self._axes = axes
+        self._seed = seed
+        self._fixed = fixed
+        self._len = math.prod(len(a) for a in axes)
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> SweepPoint: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[SweepPoint]: ...
+    def __getitem__(self, index: int | slice) -> SweepPoint | list[SweepPoint]:
+        if isinstance(index, slice):
+            return [self._point(i) for i in range(*index.indices(self._len))]
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError(f"grid index {index} out of range ({self._len} points)")
+        return self._point(index)
+
+    def __iter__(self) -> Iterator[SweepPoint]:
+        for index in range(self._len):
+            yield self._point(index)
+
+    def _point(self, index: int) -> SweepPoint:
+        picked = []
+        rest = index
+        for axis in reversed(self._axes):
+            rest, i = divmod(rest, len(axis))
+            picked.append(axis[i])
+        scheme, drop, size, (rtt, dist), bw = picked
+        point_seed = int(np.random.SeedSequence([self._seed, index]).generate_state(1)[0])
+        return SweepPoint(
+            scheme=scheme,  # type: ignore[arg-type]
+            size_bytes=size,  # type: ignore[arg-type]
+            drop=drop,  # type: ignore[arg-type]
+            bandwidth_bps=bw,  # type: ignore[arg-type]
+            rtt_s=rtt,
+            distance_m=dist,
+            seed=point_seed,
+            **self._fixed,
+        )
+
+
 def make_grid(
     sizes: Iterable[int],
     drops: Iterable[float],
@@ -57,36 +119,57 @@ def make_grid(
     propagation_speed_mps: float = PAPER_PROPAGATION_SPEED,
     seed: int = 0,
     **fixed: Any,
-) -> list[SweepPoint]:
+) -> SweepGrid:
     """The cartesian grid, one :class:`SweepPoint` per combination, with per-point seeds.
 
     Give either ``rtts`` (seconds) or ``distances`` (metres); the default is 3750 km.
     ``fixed`` sets the remaining :class:`SweepPoint` fields (chunk_size, k, m, samples ...).
+    Every value is checked here, before any point runs, and the grid is refused past
+    :data:`~sdr.simulator.bounds.MAX_GRID_POINTS` (ConfigError, one line); the points are
+    built lazily (:class:`SweepGrid`).
     """
     if rtts is not None and distances is not None:
         raise ConfigError("give either RTTs or distances for a sweep, not both")
-    if rtts is not None:
-        paths = [(float(r), None) for r in rtts]
-    else:
-        dists = list(distances) if distances is not None else [3.75e6]
-        paths = [(2.0 * d / propagation_speed_mps, float(d)) for d in dists]
-    combos = itertools.product(list(bandwidths), paths, list(sizes), list(drops), list(schemes))
-    points = []
-    for index, (bw, (rtt, dist), size, drop, scheme) in enumerate(combos):
-        point_seed = int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
-        points.append(
-            SweepPoint(
-                scheme=scheme,
-                size_bytes=int(size),
-                drop=float(drop),
-                bandwidth_bps=float(bw),
-                rtt_s=rtt,
-                distance_m=dist,
-                seed=point_seed,
-                **fixed,
-            )
+    bws, sizes, drops, schemes = list(bandwidths), list(sizes), list(drops), list(schemes)
+    rtts = list(rtts) if rtts is not None else None
+    dists = list(distances) if distances is not None else [3.75e6] if rtts is None else []
+    n_paths = len(rtts) if rtts is not None else len(dists)
+    total = len(bws) * n_paths * len(sizes) * len(drops) * len(schemes)
+    if total == 0:
+        raise ConfigError("the sweep is empty: give at least one value of every list")
+    check_grid_points(total)
+    defaults = SweepPoint("sr-rto", 1, 0.0, 1.0, 0.0, None)
+    chunk, mtu = fixed.get("chunk_size", defaults.chunk_size), fixed.get("mtu", defaults.mtu)
+    alpha = fixed.get("alpha", defaults.alpha)
+    if "samples" in fixed:
+        check_samples(fixed["samples"])
+    for scheme in schemes:  # the scheme's name and parameters, as each point will build it
+        SchemeSpec(
+            str(scheme),
+            rto_rtts=fixed.get("rto_rtts"),
+            k=fixed.get("k", defaults.k),
+            m=fixed.get("m", defaults.m),
         )
-    return points
+    link_fields = dict(mtu=mtu, chunk_size=chunk, alpha=alpha)
+    paths: list[tuple[float, float | None]] = []
+    for value in rtts if rtts is not None else dists:  # each through Link's checks
+        if rtts is not None:
+            paths.append((Link(1.0, float(value), **link_fields).rtt_s, None))
+        else:
+            link = Link.from_distance(
+                float(value), 1.0, propagation_speed_mps=propagation_speed_mps, **link_fields
+            )
+            paths.append((link.rtt_s, float(value)))
+    for bw in bws:
+        Link(float(bw), 0.0, **link_fields)
+    axes = (
+        [float(b) for b in bws],
+        paths,
+        [check_write_size(s) for s in sizes],
+        [check_drop(d) for d in drops],
+        [str(s) for s in schemes],
+    )
+    return SweepGrid(axes, seed, fixed)
 
 
 def run_point(point: SweepPoint) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tomllib
 
+import numpy as np
 import pytest
 
 from sdr.errors import ConfigError
@@ -121,3 +122,48 @@ def test_the_nack_schemes_rto_passed_back_gives_no_spurious_repairs() -> None:
     run = simulate_writes(link, 4 * 2**20, spec, None, samples=3, seed=1)
     assert run.failed == 0 and (run.retransmissions == 0).all()
     assert choice.mean_s == pytest.approx(analytic.sr_mean(link, 4 * 2**20, 1e-3, spec))
+
+
+@pytest.mark.parametrize("loss", [5e-2, 3e-2, 0.3])
+def test_select_answers_at_heavy_loss_in_bounded_memory(loss) -> None:
+    import math
+    import tracemalloc
+
+    from sdr.simulator.link import Link
+    from sdr.simulator.select import select_scheme
+
+    link = Link(10e9, 0.03)
+    tracemalloc.start()
+    choice = select_scheme(link, 1 << 20, loss, drop_unit="packet")
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 256 << 20  # the old level matrix wanted 5.54 PiB at 5e-2
+    assert choice.ranking and all(math.isfinite(r["mean_s"]) for r in choice.ranking)
+    assert choice.mean_s >= link.rtt_s
+
+
+def test_sr_model_memory_is_linear_in_the_retry_levels() -> None:
+    import tracemalloc
+
+    from sdr.simulator import sr_model
+
+    n, p, t, o = 64, 0.9995, 1e-6, 1e-3  # ~90,000 retry levels
+    levels = sr_model.retry_levels(n, p)
+    assert levels > 50_000
+    tracemalloc.start()
+    mean = sr_model.max_delay_mean(n, p, t, o)
+    cdf = sr_model.max_delay_cdf(np.linspace(0, 200 * o * levels / 1000, 2000), n, p, t, o)
+    q = sr_model.max_delay_quantile(0.999, n, p, t, o)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 200 * levels * 8  # a few arrays of the levels, not levels x points
+    assert n * t < mean < q and np.all(np.diff(cdf) >= 0)
+    assert sr_model.max_delay_cdf(q, n, p, t, o)[0] >= 0.999
+
+
+def test_sr_model_refuses_a_drop_too_close_to_one_in_one_line() -> None:
+    from sdr.simulator import sr_model
+
+    with pytest.raises(ConfigError, match="too close to 1") as info:
+        sr_model.max_delay_mean(256, 1 - 2e-6, 1e-6, 1e-3)
+    assert "\n" not in str(info.value)

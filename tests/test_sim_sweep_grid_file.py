@@ -8,10 +8,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from sweep_signals import BIG_GRID, BIG_GRID_POINTS, signal_part_way
 
 from sdr.simulator.plots import format_probability, speedup_figure
 from sdr.simulator.sweep import make_grid, read_csv, read_rows, run_sweep
@@ -114,25 +114,21 @@ def test_parquet_with_pyarrow(tmp_path) -> None:
 @pytest.mark.skipif(os.name != "posix", reason="SIGTERM")
 def test_sigterm_ends_like_ctrl_c_with_143_and_resumes(tmp_path) -> None:
     path = tmp_path / "s.csv"
-    args = ["--sizes", "128KiB,256KiB,512KiB,1MiB", "--drops", "1e-4,1e-3,1e-2", "--samples"]
-    args += ["20000", "--executor", "serial", "--out", str(path)]
     proc = subprocess.Popen(
-        [SDR, "sweep", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [SDR, "sweep", *BIG_GRID, "--out", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
-        if path.exists() and path.read_text().count("\n") >= 3:
-            break
-        time.sleep(0.05)
-    if proc.poll() is not None:
-        pytest.skip("the sweep finished before it could be terminated")
-    proc.send_signal(signal.SIGTERM)
+    signal_part_way(proc, path, signal.SIGTERM, total=BIG_GRID_POINTS)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     kept = len(read_csv(path))
     assert kept >= 2
     last = err.strip().splitlines()[-1]
-    assert last.startswith(f"terminated (SIGTERM): {kept} of 48 points finished"), err
+    assert last.startswith(f"terminated (SIGTERM): {kept} of {BIG_GRID_POINTS} points finished"), (
+        err
+    )
     assert "--resume" in last and "Traceback" not in err
 
 

@@ -65,11 +65,16 @@ def demo(
 
         bitmap_demo(size="8MiB", chunk="64KiB", mtu="4KiB", drop=0.01, delay="5ms", seed=seed)
         return
-    from sdr.cli.demo_report import predict, results_chart, results_table  # SciPy: load late
+    from sdr.cli.demo_report import (  # SciPy: load late
+        lossless_at_receiver,
+        predict,
+        results_chart,
+        results_table,
+    )
 
     nbytes, bps, rtt_s = parse_size(size), parse_rate(rate), parse_time(rtt)
     model = Link(bandwidth_bps=bps, rtt_s=rtt_s, mtu=mtu, chunk_size=parse_size(chunk))
-    ideal = nbytes * 8 / bps + rtt_s
+    ideal = lossless_at_receiver(nbytes, bps, rtt_s)  # completion_s is the receiver's
     title = f"{format_size(nbytes)} over {rate}, RTT {rtt}, loss {loss:g} per packet"
     console.print(f"[bold]SDR demo[/]: {title}; two processes, two namespaces, emulated link")
     common = [

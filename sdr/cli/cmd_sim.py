@@ -104,6 +104,7 @@ def sim(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Predict the completion time of one write with one reliability scheme."""
+    from sdr.simulator.bounds import check_samples, check_write_size
     from sdr.simulator.evaluate import evaluate, evaluate_loss_model
     from sdr.simulator.loss_options import loss_model
     from sdr.simulator.schemes import SchemeSpec, parse_ec
@@ -117,6 +118,8 @@ def sim(
         spec = SchemeSpec(scheme.value, rto_rtts=rto_rtts, k=k, m=m)
         if samples is None:
             samples = 100 if method == MethodName.des else 10_000
+        samples = check_samples(samples)
+        check_write_size(parse_size(size))
         status = (
             des_status(samples, parse_size(size), link, scheme.value)
             if method == MethodName.des

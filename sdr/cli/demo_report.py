@@ -12,17 +12,27 @@ from sdr.simulator.evaluate import evaluate
 from sdr.simulator.link import Link
 from sdr.simulator.schemes import SchemeSpec
 
-__all__ = ["predict", "results_table", "results_chart"]
+__all__ = ["lossless_at_receiver", "predict", "results_table", "results_chart"]
 
 
 def predict(link: Link, size: int, loss: float, config: dict[str, Any]) -> float:
-    """The simulator's mean completion time for the concrete scheme a run used."""
+    """The simulator's mean completion time for the concrete scheme a run used, at the
+    receiver: the model's completion is the sender's (the last acknowledgement back, one
+    RTT after the last chunk left), so half an RTT, the acknowledgement's way back, comes
+    off to compare it with an emulated run's ``completion_s`` (the receiver's last byte)."""
     name = config["scheme"]
     rto = 1.0 + float(config.get("alpha", 2.0)) if name == "sr-rto" else None
     spec = SchemeSpec(name, rto_rtts=rto, k=int(config.get("k", 32)), m=int(config.get("m", 8)))
-    return evaluate(
+    at_sender = evaluate(
         link.with_chunk(int(config["chunk_size"])), size, loss, spec, drop_unit="packet"
     ).mean_s
+    return at_sender - link.rtt_s / 2
+
+
+def lossless_at_receiver(size: int, rate_bps: float, rtt_s: float) -> float:
+    """The lossless ideal at the receiver: the bytes at the line rate plus the one-way delay
+    (the time an emulated run's ``completion_s`` is compared with)."""
+    return size * 8 / rate_bps + rtt_s / 2
 
 
 def _label(row: dict[str, Any]) -> str:

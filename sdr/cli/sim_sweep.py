@@ -89,7 +89,16 @@ def sweep(
     except SDRError as exc:
         raise fail(exc) from None
     opts.pop("grid", None)
-    _run_sweep(**opts)
+    try:
+        _run_sweep(**opts)
+    except KeyboardInterrupt:  # before the sweep started (imports, the grid's checks)
+        where = "" if opts["out"] == "-" else f"; {opts['out']} is as it was"
+        err_console.print(
+            f"interrupted before any point ran{where}; run the same command to go on",
+            markup=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(128 + signal.SIGINT) from None
 
 
 def _run_sweep(
@@ -224,6 +233,9 @@ def _sigterm_as_interrupt() -> Iterator[list[int]]:
 
 def _interrupted_line(stop: Any, to_stdout: bool, how: str = "interrupted") -> str:
     """The one line printed on Ctrl-C or SIGTERM: how far the sweep got and how to go on."""
+    if stop.finished is None:  # stopped while reading the rows to resume from
+        where = "" if to_stdout else f"; {stop.path} is as it was"
+        return f"{how} before any point ran{where}; run the same command to go on"
     done = f"{how}: {stop.finished} of {stop.total} points finished"
     if to_stdout:
         return f"{done} (written to stdout); rerun with --out FILE to be able to --resume"
