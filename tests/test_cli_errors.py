@@ -114,3 +114,19 @@ def test_recv_bad_data_port_before_anything_starts(tmp_path: Path) -> None:
     result = _sdr("recv", "--out", str(tmp_path / "x.bin"), "--data-port", "70000")
     _assert_one_line_error(result, "--data-port must be in [0, 65535], got 70000")
     assert "━" not in result.stderr  # refused before the progress bar
+
+
+def test_recv_bind_takes_host_and_port_as_its_help_shows(tmp_path: Path) -> None:
+    """``--bind 127.0.0.1:PORT`` listens there (it was looked up as a host name: a DNS
+    error); two different ports in --bind and --port are refused in one line."""
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = str(tmp_path / "x.bin")
+    listening = _sdr("recv", "--out", out, "--bind", f"127.0.0.1:{port}", "--timeout", "1",
+                     "--json")  # fmt: skip
+    assert f'"listening": {port}' in listening.stdout, listening.stdout + listening.stderr
+    _assert_one_line_error(listening, "no sender connected within 1 s")
+    both = _sdr("recv", "--out", out, "--bind", f"127.0.0.1:{port}", "--port", str(port + 1))
+    _assert_one_line_error(both, "two ports")
+    _assert_one_line_error(_sdr("recv", "--out", out, "--bind", "127.0.0.1:x"), "--bind port")

@@ -143,16 +143,33 @@ def _output(as_json: bool, description: str) -> Iterator[_Output]:
         yield _Output(False, bar, bar.add_task(description, total=None, speed=None))
 
 
-def _peer(to: str) -> tuple[str, int]:
-    """HOST[:PORT] as (host, port); ConfigError when it does not parse."""
-    host, _, port = to.rpartition(":") if ":" in to else (to, "", "")
+def _host_port(text: str, flag: str, default: int | None) -> tuple[str, int | None]:
+    """HOST[:PORT] as (host, port), ``default`` without a port; ConfigError naming ``flag``
+    when it does not parse."""
+    host, _, port = text.rpartition(":") if ":" in text else (text, "", "")
     if not host:
-        raise ConfigError(f"--to must be HOST[:PORT], got {to!r}")
+        raise ConfigError(f"{flag} must be HOST[:PORT], got {text!r}")
     if not port:
-        return host, oob.DEFAULT_PORT
+        return host, default
     if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"--to port must be in [1, 65535], got {port!r}")
+        raise ConfigError(f"{flag} port must be in [1, 65535], got {port!r}")
     return host, int(port)
+
+
+def _peer(to: str) -> tuple[str, int]:
+    host, port = _host_port(to, "--to", oob.DEFAULT_PORT)
+    return host, int(port)  # type: ignore[arg-type]
+
+
+def _listen(bind: str, port: int | None) -> tuple[str, int]:
+    """``--bind HOST[:PORT]`` and ``--port``: one address; both ports given must agree."""
+    host, bound = _host_port(bind, "--bind", None)
+    if port is not None and not 0 <= port < 65536:
+        raise ConfigError(f"--port must be in [0, 65535], got {port}")
+    if bound is not None and port is not None and bound != port:
+        raise ConfigError(f"--bind {bind} and --port {port} name two ports; give one")
+    chosen = bound if bound is not None else port
+    return host, oob.DEFAULT_PORT if chosen is None else chosen
 
 
 def _rate(nbytes: int, seconds: float) -> str:
@@ -243,8 +260,10 @@ def send(
 
 def recv(
     out: str = typer.Option(..., help="where to write the received file"),
-    bind: str = typer.Option("0.0.0.0", help="address to listen on"),
-    port: int = typer.Option(oob.DEFAULT_PORT, help="out-of-band TCP port"),
+    bind: str = typer.Option("0.0.0.0", help="address to listen on, HOST[:PORT]"),
+    port: int = typer.Option(
+        None, help=f"out-of-band TCP port (or --bind HOST:PORT) [default: {oob.DEFAULT_PORT}]"
+    ),
     secret: str = typer.Option(None, envvar="SDR_SECRET", help="shared secret (HMAC set-up)"),
     timeout: float = typer.Option(
         300.0,
@@ -273,8 +292,7 @@ def recv(
     renamed to OUT only after its SHA-256 matched; the reliability settings (scheme, rtt,
     chunk size ...) come from the sender.
     """
-    if not 0 <= port < 65536:
-        raise ConfigError(f"--port must be in [0, 65535], got {port}")
+    bind, port = _listen(bind, port)
     if not 0 <= data_port < 65536:
         raise ConfigError(f"--data-port must be in [0, 65535], got {data_port}")
     check_max_size(max_size)  # before the progress bar and the network
