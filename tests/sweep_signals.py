@@ -23,6 +23,19 @@ BIG_GRID = [
 BIG_GRID_POINTS = 8 * 5 * 5 * 4
 
 
+def start_sweep(*args: str) -> subprocess.Popen:
+    """``args`` (the ``sdr`` command line) started with SIGINT's default action, so Ctrl-C
+    reaches it as it would from a terminal: a shell starts background jobs (``make test &``,
+    ``nohup``) with SIGINT ignored, and a Python started so ignores it for good."""
+    return subprocess.Popen(
+        list(args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
 def _rows(path: Path) -> int:
     """Data rows in a CSV being written (header and a half-written last line not counted)."""
     try:

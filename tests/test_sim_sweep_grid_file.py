@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_signals import BIG_GRID, BIG_GRID_POINTS, signal_part_way
+from sweep_signals import BIG_GRID, BIG_GRID_POINTS, signal_part_way, start_sweep
 
 from sdr.simulator.plots import format_probability, speedup_figure
 from sdr.simulator.sweep import make_grid, read_csv, read_rows, run_sweep
@@ -114,12 +114,7 @@ def test_parquet_with_pyarrow(tmp_path) -> None:
 @pytest.mark.skipif(os.name != "posix", reason="SIGTERM")
 def test_sigterm_ends_like_ctrl_c_with_143_and_resumes(tmp_path) -> None:
     path = tmp_path / "s.csv"
-    proc = subprocess.Popen(
-        [SDR, "sweep", *BIG_GRID, "--out", str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_sweep(SDR, "sweep", *BIG_GRID, "--out", str(path))
     signal_part_way(proc, path, signal.SIGTERM, total=BIG_GRID_POINTS)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sweep_signals import BIG_GRID, BIG_GRID_POINTS, signal_part_way
+from sweep_signals import BIG_GRID, BIG_GRID_POINTS, signal_part_way, start_sweep
 
 from sdr.errors import ConfigError
 from sdr.simulator.sweep import (
@@ -155,12 +155,7 @@ def test_cli_method_des_runs_per_point(tmp_path) -> None:
 @pytest.mark.skipif(os.name != "posix", reason="SIGINT")
 def test_cli_ctrl_c_exits_130_with_a_resume_hint(tmp_path) -> None:
     path = tmp_path / "s.csv"
-    proc = subprocess.Popen(
-        [SDR, "sweep", *BIG_GRID, "--out", str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_sweep(SDR, "sweep", *BIG_GRID, "--out", str(path))
     signal_part_way(proc, path, signal.SIGINT, total=BIG_GRID_POINTS)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

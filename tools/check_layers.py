@@ -25,6 +25,7 @@ PUBLIC_SURFACE = {"sdr"}  # sdr/__init__.py re-exports the runtime's names for u
 def layer_of(module: str) -> str:
     for prefix, layer in (
         ("sdr.cli", "face"),
+        ("sdr.torch", "face"),  # the torch.distributed backend, over the hierarchical comm
         ("sdr.runtime", "runtime"),
         ("sdr.simulator", "models"),
         ("sdr.backends", "drivers"),
