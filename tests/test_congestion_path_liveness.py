@@ -19,13 +19,16 @@ RTO = 0.03
 CHUNK = 65536
 
 
-def _traffic(sel: PathSelector, t0: float, t1: float, alive: set[int]) -> float:
-    """Chunks every RTT/10 on each path from t0 to t1: acked on ``alive`` paths one RTT
-    later, declared lost one RTO later on the others (an RTO sender's verdicts)."""
+def _traffic(
+    sel: PathSelector, t0: float, t1: float, alive: set[int], quiet: frozenset[int] = frozenset()
+) -> float:
+    """Chunks every RTT/10 on each path but the ``quiet`` ones from t0 to t1: acked on
+    ``alive`` paths one RTT later, declared lost one RTO later on the others (an RTO
+    sender's verdicts)."""
     t = t0
     while t < t1:
         for p in range(len(sel.stats)):
-            if not sel.stats[p].alive:
+            if not sel.stats[p].alive or p in quiet:
                 continue
             sel.on_sent(t, p, CHUNK)
             if p in alive:
@@ -79,6 +82,27 @@ def test_a_link_that_goes_quiet_as_a_whole_kills_no_path() -> None:
     assert sel.liveness == [] and sel.alive == [0, 1, 2, 3]
     _traffic(sel, t, t + 0.1, {0, 1, 2, 3})
     assert sel.alive == [0, 1, 2, 3]
+
+
+def test_a_path_back_from_the_dead_returns_on_a_trickle_then_earns_its_share() -> None:
+    # Before, a probe's ACK gave a dead path its full share at once: a lossy path that
+    # answered a probe now and then swung between dead and a third of the traffic (a
+    # 3-path transfer over TUN sent half as much on its 5 %-loss path as on a good one)
+    sel = PathSelector(3, rto=RTO)
+    t = _traffic(sel, 0.0, 0.1, {0, 1, 2})
+    t = _traffic(sel, t, t + 3 * RTO, {0, 1}, quiet=frozenset({2}))  # no ACK, no verdict
+    sel.on_loss(t, 2, CHUNK)
+    sel.on_loss(t, 2, CHUNK)  # then its chunks' verdicts: dead before any round saw them
+    assert sel.alive == [0, 1] and sel.moves[-1][1:] == (2, False)  # dead is moved off
+    sel.on_ack(t, 2, CHUNK, RTT)  # a probe got through
+    assert sel.alive == [0, 1, 2]
+    assert sel.weights[2] == pytest.approx(sel.probe_weight / (2 + sel.probe_weight))
+    t = _traffic(sel, t, t + sel.good_rounds * RTT, {0, 1, 2})
+    assert sel.moves[-1][1:] == (2, False)  # not yet: the hysteresis
+    # back once its loss EWMA has decayed (from a whole round lost) and good_rounds passed
+    _traffic(sel, t, t + 100 * RTT, {0, 1, 2})
+    assert sel.moves[-1][1:] == (2, True)
+    assert sel.weights == pytest.approx([1 / 3] * 3)
 
 
 def test_random_loss_on_a_busy_path_is_not_death() -> None:

@@ -53,6 +53,22 @@ def test_moves_off_a_lossy_path_within_a_few_rounds() -> None:
     assert all(s.active for i, s in enumerate(sel.stats) if i != 2)
 
 
+def test_a_path_moved_off_for_its_losses_stays_off_while_it_loses() -> None:
+    # Before, a round could count as worse (its own losses, against this round's clean
+    # paths) and as good (its loss EWMA, against the others' still high from a burst)
+    # at once, and a path moved off after 3 worse rounds came back the next round
+    sel = PathSelector(3)
+    t = 0.0
+    for _ in range(5):  # a burst of drops on paths 0 and 1: their EWMAs stay high
+        t = _round(sel, t, [RTT] * 3, [0.5, 0.5, 0.0])
+    for _ in range(5):
+        t = _round(sel, t, [RTT] * 3, [0.0] * 3)
+    assert not sel.moves
+    for _ in range(15):  # now path 2 loses 10 % of every round
+        t = _round(sel, t, [RTT] * 3, [0.0, 0.0, 0.1])
+    assert [m[1:] for m in sel.moves] == [(2, False)]
+
+
 def test_random_loss_everywhere_moves_nothing() -> None:
     sel = PathSelector(3)
     t = 0.0

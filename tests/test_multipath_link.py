@@ -114,6 +114,8 @@ def test_a_multipath_transfer_moves_off_a_lossy_path(tmp_path) -> None:
     assert out.read_bytes() == source.read_bytes()
     sent = [p["sent"] for p in report["multipath"]["paths"]]
     assert sent[2] < 0.5 * min(sent[:2]), report["multipath"]
-    assert any(path == 2 and not active for _, path, active in report["multipath"]["moves"])
+    assert any(path == 2 and not active for _, path, active in report["multipath"]["moves"]), (
+        report["multipath"]
+    )
     packets = [s["report"]["a_to_b"]["packets"] for s in link.summaries]
     assert all(p > 0 for p in packets) and packets[2] < 0.5 * min(packets[:2])

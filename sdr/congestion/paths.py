@@ -25,12 +25,14 @@ it). A path is **dead** once it has had ``dead_losses`` loss reports and no ACK 
 ``dead_rtos`` retransmission timeouts (``rto``, the sender's; without one, three of the
 best path's smoothed RTTs), measured from its last ACK (or its first send), while
 another live path was acknowledged within the last RTO: when every path goes quiet at once
-(the link is out, or a host was descheduled) none is declared dead. A dead path
-gets no traffic (weight 0: data and repairs go to the live paths) except a **probe**: one
-chunk sent for the first time (never a repair, which would be lost again), after
-``probe_rtos`` RTOs, then after twice as long after each probe that brought no ACK, up
-to ``probe_max_rtos`` (through :meth:`PathSelector.pick` given ``now`` and
-``probe=True``); its first ACK brings the path back. So the last live path is
+(the link is out, or a host was descheduled) none is declared dead. A dead path is
+also moved off, and gets no traffic (weight 0: data and repairs go to the live paths)
+except a **probe**: one chunk sent for the first time (never a repair, which would be
+lost again), after ``probe_rtos`` RTOs, then after twice as long after each probe that
+brought no ACK, up to ``probe_max_rtos`` (through :meth:`PathSelector.pick` given ``now`` and
+``probe=True``); its first ACK brings the path back, moved off (``probe_weight``) until
+``good_rounds`` good rounds in a row return its share, so a path that answers a probe
+now and then does not swing between dead and a full share. So the last live path is
 never declared dead. A dead path takes no part in the rounds' comparisons.
 
 A single congestion controller per connection can be fed RTT samples from every path
@@ -187,6 +189,13 @@ class PathSelector:
         s.alive, s.credit = False, 0.0
         s.last_probe, s.probe_wait = now, self.probe_rtos  # the first probe after that
         self.liveness.append((now, path, False))
+        # dead is also moved off: a probe's ACK brings the path back on a trickle, and
+        # only ``good_rounds`` good rounds give it its share again (else a lossy path
+        # that answers a probe now and then would swing between dead and a full share)
+        s.worse_rounds = s.better_rounds = 0
+        if s.active:
+            s.active = False
+            self.moves.append((now, path, False))
 
     @property
     def alive(self) -> list[int]:
@@ -277,17 +286,18 @@ class PathSelector:
             # where the smoothed RTT takes rounds to climb)
             slow = s.srtt > self.rtt_ratio * best_rtt or s.min_rtt > self.rtt_ratio * best_min
             worse = slow or lossy
-            better = (
-                s.srtt <= self.rtt_back * best_rtt
+            better = (  # never in a worse round: else a path moved off for this round's
+                not worse  # losses could count it among its good rounds and be back at once
+                and s.srtt <= self.rtt_back * best_rtt
                 and s.loss <= self.loss_ratio * best_loss + self.loss_margin / 2
             )
             s.worse_rounds = s.worse_rounds + 1 if worse else 0
             s.better_rounds = s.better_rounds + 1 if better else 0
             if s.active and s.worse_rounds >= self.bad_rounds:
-                s.active = False
+                s.active, s.better_rounds = False, 0
                 self.moves.append((now, i, False))
             elif not s.active and s.better_rounds >= self.good_rounds:
-                s.active = True
+                s.active, s.worse_rounds = True, 0
                 self.moves.append((now, i, True))
         if not any(s.active and s.alive for s in self.stats):  # never move off every path
             keep = min(self.alive, key=lambda i: self.stats[i].srtt or math.inf)
