@@ -24,12 +24,9 @@ recoverable after at most ``j`` rounds); the message's joint law of ``(n, max R)
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from scipy import stats
 
-from sdr.errors import ConfigError
 from sdr.simulator.ec_model import (
     Code,
     ECLayout,
@@ -39,29 +36,18 @@ from sdr.simulator.ec_model import (
     submessage_failure,
     xor_group_sizes,
 )
+from sdr.simulator.sr_model import retry_levels
 
 __all__ = ["repair_levels", "message_repair", "repair_mean", "repair_cdf", "sample_repair"]
 
-_NEGLIGIBLE = 1e-17
 #: resend rounds the repair model evaluates at most (its time is linear in them; a chunk
 #: that needs more is lost nearly every time it is sent)
 MAX_REPAIR_ROUNDS = 256
 
 
 def _rounds(p: float, chunks: int) -> int:
-    """Rounds J after which ``chunks * p^(J+1)`` (any resend still lost) is negligible."""
-    if p <= 0.0 or chunks <= 0:
-        return 0
-    if not p < 1.0:
-        raise ConfigError(f"chunk drop probability must be < 1 for EC repair, got {p!r}")
-    rounds = max(1, math.ceil((math.log(_NEGLIGIBLE) - math.log(chunks)) / math.log(p)))
-    if rounds > MAX_REPAIR_ROUNDS:
-        raise ConfigError(
-            f"chunk drop probability {p:.6g} is too close to 1 for the EC repair model: "
-            f"{rounds:,} resend rounds matter, more than the {MAX_REPAIR_ROUNDS:,} it "
-            "evaluates; use smaller chunks"
-        )
-    return rounds
+    """Resend rounds J after which ``chunks * p^(J+1)`` (any resend still lost) is negligible."""
+    return retry_levels(chunks, p, MAX_REPAIR_ROUNDS, "the EC repair model")
 
 
 def repair_levels(p: float, k: int, m: int, code: Code, rounds: int) -> np.ndarray:

@@ -54,22 +54,25 @@ def _check(n: int, p: float, t: float, o: float) -> None:
         raise ConfigError(f"T_INJ and O must be > 0 s, got {t!r} and {o!r}")
 
 
-def retry_levels(n: int, p: float) -> int:
+def retry_levels(
+    n: int, p: float, limit: int = MAX_RETRY_LEVELS, model: str = "the SR model"
+) -> int:
     """Number of retry levels J that matter: the smallest J with ``n * p^(J+1)`` negligible.
 
-    ConfigError past :data:`MAX_RETRY_LEVELS` (a chunk drop probability so close to 1 that
-    a chunk needs about a million sends): the model's memory and time grow with J.
+    ConfigError past ``limit`` (:data:`MAX_RETRY_LEVELS`: a chunk drop probability so close
+    to 1 that a chunk needs about a million sends): a model's memory and time grow with J.
+    The EC repair model counts its resend rounds with it too, under its own limit.
     """
-    if p <= 0.0 or n == 0:
+    if p <= 0.0 or n <= 0:
         return 0
     if not p < 1.0:
         raise ConfigError(f"chunk drop probability must be in [0, 1), got {p!r}")
     j = max(1, math.ceil((math.log(_NEGLIGIBLE) - math.log(n)) / math.log(p)))
-    if j > MAX_RETRY_LEVELS:
+    if j > limit:
         raise ConfigError(
-            f"chunk drop probability {p:.6g} is too close to 1 for the model: a chunk needs "
+            f"chunk drop probability {p:.6g} is too close to 1 for {model}: a chunk needs "
             f"about {1 / (1 - p):.3g} sends on average and {j:,} retry levels matter, more "
-            f"than the {MAX_RETRY_LEVELS:,} it evaluates; use smaller chunks"
+            f"than the {limit:,} it evaluates; use smaller chunks"
         )
     return j
 
