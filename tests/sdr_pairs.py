@@ -26,6 +26,10 @@ class Pair:
             self.b.progress()
             self.clock.advance(step)
 
+    def close(self) -> None:
+        self.a.close()
+        self.b.close()
+
 
 def make_pair(attr: sdr.QPAttr | None = None, seed: int = 1, **faults: float) -> Pair:
     clock = ManualClock()

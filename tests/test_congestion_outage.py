@@ -15,9 +15,9 @@ import math
 
 import numpy as np
 import pytest
+from sdr_pairs import make_pair
 
 import sdr
-from sdr.backends.inproc import InprocNetwork, InprocTransport
 from sdr.congestion import BbrLike, FixedRate
 from sdr.reliability.messages import Sack
 from sdr.runtime import ReliableQP
@@ -100,20 +100,15 @@ def test_the_paced_rate_stays_inside_the_floor_and_the_ceiling(value, paced) -> 
 
 
 def test_a_controller_rate_of_zero_never_reaches_the_pacer() -> None:
-    net = InprocNetwork()
-    a, b = sdr.Context(InprocTransport(net)), sdr.Context(InprocTransport(net))
-    attr = sdr.QPAttr(rate_limit=1e9, chunk_size=4096, mtu=1024)
-    qa, qb = a.create_qp(attr), b.create_qp(attr)
-    qa.connect(qb.info())
-    qb.connect(qa.info())
+    pair = make_pair(sdr.QPAttr(rate_limit=1e9, chunk_size=4096, mtu=1024))
+    qa = pair.qa
     sender = ReliableQP(qa, "sr-rto", rtt=0.001, congestion="bbr")
     cc = sender.connection.controller
     assert isinstance(cc, BbrLike)
     cc._bw.reset(0, 0.0)  # an estimate of 0, however it came about
     sender.progress()  # before: ConfigError: rate must be > 0 bits/s or None, got 0.0
     assert qa.transport_qp.pacer.rate == cc.bounded_pacing_rate >= cc.min_rate > 0
-    a.close()
-    b.close()
+    pair.close()
 
 
 # --- the whole stack on simulated time ------------------------------------------------

@@ -14,10 +14,10 @@ import warnings
 
 import numpy as np
 import pytest
+from sdr_pairs import make_pair
 from test_reliable_connection import ATTR, Side, Wire, _payload, _register
 
 import sdr
-from sdr.backends.inproc import InprocNetwork, InprocTransport
 from sdr.congestion import BbrLike, DelayBased
 from sdr.congestion.base import CongestionController
 from sdr.errors import ConfigError
@@ -217,20 +217,15 @@ def test_the_pacer_keeps_its_tokens_when_the_rate_changes() -> None:
 
 
 def test_the_driver_loop_hands_the_rate_to_the_transport_pacer() -> None:
-    net = InprocNetwork()
-    a, b = sdr.Context(InprocTransport(net)), sdr.Context(InprocTransport(net))
-    attr = sdr.QPAttr(rate_limit=1e9, chunk_size=4096, mtu=1024)
-    qa, qb = a.create_qp(attr), b.create_qp(attr)
-    qa.connect(qb.info())
-    qb.connect(qa.info())
+    pair = make_pair(sdr.QPAttr(rate_limit=1e9, chunk_size=4096, mtu=1024))
+    qa = pair.qa
     sender = ReliableQP(qa, "sr-rto", rtt=0.001, congestion="delay")
     cc = sender.connection.controller
     assert isinstance(cc, DelayBased)
     cc._rate = 2e8  # as if the controller had backed off
     sender.progress()
     assert qa.transport_qp.pacer.rate == cc.pacing_rate == 2e8
-    a.close()
-    b.close()
+    pair.close()
 
 
 # --- the simulator runs the same code -------------------------------------------------
