@@ -18,19 +18,24 @@ UDP_ECHO_SERVER = textwrap.dedent("""
         s.sendto(data, addr)
 """)
 
+# each probe carries its number, and an echo of an earlier one (later than its wait) is
+# skipped, so a short wait never pairs a probe with another's echo
 UDP_ECHO_CLIENT = textwrap.dedent("""
     import json, socket, sys, time
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(1)
     rtts = []
     for i in range(int(sys.argv[2])):
+        probe = str(i).encode().ljust(100)
         t = time.monotonic()
-        s.sendto(b"x" * 100, (sys.argv[1], 9999))
-        try:
-            s.recvfrom(65536)
-            rtts.append(time.monotonic() - t)
-        except TimeoutError:
-            pass
+        s.sendto(probe, (sys.argv[1], 9999))
+        while (left := t + 0.3 - time.monotonic()) > 0:
+            s.settimeout(left)
+            try:
+                if s.recvfrom(65536)[0] == probe:
+                    rtts.append(time.monotonic() - t)
+                    break
+            except TimeoutError:
+                break
     print(json.dumps(rtts))
 """)
 
