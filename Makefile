@@ -49,9 +49,11 @@ clean:
 figures: $(STAMP)
 	$(BIN)/python experiments/make_figures.py --out out/figures
 
-# Train a small model across two emulated datacenters (root: namespaces), every scheme.
+# Train across two emulated datacenters (root: namespaces): the DDP hook with every scheme
+# against one site, then init_process_group("sdr") against gloo on the same link.
 train-dcs: $(STAMP) system
 	$(BIN)/python experiments/train_two_dcs.py --figure out/train_two_dcs.png
+	$(BIN)/python benchmarks/train_wan.py --out out/train_wan.json --plot out/train_wan.png
 
 # The native extensions (placement step, UDP datapath) built with AddressSanitizer + UBSan
 # into build/asan (the installed build is untouched), and their tests run against them
