@@ -125,7 +125,7 @@ def test_the_nack_schemes_rto_passed_back_gives_no_spurious_repairs() -> None:
 
 
 _HEAVY_LOSS = """
-import json, math, resource, sys
+import json, math, resource
 from sdr.simulator.link import Link
 from sdr.simulator.select import select_scheme
 def peak():
@@ -147,7 +147,9 @@ def test_select_answers_at_heavy_loss_in_bounded_memory() -> None:
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-c", _HEAVY_LOSS], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-c", _HEAVY_LOSS], capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, run.stderr
     for loss, finite, above_rtt, grown in json.loads(run.stdout):
         assert finite and above_rtt, loss
