@@ -203,10 +203,14 @@ def test_interleaved_datacenters_from_a_rank_map_keep_rank_order() -> None:
         t = _values(rank, torch.float32, 100)
         dist.all_reduce(t)
         group = dist.distributed_c10d._get_default_group()
-        return {"gathered": torch.stack(gathered), "b": b, "t": t, "dc": group.datacenter}
+        paces = [rqp.qp.attr.rate_limit for rqp in group._links.rqps.values()]
+        return {"gathered": torch.stack(gathered), "b": b, "t": t, "dc": group.datacenter,
+                "paces": paces}  # fmt: skip
 
     results = _job(4, 2, body, env={"SDR_DATACENTERS": "a,b,a,b"})
     assert [r["dc"] for r in results] == [0, 1, 0, 1]
+    # two ranks of a datacenter cross the one link at once: each paces at half of SDR_RATE
+    assert all(r["paces"] == [4e9] for r in results)
     for r in results:
         assert torch.equal(
             r["gathered"], torch.stack([_values(q, torch.int64, 4) for q in range(4)])

@@ -64,7 +64,8 @@ def connect(
                 from sdr.backends.gpu.communicator import GpuCommunicator  # noqa: PLC0415
 
                 intra = GpuCommunicator(boot, device=device)
-        links = SdrLinks(world, topo.wan_peers(), host, options)
+        shared = (options or SdrLinkOptions()).replace(sharers=local_size)  # one link, L ranks
+        links = SdrLinks(world, topo.wan_peers(), host, shared)
     except BaseException:
         if intra is not None:
             intra.close()

@@ -52,6 +52,8 @@ class SdrLinkOptions:
 
     scheme: ``sr-rto``, ``sr-nack``, ``ec-mds``, ``ec-xor`` or ``auto``.
     rate: provisioned rate of the inter-datacenter link (pacing and T_INJ), bits/s.
+    sharers: this datacenter's ranks that cross the link at once (its local size): each
+        paces at ``rate / sharers``, so together they fill the link and do not overrun it.
     rtt: round-trip time of the link (RTO, FTO).
     loss: expected packet drop rate (only ``auto`` uses it, to pick the scheme).
     mtu, chunk_size: SDR packet payload and bitmap chunk (chunk a multiple of the MTU).
@@ -65,6 +67,7 @@ class SdrLinkOptions:
 
     scheme: str = "auto"
     rate: str | float = "1Gbit/s"
+    sharers: int = 1
     rtt: str | float = "25ms"
     loss: float = 1e-3
     alpha: float = 2.0
@@ -77,9 +80,18 @@ class SdrLinkOptions:
     channels: int = 1
     timeout: float = 120.0
 
+    def __post_init__(self) -> None:
+        if isinstance(self.sharers, bool) or not isinstance(self.sharers, int) or self.sharers < 1:
+            raise ConfigError(f"sharers must be a positive integer, got {self.sharers!r}")
+
     def replace(self, **changes: Any) -> SdrLinkOptions:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
+
+    @property
+    def pace(self) -> float:
+        """Bits/s one rank sends at: its share of the link's rate."""
+        return parse_rate(self.rate) / self.sharers
 
     def attr(self) -> sdr.QPAttr:
         """The SDR QP attributes of every link."""
@@ -89,7 +101,7 @@ class SdrLinkOptions:
             max_message_size=self.max_message_size,
             max_messages=127,  # odd: ids repeat only every 127 x 1024 messages
             channels=self.channels,
-            rate_limit=self.rate,
+            rate_limit=self.pace,
         )
 
     def reliability(self) -> tuple[ReliabilityConfig, Any]:
@@ -98,7 +110,7 @@ class SdrLinkOptions:
             "scheme": self.scheme,
             "rtt": parse_time(self.rtt),
             "alpha": self.alpha,
-            "link_rate": parse_rate(self.rate),
+            "link_rate": self.pace,
             "chunk_size": parse_size(self.chunk_size),
             # a peer posts its receives when the application reaches its next collective,
             # which may be long after our write starts: wait as long as any collective wait

@@ -197,7 +197,11 @@ def send(
         help="congestion controller: fixed (pace at --rate), delay, bbr or auto "
         "[default: file's, else fixed]",
     ),
-    loss: float = typer.Option(1e-3, help="expected packet loss (for auto)"),
+    loss: float = typer.Option(
+        None,
+        help="expected packet loss auto picks the scheme for "
+        "[default: file's [reliability.params] drop, else 1e-3]",
+    ),
     message_size: str = typer.Option(
         "1MiB", help="bytes per reliable message (the progress bar moves by one)"
     ),

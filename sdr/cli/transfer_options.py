@@ -18,12 +18,15 @@ from sdr.auth import check_secret
 from sdr.backends.udp.transport import MAX_PATHS
 from sdr.cli.defaults import DEFAULT_MTU
 from sdr.errors import ConfigError
-from sdr.reliability import ReliabilityConfig, load_config
+from sdr.reliability import ReliabilityConfig
+from sdr.reliability.config import load
 from sdr.reliability.registry import available_schemes, create_scheme
+from sdr.runtime.auto_scheme import check_drop
 from sdr.units import parse_size
 
 __all__ = [
     "DEFAULTS",
+    "DEFAULT_LOSS",
     "Progress",
     "TransferOptions",
     "merged_config",
@@ -45,6 +48,8 @@ DEFAULTS: dict[str, Any] = {
     "alpha": 2.0,
     "chunk_size": "64KiB",
 }
+DEFAULT_LOSS = 1e-3
+"""The packet loss ``auto`` expects when neither ``--loss`` nor the file's ``drop`` says."""
 
 
 @dataclass
@@ -61,7 +66,9 @@ class TransferOptions:
     rtt: str | float | None = None
     congestion: str | None = None
     """The congestion controller (``ReliabilityConfig.congestion``)."""
-    loss: float = 1e-3
+    loss: float | None = None
+    """The expected packet loss ``auto`` picks the scheme for; None: the ``--config``
+    file's ``[reliability.params] drop``, else :data:`DEFAULT_LOSS`."""
     message_size: str | int = "1MiB"
     mtu: str | int = DEFAULT_MTU
     chunk_size: str | int | None = None
@@ -82,7 +89,7 @@ class TransferOptions:
 
 def _file_table(path: str) -> dict[str, Any]:
     """The keys that the ``[reliability]`` table of ``path`` sets (validated)."""
-    load_config(path)  # ConfigError for a missing file, bad TOML, unknown keys, bad values
+    load(path)  # ConfigError for a missing file, bad TOML, unknown keys, bad values
     with open(path, "rb") as fh:
         doc = tomllib.load(fh)
     return dict(doc.get("reliability", doc))
@@ -131,10 +138,11 @@ def plan(opts: TransferOptions, size: int) -> tuple[ReliabilityConfig, Any]:
     from sdr.simulator.auto import resolve_auto  # the selector loads SciPy: only when needed
 
     piece = min(parse_size(opts.message_size), max(size, 1))
+    drop = opts.loss if opts.loss is not None else config.params.get("drop", DEFAULT_LOSS)
     return resolve_auto(
         config,
         size_bytes=piece,
-        drop=opts.loss,
+        drop=check_drop(drop),
         mtu=parse_size(opts.mtu),
         chunk_sizes=(int(config.chunk_size),),  # type: ignore[arg-type]
     )

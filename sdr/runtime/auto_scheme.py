@@ -39,6 +39,7 @@ __all__ = [
     "AUTO",
     "AUTO_OPTIONS",
     "DEFAULT_SELECTOR",
+    "check_drop",
     "SELECTORS",
     "is_auto",
     "register_scheme_selector",
@@ -71,7 +72,8 @@ def is_auto(config: ReliabilityConfig) -> bool:
     return config.scheme.lower() == AUTO
 
 
-def _drop(value: object) -> float:
+def check_drop(value: object) -> float:
+    """``value`` as a drop rate in [0, 1), else ConfigError."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"drop must be a probability like 1e-3, got {value!r}")
     drop = float(value)
@@ -119,7 +121,7 @@ def resolve(
     concrete, _ = resolve_auto(
         config.replace(scheme="auto"),
         size_bytes=max(1, parse_size(size_hint, field="size_hint")),
-        drop=_drop(drop),
+        drop=check_drop(drop),
         mtu=mtu,
         drop_unit=drop_unit,  # type: ignore[arg-type]
     )

@@ -145,7 +145,8 @@ class ProcessGroupSDR(dist.ProcessGroup):
                 store, topo.local_rank, topo.local_size, f"sdr/dc{topo.datacenter}"
             )
             intra = ShmCommunicator(local, timeout=self._timeout_s)  # type: ignore[arg-type]
-        options = link_options_from_env(self._timeout_s)
+        # the datacenter's ranks cross the link at once: each paces at its share of it
+        options = link_options_from_env(self._timeout_s).replace(sharers=topo.local_size)
         links = _WatchedLinks(self.liveness, world, topo.wan_peers(), host, options)
         self._links = links
         slices = int(os.environ.get("SDR_SLICES", "4"))

@@ -1,0 +1,71 @@
+"""``sdr send``'s plan for ``scheme = "auto"``: one config file, one answer.
+
+The loss ``auto`` picks for comes from ``--loss`` when given, else the ``--config`` file's
+``[reliability.params] drop`` (what ``ReliableQP`` reads from the same file), else 1e-3.
+No network: the plan is made before any socket exists.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sdr.cli.transfer_options import DEFAULT_LOSS, TransferOptions, merged_config, plan, qp_attr
+from sdr.errors import ConfigError
+from sdr.reliability.config import load
+from sdr.runtime.auto_scheme import resolve
+
+MESSAGE = 1 << 20
+
+
+def _file(tmp_path: Path, drop: str | None) -> str:
+    params = "" if drop is None else f"\n[reliability.params]\ndrop = {drop}\n"
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "auto.toml"
+    path.write_text(
+        '[reliability]\nscheme = "auto"\nrtt = "25ms"\nlink_rate = "1Gbit/s"\n' + params
+    )
+    return str(path)
+
+
+def _scheme(opts: TransferOptions) -> str:
+    config, _ = plan(opts, 64 * MESSAGE)
+    return config.scheme
+
+
+def _reliable_qp_scheme(path: str, opts: TransferOptions, drop: float | None = None) -> str:
+    """The scheme ReliableQP resolves for the same file on the same QP shape."""
+    attr = qp_attr(opts, merged_config(opts))
+    config = load(path).resolved(attr.chunk_size, attr.rate_limit)
+    return resolve(config, mtu=attr.mtu, drop=drop, size_hint=attr.max_message_size).scheme
+
+
+@pytest.mark.parametrize("drop", ["0.0", "1e-2"])
+def test_auto_uses_the_files_drop_as_reliable_qp_does(tmp_path: Path, drop: str) -> None:
+    path = _file(tmp_path, drop)
+    opts = TransferOptions(config=path, message_size=MESSAGE)
+    assert _scheme(opts) == _reliable_qp_scheme(path, opts)
+
+
+def test_the_files_drop_decides_and_the_flag_overrides_it(tmp_path: Path) -> None:
+    lossless, lossy = _file(tmp_path / "a", "0.0"), _file(tmp_path / "b", "1e-2")
+    by_file = {
+        p: _scheme(TransferOptions(config=p, message_size=MESSAGE)) for p in (lossless, lossy)
+    }
+    # the two drops pick different schemes here, so the file's value is what decided
+    assert by_file[lossless] != by_file[lossy]
+    flagged = TransferOptions(config=lossless, message_size=MESSAGE, loss=1e-2)
+    assert _scheme(flagged) == by_file[lossy]
+
+
+def test_without_a_drop_anywhere_auto_expects_the_default_loss(tmp_path: Path) -> None:
+    path = _file(tmp_path, None)
+    opts = TransferOptions(config=path, message_size=MESSAGE)
+    assert _scheme(opts) == _reliable_qp_scheme(path, opts, drop=DEFAULT_LOSS)
+
+
+def test_a_files_drop_out_of_range_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = _file(tmp_path, "1.5")
+    with pytest.raises(ConfigError, match=r"drop must be in \[0, 1\)"):
+        plan(TransferOptions(config=path, message_size=MESSAGE), MESSAGE)
