@@ -234,7 +234,8 @@ class Receiver:
                 fd, self.ring.slots, _SLOT, want, self._gro_on, self._local_ip, self.local[1],
                 self.verify_icrc, *tables
             )  # fmt: skip
-            self._native_results(listed)
+            if got:  # an empty read changed no counter and listed nothing
+                self._native_results(listed)
             total += segments
             if got < want:
                 break

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import mmap
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
@@ -17,6 +18,11 @@ from sdr.errors import SDRError
 from sdr.units import format_size
 
 __all__ = ["PieceWindow", "arrived", "map_file", "pieces", "sha256", "with_arrived"]
+
+
+REPORT_EVERY_S = 0.05
+"""How often :meth:`PieceWindow.advance` reports progress (it runs every progress round;
+a bar needs no more, and the round needs the time)."""
 
 
 def pieces(size: int, message: int) -> Iterator[tuple[int, int]]:
@@ -66,6 +72,7 @@ class PieceWindow:
         self.failed: Any | None = None
         """The first handle that failed, if any."""
         self._exhausted = size == 0
+        self._reported_at = -float("inf")
         self.top_up()
 
     @property
@@ -93,6 +100,18 @@ class PieceWindow:
                 self._exhausted = True
                 break
             self._open.append(self._post(*piece))
+
+    def advance(self, progress: Callable[[int, int], None] | None) -> bool:
+        """:meth:`top_up`, then ``progress(verified, size)`` at most every
+        :data:`REPORT_EVERY_S` (and once more when done); returns :attr:`finished`."""
+        self.top_up()
+        done = self.finished
+        if progress is not None:
+            now = time.monotonic()
+            if done or now >= self._reported_at + REPORT_EVERY_S:
+                self._reported_at = now
+                progress(self.verified(), self.size)
+        return done
 
     @property
     def finished(self) -> bool:

@@ -206,10 +206,7 @@ def _into(
         )
 
         def finished() -> bool:
-            window.top_up()
-            if progress:
-                progress(window.verified(), size)
-            return window.finished
+            return window.advance(progress)
 
         try:
             done = watch(rqp, finished, timeout, f"receiving {out}", conn, "sender")

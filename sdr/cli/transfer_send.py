@@ -119,10 +119,7 @@ def _send(
     )
 
     def finished() -> bool:
-        window.top_up()
-        if progress:
-            progress(window.verified(), size)
-        return window.finished
+        return window.advance(progress)
 
     try:
         message = watch(rqp, finished, opts.timeout, f"sending {path}", sock, "receiver")

@@ -13,6 +13,9 @@ class ChunkTracker:
     A chunk is *queued* from the moment it is handed to the SDR stream until the driver
     reports it left (pacing may hold it); its RTO runs from its departure, never from the
     queueing, so a slow pacer does not cause spurious retransmissions.
+
+    ``deadline`` is written only through :meth:`_set_deadline`, which keeps the earliest
+    one (:meth:`next_deadline`, asked several times a progress round) without a scan.
     """
 
     def __init__(self, n_chunks: int) -> None:
@@ -21,11 +24,22 @@ class ChunkTracker:
         self.sends = np.zeros(n_chunks, dtype=np.int32)
         self.last_sent = np.full(n_chunks, -np.inf)
         self.deadline = np.full(n_chunks, np.inf)
+        self._earliest: float | None = np.inf  # min(deadline); None: to be recomputed
+
+    def _set_deadline(self, chunks: np.ndarray, at: float) -> None:
+        if not len(chunks):
+            return
+        if self._earliest is not None and at > self._earliest:
+            if float(self.deadline[chunks].min()) <= self._earliest:
+                self._earliest = None  # the earliest one moved later: rescan when asked
+        elif self._earliest is not None:
+            self._earliest = at
+        self.deadline[chunks] = at
 
     def queue(self, chunks: np.ndarray) -> None:
         """The chunks were handed to the stream (their timers stop until they leave)."""
         self.queued[chunks] = True
-        self.deadline[chunks] = np.inf
+        self._set_deadline(chunks, np.inf)
 
     def sent(self, now: float, chunks: np.ndarray, rto: float | None) -> None:
         """The chunks left at ``now``; arm their RTO (unless ``rto`` is None or acked)."""
@@ -33,19 +47,17 @@ class ChunkTracker:
         self.sends[chunks] += 1
         self.last_sent[chunks] = now
         if rto is not None:
-            live = chunks[~self.acked[chunks]]
-            self.deadline[live] = now + rto
+            self._set_deadline(chunks[~self.acked[chunks]], now + rto)
 
     def arm(self, now: float, chunks: np.ndarray, rto: float) -> None:
         """Arm the RTO of chunks that are neither acknowledged nor queued."""
-        live = chunks[~self.acked[chunks] & ~self.queued[chunks]]
-        self.deadline[live] = now + rto
+        self._set_deadline(chunks[~self.acked[chunks] & ~self.queued[chunks]], now + rto)
 
     def ack(self, chunks: np.ndarray) -> np.ndarray:
         """Mark chunks acknowledged; returns those that were not before."""
         fresh = chunks[~self.acked[chunks]]
         self.acked[fresh] = True
-        self.deadline[fresh] = np.inf
+        self._set_deadline(fresh, np.inf)
         return fresh
 
     def unack(self, chunks: np.ndarray) -> None:
@@ -58,7 +70,9 @@ class ChunkTracker:
 
     def next_deadline(self) -> float:
         """The earliest armed RTO (inf when none)."""
-        return float(self.deadline.min()) if len(self.deadline) else np.inf
+        if self._earliest is None:
+            self._earliest = float(self.deadline.min()) if len(self.deadline) else np.inf
+        return self._earliest
 
     @property
     def retransmissions(self) -> int:

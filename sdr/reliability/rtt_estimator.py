@@ -22,6 +22,7 @@ class RttEstimator:
         self.max_rto = max(max_rto, floor)
         self.srtt: float | None = None
         self.rttvar = 0.0
+        self._rto = floor  # kept by sample(): the RTO is asked several times a round
 
     def sample(self, rtt: float) -> None:
         """One RTT measurement in seconds (ignored unless positive and finite)."""
@@ -29,13 +30,12 @@ class RttEstimator:
             return
         if self.srtt is None:
             self.srtt, self.rttvar = rtt, rtt / 2
-            return
-        self.rttvar = (1 - _BETA) * self.rttvar + _BETA * abs(self.srtt - rtt)
-        self.srtt = (1 - _ALPHA) * self.srtt + _ALPHA * rtt
+        else:
+            self.rttvar = (1 - _BETA) * self.rttvar + _BETA * abs(self.srtt - rtt)
+            self.srtt = (1 - _ALPHA) * self.srtt + _ALPHA * rtt
+        self._rto = min(max(self.srtt + _K * self.rttvar, self.floor), self.max_rto)
 
     @property
     def rto(self) -> float:
         """SRTT + 4 RTTVAR, within [floor, max_rto] (the floor before any sample)."""
-        if self.srtt is None:
-            return self.floor
-        return min(max(self.srtt + _K * self.rttvar, self.floor), self.max_rto)
+        return self._rto

@@ -48,6 +48,7 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         self.arrived = np.zeros(n, dtype=bool)
         self.verified = np.zeros(n, dtype=bool)
         self.bad = np.zeros(n, dtype=bool)
+        self._any_bad = False  # bad.any(), kept by accept / reject (next_timer asks often)
         self.last_nack = np.full(n, -np.inf)
         self.hole_since = np.full(n, np.inf)  # when a later chunk first showed the hole
         self.reorder_window = self.config.rtt / 8 if self.config.multipath else 0.0
@@ -163,7 +164,7 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         if not self.active:
             return None
         recheck = None
-        if self.bad.any():
+        if self._any_bad:
             recheck = float(self.last_nack[self.bad].min()) + self.config.rto
         return earliest(self._deadline, self._ack_at, recheck, self._nack_at)
 
@@ -176,7 +177,7 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         if self._ack_at is not None and now >= self._ack_at:
             self._ack_at = None
             self.send_sack()
-        if self.bad.any() and now >= float(self.last_nack[self.bad].min()) + self.config.rto:
+        if self._any_bad and now >= float(self.last_nack[self.bad].min()) + self.config.rto:
             self.recheck_bad(now)
         if now >= self._nack_at:  # a hole's reorder window ended
             self.nack_holes_below(now, self._hi)
@@ -203,6 +204,7 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         if len(chunks):
             self.verified[chunks] = True
             self.bad[chunks] = False
+            self._any_bad = self._any_bad and bool(self.bad.any())
             self._actions.append(SealChunks(Lane.DATA, chunks))
 
     def reject(self, chunks: np.ndarray) -> None:
@@ -210,6 +212,7 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         if len(chunks):
             self.verified[chunks] = False
             self.bad[chunks] = True
+            self._any_bad = True
             self._actions.append(ReopenChunks(Lane.DATA, chunks))
 
     def on_bad(self, now: float, chunks: np.ndarray) -> None:
