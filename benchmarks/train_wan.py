@@ -135,6 +135,7 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
     flat = {
         k: torch.cat([p.detach().reshape(-1) for p in m.parameters()]) for k, m in models.items()
     }
+    timings = dict(dist.distributed_c10d._get_default_group().comm.timings)
     scheme = dist.distributed_c10d._get_default_group().comm.links.scheme
     counters = dist.distributed_c10d._get_default_group().comm.links.counters()
     dist.destroy_process_group()
@@ -145,6 +146,7 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
         "same_params": bool(torch.equal(flat["sdr"], flat["gloo"])),
         "params": flat["sdr"].numpy().copy(),
         "scheme": scheme,
+        "timings": timings,
         "retransmitted": counters.get("write_chunks_retransmitted", 0),
         "n_params": sum(p.numel() for p in local.parameters()),
     }
@@ -234,6 +236,11 @@ def _point(rtt: str, loss: float, args: argparse.Namespace) -> dict[str, Any]:
     row["compute_s"] = max(r["compute_s"] for r in ranks)
     row["ratio"] = row["sdr_median_s"] / row["gloo_median_s"]
     row["scheme"] = ranks[0]["scheme"]
+    row["sdr_phases_s"] = [
+        {k: v / len(r["times"]["sdr"]) for k, v in r["timings"].items()} for r in ranks
+    ]
+    phases = [{k: round(v * 1e3) for k, v in p.items()} for p in row["sdr_phases_s"]]
+    print("    sdr ms per step in its phases, by rank:", phases)
     row["retransmitted_chunks"] = sum(r["retransmitted"] for r in ranks)
     row["sdr_equals_gloo"] = all(r["same_params"] for r in ranks)
     row["replicas_identical"] = all(
