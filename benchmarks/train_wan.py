@@ -135,9 +135,8 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
     flat = {
         k: torch.cat([p.detach().reshape(-1) for p in m.parameters()]) for k, m in models.items()
     }
-    timings = dict(dist.distributed_c10d._get_default_group().comm.timings)
-    scheme = dist.distributed_c10d._get_default_group().comm.links.scheme
-    counters = dist.distributed_c10d._get_default_group().comm.links.counters()
+    comm = dist.distributed_c10d._get_default_group().comm
+    timings, scheme, counters = dict(comm.timings), comm.links.scheme, comm.links.counters()
     dist.destroy_process_group()
     return {
         "times": times,

@@ -22,7 +22,7 @@ def test_each_sharer_paces_at_its_share_of_the_link() -> None:
     assert shared.reliability()[0].link_rate == pytest.approx(2.5e8)
 
 
-def test_auto_picks_its_scheme_for_the_share_it_sends_at() -> None:
+def test_auto_is_given_the_share_as_its_link_rate() -> None:
     shared = SdrLinkOptions(rate="1Gbit/s", sharers=2, loss=1e-3, size_hint="2MiB")
     config, selection = shared.reliability()
     assert config.link_rate == pytest.approx(5e8) and selection is not None
