@@ -14,7 +14,6 @@ import sdr
 from sdr.auth import check_secret
 from sdr.backends import oob
 from sdr.backends.udp import UdpTransport
-from sdr.backends.udp.sockets import prefault
 from sdr.backends.udp.transport import MAX_PATHS
 from sdr.cli.transfer_options import Progress
 from sdr.cli.transfer_output import (
@@ -26,6 +25,7 @@ from sdr.cli.transfer_output import (
 )
 from sdr.cli.transfer_peer import WATCH_S, peer_error, tell_peer, watch
 from sdr.cli.transfer_pieces import PieceWindow, map_file, sha256, with_arrived
+from sdr.cli.transfer_prefault import PrefaultAhead
 from sdr.cli.transfer_relay import RelaySide, load_side
 from sdr.cli.transfer_setup import Request, expect, new_challenge, parse_hello, reply
 from sdr.errors import ConfigError, MessageFailed, SDRError
@@ -178,14 +178,16 @@ def _into(
     partial = partial_path(out)
     host = conn.getsockname()[0]
     # no prefault of the whole output (its size in memory up front): each piece's pages
-    # are faulted in as it is posted (below), so memory follows the window, and the
-    # first packets of a piece do not page-fault (at these rates that shows as loss)
+    # are faulted in by a thread as it is posted (below), so memory follows the window,
+    # the first packets of a piece do not page-fault (at these rates that shows as
+    # loss), and posting does not wait for it (that held the sender at the start)
     transport = (
         side.transport(prefault=False)
         if side
         else UdpTransport(host, data_port, paths=_paths_of(info), prefault=False)
     )
     ctx = sdr.Context(transport, secret=secret)
+    ahead = PrefaultAhead(buf)
     try:
         qp = ctx.create_qp(attr)
         qp.connect(info.encode())
@@ -194,8 +196,7 @@ def _into(
         mr = ctx.register(buf) if size else None
 
         def post(off: int, n: int) -> Any:
-            with memoryview(buf) as whole, whole[off : off + n] as piece:
-                prefault(piece)
+            ahead.add(off, n)
             return rqp.post_recv(mr, off, n)  # type: ignore[arg-type]
 
         window = PieceWindow(
@@ -246,6 +247,7 @@ def _into(
             "stats": window.stats,
         }
     finally:
+        ahead.close()
         ctx.close()
 
 
