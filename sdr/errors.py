@@ -40,5 +40,10 @@ class MessageFailed(SDRError):
     """A message was given up: its bytes are not (all) correct and it is not complete."""
 
 
+class Cancelled(MessageFailed):
+    """The application cancelled a write or receive before it completed (both ends agreed
+    to drop it: e.g. the late slices of a deadline-bounded allreduce)."""
+
+
 class BackendNotFound(ConfigError):
     """No backend of that name is registered in the ``sdr.backends`` entry-point group."""

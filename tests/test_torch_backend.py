@@ -219,6 +219,36 @@ def test_interleaved_datacenters_from_a_rank_map_keep_rank_order() -> None:
         assert torch.equal(r["t"], sum(_values(q, torch.float32, 100) for q in range(4)))
 
 
+def test_allreduce_by_on_the_sdr_group_averages_what_arrived_and_carries_the_rest() -> None:
+    def body(rank: int) -> dict[str, Any]:
+        t = _values(rank, torch.float32, 1000)
+        late = (0,) if rank == 1 else ()  # datacenter 0, local rank 1: its shard's slice 0
+        first = sdr.torch.allreduce_by(t, 1.0, slices=2, key="grads", withhold=late)
+        z = torch.zeros(1000)
+        second = sdr.torch.allreduce_by(z, 10.0, slices=2, key="grads")
+        with pytest.raises(ConfigError, match="expected float32"):
+            sdr.torch.allreduce_by(torch.zeros(3, dtype=torch.int32), 1.0)
+        return {"t": t, "z": z, "in": first.included.tolist(), "counts": first.counts.tolist(),
+                "second": second.complete}  # fmt: skip
+
+    results = _job(4, 2, body)
+    for r in results[1:]:
+        assert torch.equal(r["t"], results[0]["t"]) and torch.equal(r["z"], results[0]["z"])
+    everyone = sum(_values(q, torch.float32, 1000) for q in range(4)) / 4
+    dc1 = sum(_values(q, torch.float32, 1000) for q in (2, 3)) / 2
+    missed = slice(500, 750)  # shard 1 (elements 500..999), its slice 0
+    rest = torch.ones(1000, dtype=torch.bool)
+    rest[missed] = False
+    torch.testing.assert_close(results[0]["t"][rest], everyone[rest])
+    torch.testing.assert_close(results[0]["t"][missed], dc1[missed])
+    assert results[1]["in"] == [[False, True], [True, True]] and results[1]["counts"] == [1, 2]
+    # the next call brings datacenter 0's missed slice: its sum over 4 ranks
+    dc0 = sum(_values(q, torch.float32, 1000) for q in (0, 1))
+    torch.testing.assert_close(results[0]["z"][missed], dc0[missed] / 4)
+    assert float(results[0]["z"][rest].abs().max()) == 0.0
+    assert all(r["second"] for r in results)
+
+
 def test_int_average_is_refused_in_one_line() -> None:
     def body(rank: int) -> str:
         try:

@@ -10,7 +10,10 @@ rank carries one shard across the WAN, so all local ranks use the long-haul link
 - allreduce: reduce-scatter inside the datacenter (shard ``l``), allreduce of shard ``l``
   across datacenters (ring or mesh port plan, pipelined in slices), allgather inside;
 - allgather: allgather across datacenters (ring), then inside, then reorder to rank order;
-- reduce-scatter: reorder, reduce-scatter inside, then across datacenters (ring).
+- reduce-scatter: reorder, reduce-scatter inside, then across datacenters (ring);
+- allreduce_by (deadline-bounded mean): reduce-scatter inside, the deadline exchange of
+  shard ``l`` across datacenters (:mod:`~sdr.backends.hierarchical.deadline_exchange`), the
+  mean over the contributions that made it, allgather inside; what missed carries over.
 
 Results are bitwise identical on every rank (each sum is computed once and copied), which
 data-parallel training relies on.
@@ -27,8 +30,10 @@ import numpy as np
 
 from sdr.backends.collectives.dtypes import dtype_name
 from sdr.backends.collectives.interfaces import Bootstrap
+from sdr.backends.hierarchical.deadline_exchange import DeadlineExchange
 from sdr.backends.hierarchical.links import SdrLinks
 from sdr.backends.hierarchical.port_executor import PortExecutor
+from sdr.collectives.deadline import CarryOver, DeadlineReport, agree, combine, slice_bounds
 from sdr.collectives.plan import Plan
 from sdr.collectives.port_plans import build_port_plan
 from sdr.errors import ConfigError
@@ -72,6 +77,11 @@ class Topology:
     def wan_peers(self) -> dict[int, int]:
         """Global rank -> datacenter index of the ranks that share this local index."""
         return {d * self.local_size + self.local_rank: d for d in range(self.datacenters)}
+
+
+def _repairs(counters: dict[str, int]) -> int:
+    """Data chunks sent again or repaired, summed over a rank's links."""
+    return sum(v for k, v in counters.items() if "retransmitted" in k or "repaired" in k)
 
 
 def _array_module(x: object) -> object:
@@ -121,6 +131,9 @@ class HierarchicalCommunicator:
         self.timings: defaultdict[str, float] = defaultdict(float)
         """Seconds spent per phase (``intra``, ``wan``) over all calls."""
         self._plans: dict[str, Plan] = {}
+        self._deadline = DeadlineExchange(links, topology.datacenter, topology.datacenters)
+        self.carries: dict[object, CarryOver] = {}
+        """What each deadline allreduce (by ``key``) still carries to its next call."""
 
     def _plan(self, name: str) -> Plan:
         if name not in self._plans:
@@ -165,6 +178,69 @@ class HierarchicalCommunicator:
         full = self._intra("allgather", shard, dt) if local > 1 else shard
         out.reshape(-1)[:] = full[:n]
         return out
+
+    def allreduce_by(
+        self,
+        x: np.ndarray,
+        deadline: float,
+        *,
+        slices: int = 8,
+        key: object = None,
+        withhold: tuple[int, ...] = (),
+        out: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, DeadlineReport]:
+        """The mean of every rank's ``x`` over what crossed the WAN within ``deadline``
+        seconds of this call; ``(result, report)``. Bitwise identical on every rank.
+
+        Inside a datacenter everything counts (its links are reliable and fast); across
+        datacenters each rank's shard goes out in ``slices`` slices, and a datacenter's
+        slice is in when every other datacenter had it, verified, at its deadline (one
+        agreement round after the deadline settles this, the same on every rank). Each
+        slice of the result is the mean over the ranks whose contributions are in (never
+        diluted by zeros; :attr:`DeadlineReport.counts`). A slice of ours that is not in
+        is carried over (error feedback): added to the next call with the same ``key``
+        (default: one per shape and dtype), so nothing is lost, only delayed.
+        ``withhold``: slices of this rank's shard to treat as late (fault injection).
+        NumPy arrays only.
+        """
+        start = time.perf_counter()
+        until = time.monotonic() + deadline
+        dt = dtype_name(x.dtype, None)
+        n, local, dcs = x.size, self.topology.local_size, self.topology.datacenters
+        out = np.empty_like(x) if out is None else out
+        if out.size != n:
+            raise ConfigError(f"allreduce_by output has {out.size} elements; expected {n}")
+        padded = np.zeros(-(-n // local) * local, x.dtype)
+        padded[:n] = x.reshape(-1)
+        shard = self._intra("reduce_scatter", padded, dt) if local > 1 else padded
+        carry = self.carries.setdefault((x.shape, x.dtype.str) if key is None else key, CarryOver())
+        sent = carry.add_to(np.ascontiguousarray(shard))
+        repairs = _repairs(self.links.counters())
+        wan = time.perf_counter()
+        if dcs > 1:
+            contributions, arrived, slices = self._deadline.run(sent, slices, until, withhold)
+        else:
+            contributions, slices = [sent], max(1, min(slices, sent.size))
+            arrived = np.ones((1, 1, slices), bool)
+        included = agree(arrived)
+        bounds = slice_bounds(sent.size, slices)
+        mean, counts = combine(contributions, included, bounds, weight=local)
+        carry.settle(sent, included[self.topology.datacenter], bounds)
+        self.timings["wan"] += time.perf_counter() - wan
+        full = self._intra("allgather", mean, dt) if local > 1 else mean
+        out.reshape(-1)[:] = full[:n]
+        sizes = np.diff(bounds) * sent.itemsize
+        return out, DeadlineReport(
+            deadline_s=deadline,
+            seconds=time.perf_counter() - start,
+            slices=slices,
+            included=included,
+            counts=counts,
+            bytes_in=int((included * sizes).sum()),
+            bytes_total=int(dcs * sizes.sum()),
+            repairs=_repairs(self.links.counters()) - repairs,
+            carried=carry.residual is not None,
+        )
 
     def allgather(
         self, x: np.ndarray, out: np.ndarray | None = None, *, dtype: str | None = None

@@ -43,7 +43,7 @@ import numpy as np
 
 from sdr.config import QPAttr
 from sdr.congestion import CongestionController, controller_for
-from sdr.errors import ConfigError, MessageFailed, ProtocolError, ResourceBusy, SDRError
+from sdr.errors import Cancelled, ConfigError, MessageFailed, ProtocolError, ResourceBusy, SDRError
 from sdr.errors import TimeoutError as SDRTimeoutError
 from sdr.queue_pair import QueuePairCore
 from sdr.recv_table import RecvRecord
@@ -209,6 +209,44 @@ class ReliableConnection:
         self._receiving[seq] = inc
         self._post(now)
         return seq
+
+    def cancel_write(self, now: float, seq: int) -> bool:
+        """Stop write ``seq`` before it completes: nothing more of it is sent (its unsent
+        ranges are dropped, its repairs stop) and it fails with :class:`Cancelled`. For
+        messages both ends agreed to drop; the receiver cancels its matching receive.
+        False when it had finished already. Only a write in flight can be cancelled (one
+        still waiting for a slot would shift the order matching of every later write):
+        ConfigError otherwise."""
+        if any(waiting[0] == seq for waiting in self._waiting):
+            raise ConfigError(
+                f"write seq {seq} waits for an in-flight slot ({self.in_flight} of "
+                f"max_in_flight={self.max_in_flight} in flight): only admitted writes can be "
+                "cancelled; raise max_in_flight"
+            )
+        out = self._sending.get(seq)
+        if out is None:
+            return False
+        self._end_outgoing(now, out, Cancelled(f"write seq {seq} cancelled"))
+        return True
+
+    def cancel_recv(self, now: float, seq: int) -> bool:
+        """Stop receive ``seq`` before it completes: its buffer is unbound (packets of it
+        that still come are discarded, counted as late; bytes already there stay) and it
+        fails with :class:`Cancelled`; the sender is not told (it cancels its write).
+        False when it had finished already; ConfigError while it is not posted yet."""
+        inc = self._receiving.get(seq)
+        if inc is None:
+            return False
+        if inc.machine is None or not inc.fully_posted:
+            raise ConfigError(
+                f"receive seq {seq} is not posted yet (the receive table is full): only "
+                "posted receives can be cancelled"
+            )
+        if inc.machine.active:
+            inc.machine.finish(Cancelled(f"receive seq {seq} cancelled"))
+            inc.machine.actions()  # nothing of a cancelled receive is sent
+        self._end_incoming(now, inc, Cancelled(f"receive seq {seq} cancelled"))
+        return True
 
     def next_event(self) -> Event | None:
         """The next thing that happened (a write or receive completed, a message failed)."""

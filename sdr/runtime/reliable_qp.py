@@ -139,6 +139,24 @@ class ReliableQP:
         self._collect()
         return handle
 
+    def cancel(self, handle: WriteHandle | ReceiveHandle) -> bool:
+        """Cancel a write or receive of this QP before it completes, when both ends agreed
+        to drop it (each cancels its side): it fails with :class:`sdr.errors.Cancelled`
+        and nothing more of it crosses the link. False when it had finished already.
+        Only messages in flight can be cancelled (ConfigError for a write still waiting
+        for one of ``max_in_flight`` slots: order matching would shift)."""
+        if handle.rqp is not self:
+            raise ConfigError(f"{handle!r} belongs to another reliable QP")
+        if handle.finished:
+            return False
+        now = self.ctx.now()
+        if isinstance(handle, WriteHandle):
+            cancelled = self.connection.cancel_write(now, handle.seq)
+        else:
+            cancelled = self.connection.cancel_recv(now, handle.seq)
+        self._collect()
+        return cancelled
+
     def _check_connected(self) -> None:
         if not self.qp.connected:
             raise ConfigError("connect the QP (qp.connect(peer_info)) before reliable I/O")

@@ -11,14 +11,55 @@ reliable writes (see docs/training.md). :class:`ProcessGroupSDR` is the group it
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
 import torch.distributed as dist
 
+from sdr.collectives.deadline import DeadlineReport
+from sdr.errors import ConfigError
 from sdr.torch.liveness import PeerGone
 from sdr.torch.process_group import ProcessGroupSDR, link_options_from_env
 
-__all__ = ["BACKEND", "PeerGone", "ProcessGroupSDR", "link_options_from_env"]
+__all__ = [
+    "BACKEND",
+    "DeadlineReport",
+    "PeerGone",
+    "ProcessGroupSDR",
+    "allreduce_by",
+    "link_options_from_env",
+]
 
 BACKEND = "sdr"
+
+
+def allreduce_by(
+    tensor: torch.Tensor,
+    deadline: float,
+    *,
+    group: Any = None,
+    slices: int = 8,
+    key: object = None,
+    withhold: tuple[int, ...] = (),
+) -> DeadlineReport:
+    """Average ``tensor`` in place over what crossed the WAN within ``deadline`` seconds.
+
+    Every rank gets bitwise the same result: each of the ``slices`` slices of a rank's
+    shard is in when every datacenter had it at the deadline (one agreement round after
+    it settles which), and each slice is the mean over the contributions that are in.
+    What missed stays with its rank and is added to its next call with the same ``key``
+    (error feedback: nothing is lost, only delayed). Needs the ``sdr`` backend
+    (``group``: default, the default group). Returns this rank's report.
+    """
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, ProcessGroupSDR):
+        raise ConfigError(
+            f"allreduce_by needs the 'sdr' backend, the group is {type(pg).__name__}: "
+            "dist.init_process_group('sdr')"
+        )
+    work = pg.allreduce_by(tensor, deadline, slices=slices, key=key, withhold=withhold)
+    work.wait()
+    return work.get_future().value()[0]  # type: ignore[no-any-return]
 
 
 def _create(store: object, rank: int, world_size: int, timeout: object) -> ProcessGroupSDR:

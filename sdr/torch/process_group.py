@@ -243,6 +243,38 @@ class ProcessGroupSDR(dist.ProcessGroup):
 
         return self._submit(f"allreduce of {_describe(tensors)}", run)
 
+    def allreduce_by(
+        self,
+        tensor: torch.Tensor,
+        deadline: float,
+        *,
+        slices: int = 8,
+        key: object = None,
+        withhold: tuple[int, ...] = (),
+    ) -> SdrWork:
+        """SDR's own collective: ``tensor`` becomes (in place) the mean over every rank's
+        contribution that crossed the WAN within ``deadline`` s, bitwise the same on every
+        rank; the work's future holds ``[DeadlineReport]``. What missed is carried to the
+        next call with the same ``key`` (see :func:`sdr.torch.allreduce_by`)."""
+        if tensor.dtype not in (torch.float32, torch.float64, torch.float16):
+            raise ConfigError(
+                f"allreduce_by of {tensor.dtype}; expected float32, float64 or float16"
+            )
+        reports: list[Any] = []
+
+        def one(host: torch.Tensor) -> None:
+            arr = host.view(-1).numpy()
+            _, report = self.comm.allreduce_by(
+                arr, deadline, slices=slices, key=key, withhold=withhold, out=arr
+            )
+            reports.append(report)
+
+        def run() -> list[Any]:
+            _in_place(tensor, one)
+            return reports
+
+        return self._submit(f"allreduce_by of {_describe([tensor])} within {deadline:g} s", run)
+
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> SdrWork:
         """Copy rank ``opts.rootRank``'s tensors to every rank."""
         root = opts.rootRank if opts is not None else 0

@@ -1,0 +1,159 @@
+"""The WAN phase of a deadline-bounded allreduce: slices out, what arrived by the
+deadline, one exchange of masks, the late slices cancelled at both ends.
+
+Each rank sends its contribution (its datacenter's sum of shard ``l``) to the rank with
+the same local index in every other datacenter, cut into ``slices`` reliable writes, and
+posts as many receives from each of them. At the deadline it notes which slices arrived
+verified (a write completes only once every byte of it is verified), cancels its own
+writes that are still out (nothing more of them crosses the link) and sends that note,
+one small reliable write per peer, after which it waits for theirs: the agreement round,
+about half a round trip after the last peer's deadline. Then every rank holds the same
+``arrived[y, x, s]`` array (:func:`sdr.collectives.deadline.agree` decides from it) and
+cancels the receives still open. SDR matches writes to receives by order, so both ends
+post and cancel the same messages: order matching survives every call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from sdr.backends.hierarchical.links import SdrLinks
+from sdr.collectives.deadline import slice_bounds
+from sdr.errors import ConfigError, TimeoutError
+from sdr.runtime import ReceiveHandle, WriteHandle
+
+__all__ = ["DeadlineExchange"]
+
+
+class DeadlineExchange:
+    """This rank's deadline exchanges over ``links`` (datacenter ``me`` of ``datacenters``)."""
+
+    def __init__(self, links: SdrLinks, me: int, datacenters: int) -> None:
+        self.links = links
+        self.me = me
+        self.datacenters = datacenters
+        self._masks_out: list[tuple[WriteHandle, np.ndarray]] = []
+        """Mask writes not acknowledged yet, with the buffers they read."""
+
+    def check(self, nbytes: int, slices: int) -> None:
+        """ConfigError unless ``slices`` slices of ``nbytes`` fit the links."""
+        options = self.links.options
+        in_flight = self.links.config.max_in_flight
+        if slices > in_flight - 2:
+            raise ConfigError(
+                f"{slices} slices per deadline allreduce: at most max_in_flight - 2 = "
+                f"{in_flight - 2} (every slice and the mask are in flight at once)"
+            )
+        largest = -(-nbytes // slices)
+        limit = int(options.attr().max_message_size)
+        if largest > limit:
+            need = -(-nbytes // limit)
+            raise ConfigError(
+                f"a slice of {largest} bytes exceeds the links' max_message_size {limit}: "
+                f"use >= {need} slices or a larger max_message_size"
+            )
+
+    def run(
+        self,
+        contribution: np.ndarray,
+        slices: int,
+        until: float,
+        withhold: Iterable[int] = (),
+    ) -> tuple[list[np.ndarray | None], np.ndarray, int]:
+        """Exchange ``contribution`` (flat, contiguous) with every peer until ``until``
+        (``time.monotonic()``); ``(contributions, arrived, slices)``.
+
+        ``contributions[x]`` is datacenter ``x``'s array as it landed here (ours for
+        ``me``); only its slices that ``arrived[me, x]`` marks hold its bytes.
+        ``withhold``: slices of ours to treat as late (fault injection for tests and
+        demos: their writes are cancelled before a packet leaves).
+        """
+        n, d = contribution.size, self.datacenters
+        slices = max(1, min(slices, n))
+        self.check(contribution.nbytes, slices)
+        bounds = slice_bounds(n, slices) * contribution.itemsize
+        held = set(withhold)
+        if bad := sorted(s for s in held if not 0 <= s < slices):
+            raise ConfigError(f"withheld slices {bad} are not among 0..{slices - 1}")
+        ctx = self.links.ctx
+        peers = sorted(self.links.rqps)
+        scratch = {p: np.empty_like(contribution) for p in peers}
+        masks = {p: np.zeros((d, slices), np.uint8) for p in peers}
+        source = np.ascontiguousarray(contribution).view(np.uint8).reshape(-1)
+        mr_source = ctx.register(source)
+        recvs: dict[int, list[ReceiveHandle]] = {}
+        mask_recvs: dict[int, ReceiveHandle] = {}
+        writes: dict[int, list[WriteHandle]] = {}
+        with self.links.exclusive():
+            self._prune()
+            for p in peers:  # receives first: the peer's writes find them (clear-to-send)
+                rqp, into = self.links.rqps[p], ctx.register(scratch[p].view(np.uint8).reshape(-1))
+                recvs[p] = [
+                    rqp.post_recv(into, int(bounds[s]), int(bounds[s + 1] - bounds[s]))
+                    for s in range(slices)
+                ]
+                mask_recvs[p] = rqp.post_recv(ctx.register(masks[p]), 0, masks[p].nbytes)
+            for p in peers:
+                rqp = self.links.rqps[p]
+                writes[p] = []
+                for s in range(slices):
+                    lo, hi = int(bounds[s]), int(bounds[s + 1])
+                    handle = rqp.write(mr_source, lo, hi - lo)
+                    if s in held:
+                        rqp.cancel(handle)
+                    writes[p].append(handle)
+            everything = [h for p in peers for h in recvs[p]]
+            self._drive_until(lambda: all(h.finished for h in everything), until)
+            mine = np.zeros((d, slices), np.uint8)
+            mine[self.me] = 1
+            for p in peers:
+                mine[p] = [h.done for h in recvs[p]]
+            for p in peers:  # our late writes go no further: the link is the mask's now
+                for handle in writes[p]:
+                    self.links.rqps[p].cancel(handle)
+            for p in peers:
+                note = mine.copy()  # unchanged until its write completes
+                rqp = self.links.rqps[p]
+                self._masks_out.append((rqp.write(ctx.register(note), 0, note.nbytes), note))
+            agreement = list(mask_recvs.values())
+            self.links.drive(
+                lambda: all(h.finished for h in agreement),
+                self.links.options.timeout,
+                "the deadline allreduce's agreement round",
+            )
+            for h in agreement:
+                h._check()
+            for p in peers:
+                for handle in recvs[p]:
+                    self.links.rqps[p].cancel(handle)
+        arrived = np.zeros((d, d, slices), bool)
+        arrived[self.me] = mine.astype(bool)
+        for p in peers:
+            arrived[p] = masks[p].astype(bool)
+        contributions: list[np.ndarray | None] = [None] * d
+        contributions[self.me] = contribution
+        for p in peers:
+            contributions[p] = scratch[p]
+        return contributions, arrived, slices
+
+    def _drive_until(self, condition: Any, until: float) -> None:
+        left = until - time.monotonic()
+        if left <= 0 or condition():
+            return
+        try:
+            self.links.drive(condition, left, "a deadline allreduce")
+        except TimeoutError:
+            pass  # the deadline: what arrived is what counts
+
+    def _prune(self) -> None:
+        """Forget acknowledged mask writes (their buffers may go)."""
+        self._masks_out = [(h, b) for h, b in self._masks_out if not h.finished]
+
+    @property
+    def pending(self) -> list[Any]:
+        """Mask writes of earlier calls not acknowledged yet."""
+        return [h for h, _ in self._masks_out if not h.finished]

@@ -1,0 +1,155 @@
+"""Deadline-bounded allreduce: which contributions are in, the result, what carries over.
+
+Pure NumPy, no I/O: the driver (:mod:`sdr.backends.hierarchical.deadline_exchange`) moves
+the bytes and the masks; this module decides. ``D`` contributors (datacenters) each cut
+their contribution into ``S`` slices and send every slice to every other contributor.
+At the deadline each contributor ``y`` knows ``arrived[y][x][s]``: slice ``s`` of ``x``
+landed, verified, at ``y`` (its own slices are always there: ``arrived[y][y] = True``).
+After one exchange of those masks every contributor holds the same ``arrived`` array
+and computes, with the same code, the same answer:
+
+- **included**: ``x``'s slice ``s`` is in iff it arrived at every contributor
+  (:func:`agree`). Then every contributor has every included slice, so all of them can
+  compute the same result.
+- **result**: per slice, the mean over the included contributions (``counts`` of them),
+  summed in contributor order so that the result is bitwise identical everywhere
+  (:func:`combine`). A slice no contribution made is zero (no update) and says so in the
+  counts.
+- **carry-over** (error feedback): a contributor's slice that is not in stays with it
+  and is added to its next contribution (:class:`CarryOver`, plain accumulation: over a
+  run, everything applied plus what is still carried equals everything produced).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sdr.errors import ConfigError
+
+__all__ = ["CarryOver", "DeadlineReport", "agree", "combine", "slice_bounds"]
+
+
+def slice_bounds(n: int, slices: int) -> np.ndarray:
+    """Element offsets of ``slices`` near-equal slices of ``n`` elements (length slices + 1)."""
+    if slices < 1:
+        raise ConfigError(f"slices must be >= 1, got {slices}")
+    return np.linspace(0, n, slices + 1).round().astype(np.int64)
+
+
+def agree(arrived: np.ndarray) -> np.ndarray:
+    """``included[x, s]``: slice ``s`` of contributor ``x`` arrived at every contributor.
+
+    ``arrived[y, x, s]`` is contributor ``y``'s view (shape ``(D, D, S)``); the diagonal
+    (a contributor's own slices) is taken as arrived whatever it says.
+    """
+    arrived = np.asarray(arrived, dtype=bool)
+    if arrived.ndim != 3 or arrived.shape[0] != arrived.shape[1]:
+        raise ConfigError(f"arrived must have shape (D, D, S), got {arrived.shape}")
+    d = arrived.shape[0]
+    views = arrived.copy()
+    views[np.arange(d), np.arange(d)] = True
+    return views.all(axis=0)
+
+
+def combine(
+    contributions: list[np.ndarray | None],
+    included: np.ndarray,
+    bounds: np.ndarray,
+    weight: float = 1.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per slice, the mean of the included contributions; and how many were included.
+
+    ``contributions[x]`` is contributor ``x``'s flat array (``None`` only where none of
+    its slices is included: a missing peer's bytes are never read). The sum runs in
+    contributor order whatever the caller, so every contributor gets the same bits. Each
+    contribution counts as ``weight`` (the ranks it already sums; the mean divides by
+    ``weight * count``). A slice with no contribution in is zero.
+    """
+    d, slices = included.shape
+    first = next(c for c in contributions if c is not None)
+    out = np.zeros_like(first)
+    counts = included.sum(axis=0).astype(np.int64)
+    for s in range(slices):
+        lo, hi = int(bounds[s]), int(bounds[s + 1])
+        if hi == lo or counts[s] == 0:
+            continue
+        acc = out[lo:hi]
+        for x in range(d):  # contributor order: the same additions everywhere
+            if included[x, s]:
+                part = contributions[x]
+                assert part is not None, f"contributor {x}'s slice {s} is in but missing"
+                acc += part[lo:hi]
+        acc /= out.dtype.type(weight * counts[s])
+    return out, counts
+
+
+@dataclass
+class CarryOver:
+    """What a contributor still owes: its slices that missed a deadline, added to its next
+    contribution (error feedback by plain accumulation)."""
+
+    residual: np.ndarray | None = None
+    carried_total: float = 0.0
+    """Sum of every element ever carried (for reports)."""
+
+    def add_to(self, contribution: np.ndarray) -> np.ndarray:
+        """``contribution`` plus what is carried (a new array; the residual is kept until
+        :meth:`settle` says what went in)."""
+        if self.residual is None:
+            return contribution.copy()
+        if self.residual.shape != contribution.shape or self.residual.dtype != contribution.dtype:
+            raise ConfigError(
+                f"carried residual is {self.residual.dtype}{list(self.residual.shape)}; this "
+                f"call's tensor is {contribution.dtype}{list(contribution.shape)} (a deadline "
+                "allreduce carries over between calls of the same shape and type)"
+            )
+        return contribution + self.residual
+
+    def settle(self, sent: np.ndarray, mine_in: np.ndarray, bounds: np.ndarray) -> None:
+        """After the call: the slices of ``sent`` (what :meth:`add_to` returned) that were
+        not in (``mine_in[s]`` False) are carried to the next call; the rest is paid."""
+        residual = np.zeros_like(sent)
+        for s in np.flatnonzero(~np.asarray(mine_in, dtype=bool)):
+            lo, hi = int(bounds[s]), int(bounds[s + 1])
+            residual[lo:hi] = sent[lo:hi]
+        self.carried_total += float(residual.sum(dtype=np.float64))
+        self.residual = residual if residual.any() else None
+
+    def clear(self) -> np.ndarray | None:
+        """Forget what is carried (e.g. between training phases); what it was."""
+        residual, self.residual = self.residual, None
+        return residual
+
+
+@dataclass
+class DeadlineReport:
+    """What one deadline-bounded allreduce did, as this rank saw it."""
+
+    deadline_s: float
+    """The deadline the call had, from its start."""
+    seconds: float
+    """The call's duration (its agreement round included)."""
+    slices: int
+    included: np.ndarray
+    """``included[x, s]`` of this rank's shard: contributor (datacenter) ``x``'s slice ``s``
+    is in the result (the same on every contributor)."""
+    counts: np.ndarray = field(repr=False)
+    """Per slice, how many contributions the mean is over."""
+    bytes_in: int = 0
+    bytes_total: int = 0
+    repairs: int = 0
+    """Data chunks retransmitted or repaired on this rank's links during the call."""
+    carried: bool = False
+    """Some of this rank's own contribution missed and is carried to the next call."""
+
+    @property
+    def fraction_in(self) -> float:
+        """Bytes of all contributions that are in the result, over all bytes."""
+        return self.bytes_in / self.bytes_total if self.bytes_total else 1.0
+
+    @property
+    def complete(self) -> bool:
+        """Every contribution is in: the result equals the reliable allreduce's mean."""
+        return bool(self.included.all())

@@ -1,0 +1,90 @@
+"""Deadline-bounded allreduce on a 2 x 2-rank loopback job (two datacenters of two ranks):
+consistent on every rank, the mean over what arrived, and nothing lost (carry-over), with
+late slices injected at one rank."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sdr.backends.hierarchical import SdrLinkOptions, connect
+from sdr.backends.hierarchical.local_job import run_ranks
+from sdr.backends.shm import free_port
+from sdr.collectives.deadline import slice_bounds
+
+DCS, LOCAL, N, SLICES = 2, 2, 4000, 4
+WORLD = DCS * LOCAL
+SHARD = N // LOCAL  # shard l of every rank: elements [l * SHARD, (l + 1) * SHARD)
+
+
+def _data(rank: int, step: int) -> np.ndarray:
+    return np.random.default_rng(100 * step + rank).standard_normal(N).astype(np.float32)
+
+
+def _job() -> list[dict]:
+    port = free_port()
+    opts = SdrLinkOptions(scheme="sr-nack", rtt="2ms", rate="4Gbit/s", loss=1e-3, timeout=30)
+
+    def body(rank: int) -> dict:
+        comm = connect(rank, WORLD, LOCAL, port=port, options=opts)
+        try:
+            out: dict = {}
+            # 1. nothing late: the plain mean, every contribution in
+            out["full"] = comm.allreduce_by(_data(rank, 0), 30.0, slices=SLICES)
+            # 2. rank 0 (datacenter 0, local 0) withholds slice 1 of its shard
+            late = (1,) if rank == 0 else ()
+            out["late"] = comm.allreduce_by(_data(rank, 1), 0.5, slices=SLICES, withhold=late)
+            # 3. the next call carries what missed
+            out["next"] = comm.allreduce_by(_data(rank, 2), 30.0, slices=SLICES)
+            out["carries"] = {str(k): c.residual for k, c in comm.carries.items()}
+            return out
+        finally:
+            comm.close()
+
+    return run_ranks(WORLD, body, timeout=120)
+
+
+def test_deadline_allreduce_is_consistent_exact_and_loses_nothing() -> None:
+    results = _job()
+    for name in ("full", "late", "next"):
+        first = results[0][name][0]
+        for r in range(WORLD):
+            assert results[r][name][0].tobytes() == first.tobytes(), (name, r)
+
+    # 1. complete: the mean of all four ranks
+    mean = np.mean([_data(r, 0) for r in range(WORLD)], axis=0)
+    np.testing.assert_allclose(results[0]["full"][0], mean, rtol=1e-5, atol=1e-6)
+    for r in range(WORLD):
+        report = results[r]["full"][1]
+        assert report.complete and report.fraction_in == 1.0
+
+    # 2. slice 1 of shard 0 from datacenter 0 is out: there, the mean over datacenter 1
+    lo, hi = (slice_bounds(SHARD, SLICES)[1:3]).tolist()
+    missed = slice(lo, hi)  # shard 0 starts at element 0
+    got = results[0]["late"][0]
+    dc1 = np.mean([_data(r, 1) for r in (2, 3)], axis=0)
+    everyone = np.mean([_data(r, 1) for r in range(WORLD)], axis=0)
+    np.testing.assert_allclose(got[missed], dc1[missed], rtol=1e-5, atol=1e-6)
+    rest = np.ones(N, bool)
+    rest[missed] = False
+    np.testing.assert_allclose(got[rest], everyone[rest], rtol=1e-5, atol=1e-6)
+    for r in (0, 2):  # the two ranks of local index 0 agree on the mask
+        report = results[r]["late"][1]
+        assert report.included.tolist() == [[True, False, True, True], [True] * 4]
+        assert report.counts.tolist() == [2, 1, 2, 2] and not report.complete
+        assert report.fraction_in == 7 / 8
+    assert results[0]["late"][1].carried and not results[2]["late"][1].carried
+    for r in (1, 3):
+        assert results[r]["late"][1].complete
+
+    # 3. datacenter 0's missed slice comes with the next call: the sum over both calls of
+    # everything applied equals everything produced
+    nxt = results[0]["next"][0]
+    dc0_late = np.sum([_data(r, 1) for r in (0, 1)], axis=0)
+    expect = np.mean([_data(r, 2) for r in range(WORLD)], axis=0)
+    expect[missed] += dc0_late[missed] / WORLD
+    np.testing.assert_allclose(nxt, expect, rtol=1e-5, atol=1e-5)
+    applied = results[0]["late"][0] * np.where(rest, WORLD, LOCAL) + results[0]["next"][0] * WORLD
+    produced = np.sum([_data(r, s) for r in range(WORLD) for s in (1, 2)], axis=0)
+    np.testing.assert_allclose(applied, produced, rtol=1e-4, atol=1e-4)
+    for r in range(WORLD):
+        assert all(v is None for v in results[r]["carries"].values())  # all paid
