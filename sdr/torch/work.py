@@ -31,19 +31,22 @@ class SdrWork(dist.Work):
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._error: BaseException | None = None
+        self._settled = False
 
     # --- settled by the group ----------------------------------------------------------
     def settle(self, result: Any = None, error: BaseException | None = None) -> bool:
         """Complete with ``result`` or fail with ``error``; False if already settled."""
         with self._lock:
-            if self._done.is_set():
+            if self._settled:
                 return False
+            self._settled = True
             self._error = error
-            self._done.set()
+        # the future first: whoever wait() releases reads it at once
         if error is None:
             self._future.set_result(result)
         else:
             self._future.set_exception(error)
+        self._done.set()
         return True
 
     # --- torch's Work API --------------------------------------------------------------
