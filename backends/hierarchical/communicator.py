@@ -187,6 +187,8 @@ class HierarchicalCommunicator:
         slices: int = 8,
         key: object = None,
         withhold: tuple[int, ...] = (),
+        average: str = "arrived",
+        carry: bool = True,
         out: np.ndarray | None = None,
     ) -> tuple[np.ndarray, DeadlineReport]:
         """The mean of every rank's ``x`` over what crossed the WAN within ``deadline``
@@ -199,8 +201,13 @@ class HierarchicalCommunicator:
         slice of the result is the mean over the ranks whose contributions are in (never
         diluted by zeros; :attr:`DeadlineReport.counts`). A slice of ours that is not in
         is carried over (error feedback): added to the next call with the same ``key``
-        (default: one per shape and dtype), so nothing is lost, only delayed.
-        ``withhold``: slices of this rank's shard to treat as late (fault injection).
+        (default: one per shape and dtype), so nothing is lost, only delayed; ``carry=False``
+        drops it instead (what a loss-tolerant transport does). ``average="all"`` divides
+        every slice by all ranks instead, as if a missing contribution were zero: with
+        carry-over the mean is then exact over a run (a late contribution counts once,
+        when it comes), where ``"arrived"`` gives the rest of the ranks its weight for
+        that step and the late one its own later (an outer optimizer sees more than the
+        mean). ``withhold``: slices of this rank's shard to treat as late (fault injection).
         NumPy arrays only.
         """
         start = time.perf_counter()
@@ -213,8 +220,9 @@ class HierarchicalCommunicator:
         padded = np.zeros(-(-n // local) * local, x.dtype)
         padded[:n] = x.reshape(-1)
         shard = self._intra("reduce_scatter", padded, dt) if local > 1 else padded
-        carry = self.carries.setdefault((x.shape, x.dtype.str) if key is None else key, CarryOver())
-        sent = carry.add_to(np.ascontiguousarray(shard))
+        name = (x.shape, x.dtype.str) if key is None else key
+        carried = self.carries.setdefault(name, CarryOver())
+        sent = carried.add_to(np.ascontiguousarray(shard))
         repairs = _repairs(self.links.counters())
         wan = time.perf_counter()
         if dcs > 1:
@@ -224,8 +232,11 @@ class HierarchicalCommunicator:
             arrived = np.ones((1, 1, slices), bool)
         included = agree(arrived)
         bounds = slice_bounds(sent.size, slices)
-        mean, counts = combine(contributions, included, bounds, weight=local)
-        carry.settle(sent, included[self.topology.datacenter], bounds)
+        mean, counts = combine(contributions, included, bounds, weight=local, average=average)
+        if carry:
+            carried.settle(sent, included[self.topology.datacenter], bounds)
+        else:
+            carried.clear()
         self.timings["wan"] += time.perf_counter() - wan
         full = self._intra("allgather", mean, dt) if local > 1 else mean
         out.reshape(-1)[:] = full[:n]
@@ -239,7 +250,7 @@ class HierarchicalCommunicator:
             bytes_in=int((included * sizes).sum()),
             bytes_total=int(dcs * sizes.sum()),
             repairs=_repairs(self.links.counters()) - repairs,
-            carried=carry.residual is not None,
+            carried=carried.residual is not None,
         )
 
     def allgather(

@@ -36,6 +36,8 @@ class DeadlineExchange:
         self.links = links
         self.me = me
         self.datacenters = datacenters
+        self._calls = 0
+        """Calls so far (the same on every rank: a collective); rotates the slice order."""
         self._masks_out: list[tuple[WriteHandle, np.ndarray]] = []
         """Mask writes not acknowledged yet, with the buffers they read."""
 
@@ -79,6 +81,10 @@ class DeadlineExchange:
         held = set(withhold)
         if bad := sorted(s for s in held if not 0 <= s < slices):
             raise ConfigError(f"withheld slices {bad} are not among 0..{slices - 1}")
+        # each call starts one slice further on: a deadline cuts the tail of what is sent,
+        # and the same slices must not be the tail every time (their carry would pile up)
+        order = [(self._calls + i) % slices for i in range(slices)]
+        self._calls += 1
         ctx = self.links.ctx
         peers = sorted(self.links.rqps)
         scratch = {p: np.empty_like(contribution) for p in peers}
@@ -92,15 +98,16 @@ class DeadlineExchange:
             self._prune()
             for p in peers:  # receives first: the peer's writes find them (clear-to-send)
                 rqp, into = self.links.rqps[p], ctx.register(scratch[p].view(np.uint8).reshape(-1))
-                recvs[p] = [
-                    rqp.post_recv(into, int(bounds[s]), int(bounds[s + 1] - bounds[s]))
-                    for s in range(slices)
-                ]
+                posted = {
+                    s: rqp.post_recv(into, int(bounds[s]), int(bounds[s + 1] - bounds[s]))
+                    for s in order
+                }
+                recvs[p] = [posted[s] for s in range(slices)]
                 mask_recvs[p] = rqp.post_recv(ctx.register(masks[p]), 0, masks[p].nbytes)
             for p in peers:
                 rqp = self.links.rqps[p]
                 writes[p] = []
-                for s in range(slices):
+                for s in order:
                     lo, hi = int(bounds[s]), int(bounds[s + 1])
                     handle = rqp.write(mr_source, lo, hi - lo)
                     if s in held:

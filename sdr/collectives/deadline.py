@@ -28,7 +28,10 @@ import numpy as np
 
 from sdr.errors import ConfigError
 
-__all__ = ["CarryOver", "DeadlineReport", "agree", "combine", "slice_bounds"]
+__all__ = ["AVERAGES", "CarryOver", "DeadlineReport", "agree", "combine", "slice_bounds"]
+
+AVERAGES = ("arrived", "all")
+"""How a slice is averaged: over the contributions that are in, or over all of them."""
 
 
 def slice_bounds(n: int, slices: int) -> np.ndarray:
@@ -58,8 +61,13 @@ def combine(
     included: np.ndarray,
     bounds: np.ndarray,
     weight: float = 1.0,
+    average: str = "arrived",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per slice, the mean of the included contributions; and how many were included.
+
+    ``average="arrived"`` divides by the contributions that are in (never diluted by
+    zeros); ``"all"`` by all of them, as if the missing ones were zero (with carry-over
+    that keeps the mean exact over a run: a missed contribution counts when it comes).
 
     ``contributions[x]`` is contributor ``x``'s flat array (``None`` only where none of
     its slices is included: a missing peer's bytes are never read). The sum runs in
@@ -67,6 +75,8 @@ def combine(
     contribution counts as ``weight`` (the ranks it already sums; the mean divides by
     ``weight * count``). A slice with no contribution in is zero.
     """
+    if average not in AVERAGES:
+        raise ConfigError(f"average must be one of {', '.join(AVERAGES)}, got {average!r}")
     d, slices = included.shape
     first = next(c for c in contributions if c is not None)
     out = np.zeros_like(first)
@@ -81,7 +91,7 @@ def combine(
                 part = contributions[x]
                 assert part is not None, f"contributor {x}'s slice {s} is in but missing"
                 acc += part[lo:hi]
-        acc /= out.dtype.type(weight * counts[s])
+        acc /= out.dtype.type(weight * (counts[s] if average == "arrived" else d))
     return out, counts
 
 

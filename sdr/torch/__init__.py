@@ -41,6 +41,8 @@ def allreduce_by(
     slices: int = 8,
     key: object = None,
     withhold: tuple[int, ...] = (),
+    average: str = "arrived",
+    carry: bool = True,
 ) -> DeadlineReport:
     """Average ``tensor`` in place over what crossed the WAN within ``deadline`` seconds.
 
@@ -48,8 +50,11 @@ def allreduce_by(
     shard is in when every datacenter had it at the deadline (one agreement round after
     it settles which), and each slice is the mean over the contributions that are in.
     What missed stays with its rank and is added to its next call with the same ``key``
-    (error feedback: nothing is lost, only delayed). Needs the ``sdr`` backend
-    (``group``: default, the default group). Returns this rank's report.
+    (error feedback: nothing is lost, only delayed; ``carry=False`` drops it).
+    ``average="all"`` divides by every rank as if a missing contribution were zero: with
+    carry-over the mean is then exact over a run (the choice for an outer optimizer, see
+    docs/training.md). Needs the ``sdr`` backend (``group``: default, the default group).
+    Returns this rank's report.
     """
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     if not isinstance(pg, ProcessGroupSDR):
@@ -57,7 +62,9 @@ def allreduce_by(
             f"allreduce_by needs the 'sdr' backend, the group is {type(pg).__name__}: "
             "dist.init_process_group('sdr')"
         )
-    work = pg.allreduce_by(tensor, deadline, slices=slices, key=key, withhold=withhold)
+    work = pg.allreduce_by(
+        tensor, deadline, slices=slices, key=key, withhold=withhold, average=average, carry=carry
+    )
     work.wait()
     return work.get_future().value()[0]  # type: ignore[no-any-return]
 

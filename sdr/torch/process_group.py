@@ -251,6 +251,8 @@ class ProcessGroupSDR(dist.ProcessGroup):
         slices: int = 8,
         key: object = None,
         withhold: tuple[int, ...] = (),
+        average: str = "arrived",
+        carry: bool = True,
     ) -> SdrWork:
         """SDR's own collective: ``tensor`` becomes (in place) the mean over every rank's
         contribution that crossed the WAN within ``deadline`` s, bitwise the same on every
@@ -265,7 +267,14 @@ class ProcessGroupSDR(dist.ProcessGroup):
         def one(host: torch.Tensor) -> None:
             arr = host.view(-1).numpy()
             _, report = self.comm.allreduce_by(
-                arr, deadline, slices=slices, key=key, withhold=withhold, out=arr
+                arr,
+                deadline,
+                slices=slices,
+                key=key,
+                withhold=withhold,
+                average=average,
+                carry=carry,
+                out=arr,
             )
             reports.append(report)
 
