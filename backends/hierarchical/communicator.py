@@ -226,7 +226,9 @@ class HierarchicalCommunicator:
         repairs = _repairs(self.links.counters())
         wan = time.perf_counter()
         if dcs > 1:
-            contributions, arrived, slices = self._deadline.run(sent, slices, until, withhold)
+            contributions, arrived, slices = self._deadline.run(
+                sent, slices, until, withhold, grace=deadline
+            )
         else:
             contributions, slices = [sent], max(1, min(slices, sent.size))
             arrived = np.ones((1, 1, slices), bool)

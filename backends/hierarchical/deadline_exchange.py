@@ -65,6 +65,7 @@ class DeadlineExchange:
         slices: int,
         until: float,
         withhold: Iterable[int] = (),
+        grace: float | None = None,
     ) -> tuple[list[np.ndarray | None], np.ndarray, int]:
         """Exchange ``contribution`` (flat, contiguous) with every peer until ``until``
         (``time.monotonic()``); ``(contributions, arrived, slices)``.
@@ -72,8 +73,11 @@ class DeadlineExchange:
         ``contributions[x]`` is datacenter ``x``'s array as it landed here (ours for
         ``me``); only its slices that ``arrived[me, x]`` marks hold its bytes.
         ``withhold``: slices of ours to treat as late (fault injection for tests and
-        demos: their writes are cancelled before a packet leaves).
+        demos: their writes are cancelled before a packet leaves). ``grace``: the call's
+        deadline in seconds (``until`` minus its start): how much later the cut may move
+        for a peer that entered later (default: none).
         """
+        grace = 0.0 if grace is None else grace
         n, d = contribution.size, self.datacenters
         slices = max(1, min(slices, n))
         self.check(contribution.nbytes, slices)
@@ -114,7 +118,10 @@ class DeadlineExchange:
                         rqp.cancel(handle)
                     writes[p].append(handle)
             everything = [h for p in peers for h in recvs[p]]
-            self._drive_until(lambda: all(h.finished for h in everything), until)
+            probes = [
+                (p, writes[p][i]) for p in peers for i, s in enumerate(order) if s not in held
+            ]
+            self._drive_until(lambda: all(h.finished for h in everything), until, grace, probes)
             mine = np.zeros((d, slices), np.uint8)
             mine[self.me] = 1
             for p in peers:
@@ -147,12 +154,28 @@ class DeadlineExchange:
             contributions[p] = scratch[p]
         return contributions, arrived, slices
 
-    def _drive_until(self, condition: Any, until: float) -> None:
-        left = until - time.monotonic()
-        if left <= 0 or condition():
-            return
+    def _drive_until(
+        self, done: Any, until: float, grace: float, probes: list[tuple[int, WriteHandle]]
+    ) -> None:
+        """Progress until ``done()`` or the deadline. The deadline counts from when every
+        peer is in the call too (its clear-to-send for our first write is here, half a
+        round trip after it posted): ranks that enter ``d`` seconds apart then cut at
+        about the same moment, instead of the early one cutting ``d`` seconds of the
+        late one's window. It moves at most ``grace`` s later (a slow site)."""
+        rtqps, half_rtt = self.links.rqps, float(self.links.config.rtt) / 2
+        start = until - grace  # the call's start: grace is its deadline
+        cut = [until]
+        waiting = list(probes)
+
+        def over() -> bool:
+            if waiting and all(rtqps[p].cleared(h) for p, h in waiting):
+                entered = max(start, time.monotonic() - half_rtt)
+                cut[0] = min(max(until, entered + grace), until + grace)
+                waiting.clear()
+            return done() or time.monotonic() >= cut[0]
+
         try:
-            self.links.drive(condition, left, "a deadline allreduce")
+            self.links.drive(over, max(until + grace - time.monotonic(), 0.0), "a deadline")
         except TimeoutError:
             pass  # the deadline: what arrived is what counts
 

@@ -256,6 +256,12 @@ class ReliableConnection:
         """Write ``seq`` left the queue: its lanes are open (it is in flight)."""
         return seq in self._sending
 
+    def is_cleared(self, seq: int) -> bool:
+        """Write ``seq`` in flight has the peer's clear-to-send on every lane: the peer
+        posted the matching receive (so it is in the same collective call as we are)."""
+        out = self._sending.get(seq)
+        return out is not None and all(lane.has_cts for lane in out.lanes)
+
     @property
     def in_flight(self) -> int:
         """Reliable writes admitted and not finished."""

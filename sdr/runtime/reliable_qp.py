@@ -139,6 +139,11 @@ class ReliableQP:
         self._collect()
         return handle
 
+    def cleared(self, handle: WriteHandle) -> bool:
+        """The peer posted the receive this write goes to (its clear-to-send is here);
+        True once the write finished, False while it waits for a slot or was cancelled."""
+        return handle.done or self.connection.is_cleared(handle.seq)
+
     def cancel(self, handle: WriteHandle | ReceiveHandle) -> bool:
         """Cancel a write or receive of this QP before it completes, when both ends agreed
         to drop it (each cancels its side): it fails with :class:`sdr.errors.Cancelled`
