@@ -36,6 +36,11 @@ def _job() -> list[dict]:
             # 3. the next call carries what missed
             out["next"] = comm.allreduce_by(_data(rank, 2), 30.0, slices=SLICES)
             out["carries"] = {str(k): c.residual for k, c in comm.carries.items()}
+            # 4. average over all (a missing contribution counts as zero), no carry-over
+            out["all"] = comm.allreduce_by(
+                _data(rank, 3), 0.5, slices=SLICES, withhold=late, average="all", carry=False
+            )
+            out["after"] = {str(k): c.residual for k, c in comm.carries.items()}
             return out
         finally:
             comm.close()
@@ -45,7 +50,7 @@ def _job() -> list[dict]:
 
 def test_deadline_allreduce_is_consistent_exact_and_loses_nothing() -> None:
     results = _job()
-    for name in ("full", "late", "next"):
+    for name in ("full", "late", "next", "all"):
         first = results[0][name][0]
         for r in range(WORLD):
             assert results[r][name][0].tobytes() == first.tobytes(), (name, r)
@@ -88,3 +93,14 @@ def test_deadline_allreduce_is_consistent_exact_and_loses_nothing() -> None:
     np.testing.assert_allclose(applied, produced, rtol=1e-4, atol=1e-4)
     for r in range(WORLD):
         assert all(v is None for v in results[r]["carries"].values())  # all paid
+
+    # 4. average="all": the missed slice is datacenter 1's sum over all four ranks, and
+    # with carry=False nothing is kept
+    got = results[0]["all"][0]
+    dc1_sum = np.sum([_data(r, 3) for r in (2, 3)], axis=0)
+    np.testing.assert_allclose(got[missed], dc1_sum[missed] / WORLD, rtol=1e-5, atol=1e-6)
+    everyone = np.mean([_data(r, 3) for r in range(WORLD)], axis=0)
+    np.testing.assert_allclose(got[rest], everyone[rest], rtol=1e-5, atol=1e-6)
+    for r in range(WORLD):
+        assert results[r]["all"][0].tobytes() == got.tobytes()
+        assert all(v is None for v in results[r]["after"].values())

@@ -46,6 +46,8 @@ def test_bad_shapes_say_what_was_expected() -> None:
         agree(np.ones((2, 3, 1), bool))
     with pytest.raises(ConfigError, match="slices"):
         slice_bounds(10, 0)
+    with pytest.raises(ConfigError, match="average must be one of arrived, all"):
+        combine([np.ones(2)], np.ones((1, 1), bool), slice_bounds(2, 1), average="some")
     carry = CarryOver(residual=np.zeros(3, np.float32))
     with pytest.raises(ConfigError, match="same shape and type"):
         carry.add_to(np.zeros(4, np.float32))
@@ -94,10 +96,12 @@ def test_every_contributor_computes_the_same_bits(d: int, slices: int, n: int, s
     slices=st.integers(1, 5),
     steps=st.integers(1, 12),
     seed=st.integers(0, 2**31 - 1),
+    average=st.sampled_from(["arrived", "all"]),
 )
-def test_carry_over_loses_nothing(d: int, slices: int, steps: int, seed: int) -> None:
+def test_carry_over_loses_nothing(d: int, slices: int, steps: int, seed: int, average: str) -> None:
     """Over a run, the sum of everything applied plus what is still carried equals the
-    sum of everything produced (float64 here: exact up to rounding)."""
+    sum of everything produced (float64 here: exact up to rounding). With
+    ``average="all"`` the mean applied is that sum over ``d``, every step."""
     rng = np.random.default_rng(seed)
     n = 17
     bounds = slice_bounds(n, slices)
@@ -109,10 +113,11 @@ def test_carry_over_loses_nothing(d: int, slices: int, steps: int, seed: int) ->
         produced += sum(fresh)
         sent = [carries[x].add_to(fresh[x]) for x in range(d)]
         included = agree(rng.random((d, d, slices)) < 0.6)
-        out, counts = combine(sent, included, bounds)
+        out, counts = combine(sent, included, bounds, average=average)
         for s in range(slices):
             lo, hi = bounds[s], bounds[s + 1]
-            applied[lo:hi] += out[lo:hi] * counts[s]  # the mean times its count: the sum in
+            n_in = counts[s] if average == "arrived" else d
+            applied[lo:hi] += out[lo:hi] * n_in  # the mean times what it divides by
         for x in range(d):
             carries[x].settle(sent[x], included[x], bounds)
     still = sum(c.residual for c in carries if c.residual is not None)
