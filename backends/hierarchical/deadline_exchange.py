@@ -117,7 +117,11 @@ class DeadlineExchange:
                     if s in held:
                         rqp.cancel(handle)
                     writes[p].append(handle)
+            # done early only when both directions are: our receives landed and our
+            # writes were acknowledged (cancelling a write still on its way would cut the
+            # peer's window short)
             everything = [h for p in peers for h in recvs[p]]
+            everything += [h for p in peers for h in writes[p]]
             probes = [
                 (p, writes[p][i]) for p in peers for i, s in enumerate(order) if s not in held
             ]
