@@ -4,6 +4,8 @@ late slices injected at one rank."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from sdr.backends.hierarchical import SdrLinkOptions, connect
@@ -104,3 +106,38 @@ def test_deadline_allreduce_is_consistent_exact_and_loses_nothing() -> None:
     for r in range(WORLD):
         assert results[r]["all"][0].tobytes() == got.tobytes()
         assert all(v is None for v in results[r]["after"].values())
+
+
+def test_a_slow_site_costs_the_others_one_deadline_and_its_data_comes_next_call() -> None:
+    """One rank per datacenter; datacenter 1 enters 1.5 s late. Datacenter 0 decides at
+    its deadline that nothing is in (nobody was in the call with it) without waiting for
+    the late site; the late site reaches the same decision from what it learns; both
+    carry everything, and the next call (both on time) brings it all in."""
+    port = free_port()
+    opts = SdrLinkOptions(scheme="sr-nack", rtt="2ms", rate="4Gbit/s", loss=1e-3, timeout=30)
+
+    def body(rank: int) -> dict:
+        comm = connect(rank, 2, 1, port=port, options=opts)
+        try:
+            if rank == 1:
+                time.sleep(1.5)
+            start = time.monotonic()
+            late = comm.allreduce_by(_data(rank, 4), 0.3, slices=SLICES, average="all")
+            took = time.monotonic() - start
+            comm.bootstrap.barrier()  # both on time for the next call
+            nxt = comm.allreduce_by(_data(rank, 5), 30.0, slices=SLICES, average="all")
+            return {"late": late, "took": took, "next": nxt, "alone": comm._deadline.alone}
+        finally:
+            comm.close()
+
+    results = run_ranks(2, body, timeout=120)
+    assert results[0]["took"] < 1.2  # one deadline and a little, not the late site's 1.5 s
+    for r in results:
+        assert r["late"][1].fraction_in == 0.0 and r["late"][1].carried
+        assert not r["late"][0].any()  # nothing in: no update
+        assert r["late"][0].tobytes() == results[0]["late"][0].tobytes()
+        assert r["next"][1].complete
+        assert r["next"][0].tobytes() == results[0]["next"][0].tobytes()
+    assert results[0]["alone"] == 1
+    both = np.sum([_data(r, s) for r in (0, 1) for s in (4, 5)], axis=0) / 2
+    np.testing.assert_allclose(results[0]["next"][0], both, rtol=1e-5, atol=1e-5)

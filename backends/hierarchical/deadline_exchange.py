@@ -10,7 +10,11 @@ one small reliable write per peer, after which it waits for theirs: the agreemen
 about half a round trip after the last peer's deadline. Then every rank holds the same
 ``arrived[y, x, s]`` array (:func:`sdr.collectives.deadline.agree` decides from it) and
 cancels the receives still open. SDR matches writes to receives by order, so both ends
-post and cancel the same messages: order matching survives every call.
+post and cancel the same messages: order matching survives every call. A rank that
+finds nobody in the call with it at the deadline (no peer's clear-to-send, nothing
+arrived) decides alone that nothing is in: every rank reaches that decision from what
+it learns, so a slow site or a link dark from before the call costs the others one
+deadline, not the wait for the site.
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ class DeadlineExchange:
         """Calls so far (the same on every rank: a collective); rotates the slice order."""
         self._masks_out: list[tuple[WriteHandle, np.ndarray]] = []
         """Mask writes not acknowledged yet, with the buffers they read."""
+        self._strays: list[ReceiveHandle] = []
+        """Peers' notes of calls we decided alone: they land later, unread."""
+        self.alone = 0
+        """Calls decided without the peers' notes (nobody was in the call with us)."""
 
     def check(self, nbytes: int, slices: int) -> None:
         """ConfigError unless ``slices`` slices of ``nbytes`` fit the links."""
@@ -125,11 +133,25 @@ class DeadlineExchange:
             probes = [
                 (p, writes[p][i]) for p in peers for i, s in enumerate(order) if s not in held
             ]
-            self._drive_until(lambda: all(h.finished for h in everything), until, grace, probes)
+            agreement = list(mask_recvs.values())
+            # every peer's note is here: they have all cut, nothing more will count
+            self._drive_until(
+                lambda: all(h.finished for h in everything) or all(h.done for h in agreement),
+                until,
+                grace,
+                probes,
+            )
             mine = np.zeros((d, slices), np.uint8)
             mine[self.me] = 1
             for p in peers:
                 mine[p] = [h.done for h in recvs[p]]
+            # nobody is in the call with us (no clear-to-send came, nothing arrived): then
+            # none of our slices left and none of theirs is here, so every rank will
+            # decide that nothing is in whatever it learns; we need not wait for their
+            # notes (a slow site, a link dark from before the call)
+            alone = not mine[peers].any() and not any(
+                self.links.rqps[p].cleared(h) for p, h in probes
+            )
             for p in peers:  # our late writes go no further: the link is the mask's now
                 for handle in writes[p]:
                     self.links.rqps[p].cancel(handle)
@@ -137,14 +159,19 @@ class DeadlineExchange:
                 note = mine.copy()  # unchanged until its write completes
                 rqp = self.links.rqps[p]
                 self._masks_out.append((rqp.write(ctx.register(note), 0, note.nbytes), note))
-            agreement = list(mask_recvs.values())
-            self.links.drive(
-                lambda: all(h.finished for h in agreement),
-                self.links.options.timeout,
-                "the deadline allreduce's agreement round",
-            )
-            for h in agreement:
-                h._check()
+            if alone:
+                self.alone += 1
+                self._strays += agreement  # their notes land later, unread
+                for p in peers:
+                    masks[p][:] = 0
+            else:
+                self.links.drive(
+                    lambda: all(h.finished for h in agreement),
+                    self.links.options.timeout,
+                    "the deadline allreduce's agreement round",
+                )
+                for h in agreement:
+                    h._check()
             for p in peers:
                 for handle in recvs[p]:
                     self.links.rqps[p].cancel(handle)
@@ -186,6 +213,7 @@ class DeadlineExchange:
     def _prune(self) -> None:
         """Forget acknowledged mask writes (their buffers may go)."""
         self._masks_out = [(h, b) for h, b in self._masks_out if not h.finished]
+        self._strays = [h for h in self._strays if not h.finished]
 
     @property
     def pending(self) -> list[Any]:
