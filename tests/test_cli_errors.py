@@ -130,3 +130,21 @@ def test_recv_bind_takes_host_and_port_as_its_help_shows(tmp_path: Path) -> None
     both = _sdr("recv", "--out", out, "--bind", f"127.0.0.1:{port}", "--port", str(port + 1))
     _assert_one_line_error(both, "two ports")
     _assert_one_line_error(_sdr("recv", "--out", out, "--bind", "127.0.0.1:x"), "--bind port")
+
+
+def test_a_misspelled_config_section_or_key_is_named_with_the_fix(tmp_path: Path) -> None:
+    """Before, ``[reliabilty]`` was reported as an unknown "key" of [reliability]."""
+    section = tmp_path / "section.toml"
+    section.write_text('[reliabilty]\nscheme = "sr-nack"\n')
+    _assert_one_line_error(
+        _sdr("send", str(section), "--to", "127.0.0.1:1", "--config", str(section)),
+        "no [reliability] table, found [reliabilty]",
+        "did you mean [reliability]",
+    )
+    key = tmp_path / "key.toml"
+    key.write_text('[reliability]\nschme = "sr-nack"\n')
+    _assert_one_line_error(
+        _sdr("send", str(key), "--to", "127.0.0.1:1", "--config", str(key)),
+        "unknown [reliability] keys ['schme']",
+        "did you mean 'scheme'?",
+    )

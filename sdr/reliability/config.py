@@ -19,6 +19,7 @@ Example ``sdr.toml``::
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import tomllib
 import warnings
@@ -248,8 +249,10 @@ class ReliabilityConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(table) - known)
         if unknown:
+            near = {k: difflib.get_close_matches(str(k), known, n=1, cutoff=0.7) for k in unknown}
+            hints = "".join(f"; {k!r}: did you mean {m[0]!r}?" for k, m in near.items() if m)
             raise ConfigError(
-                f"unknown [reliability] keys {unknown}; expected some of {sorted(known)} "
+                f"unknown [reliability] keys {unknown}{hints}; expected some of {sorted(known)} "
                 "(put parameters of your own scheme under [reliability.params])"
             )
         if "scheme" in table:
@@ -258,6 +261,13 @@ class ReliabilityConfig:
 
 
 def _from_document(doc: Mapping[str, Any]) -> ReliabilityConfig:
+    if "reliability" not in doc:  # the document is the table itself: no other sections
+        sections = [k for k, v in doc.items() if isinstance(v, Mapping) and k != "params"]
+        if sections:
+            near = difflib.get_close_matches("reliability", sections, n=1, cutoff=0.6)
+            hint = f"; did you mean [reliability] for [{near[0]}]?" if near else ""
+            found = ", ".join(f"[{name}]" for name in sections)
+            raise ConfigError(f"no [reliability] table, found {found}{hint}")
     table = doc.get("reliability", doc)
     if not isinstance(table, Mapping):
         raise ConfigError(f"[reliability] must be a table, got {table!r}")
