@@ -192,3 +192,15 @@ def test_ec_scheme_lanes_and_fingerprints():
     sr = create_scheme(ReliabilityConfig(scheme="sr-rto", chunk_size=1024))
     assert sr.lanes(5000) == (5000,)
     assert len({mds.fingerprint, other.fingerprint, sr.fingerprint}) == 3
+
+
+@pytest.mark.parametrize("value", ["30", "2", "250.0", "6" * 400])
+def test_a_unitless_rtt_of_seconds_in_a_file_is_refused_with_the_fix(value: str) -> None:
+    """Before, ``rtt = 30`` was a 30 s RTT without a word (issue 32, item 5)."""
+    with pytest.raises(sdr.ConfigError, match=r'a bare number is seconds\): write rtt = ".*ms"'):
+        loads(f"[reliability]\nrtt = {value}\n")
+
+
+def test_an_rtt_with_units_or_a_plausible_bare_one_is_kept() -> None:
+    assert loads('[reliability]\nrtt = "30s"\n').rtt == 30.0
+    assert loads("[reliability]\nrtt = 0.03\n").rtt == 0.03

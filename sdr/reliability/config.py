@@ -37,6 +37,8 @@ __all__ = ["ReliabilityConfig", "load", "loads", "load_config"]
 
 _MIN_TIMEOUT_S = 60.0  # a descheduled peer (a GC pause, a loaded host) is not dead
 _MAX_RTT_S = 3600.0  # an hour: beyond any path on Earth or to a satellite
+_BARE_RTT_S = 2.0
+"""A unitless rtt this large in a file is refused: no link on Earth has it, "30" meant ms."""
 _MAX_RTTS = 1000.0  # alpha and beta, in RTTs
 _MIN_RATE = 1e3  # bits/s
 _MAX_CHUNK = 1 << 40
@@ -257,6 +259,13 @@ class ReliabilityConfig:
             )
         if "scheme" in table:
             check_scheme_name(table["scheme"])
+        rtt = table.get("rtt")
+        if isinstance(rtt, int | float) and not isinstance(rtt, bool) and rtt >= _BARE_RTT_S:
+            shown = str(rtt) if len(str(rtt)) <= 20 else f"{str(rtt)[:17]}..."
+            raise ConfigError(
+                f"rtt = {shown} reads as {shown} s (a bare number is seconds): write "
+                f'rtt = "{shown}ms" for milliseconds, or "{shown}s" if you mean seconds'
+            )
         return cls(**dict(table))
 
 
