@@ -223,7 +223,8 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     points = list(dict.fromkeys((r["rtt"], r["loss"]) for r in rows))
-    fig, axes = plt.subplots(2, len(points), figsize=(4.2 * len(points), 7), squeeze=False)
+    width = max(6.0, 4.2 * len(points))
+    fig, axes = plt.subplots(2, len(points), figsize=(width, 7), squeeze=False)
     colors = dict(zip(VARIANTS, ("C0", "C2", "C3", "C1"), strict=True))
     for i, point in enumerate(points):
         here = [r for r in rows if (r["rtt"], r["loss"]) == point]
@@ -239,7 +240,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
         axes[1][i].set_xlabel("outer step")
         axes[1][i].set_ylabel("evaluation loss (MSE)")
     axes[0][0].legend(fontsize="small")
-    fig.suptitle("DiLoCo over two emulated datacenters: deadline-bounded outer steps")
+    fig.suptitle("DiLoCo, two emulated datacenters: outer-step time and loss", fontsize=11)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

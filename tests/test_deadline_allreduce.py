@@ -34,7 +34,9 @@ def _job() -> list[dict]:
             out["full"] = comm.allreduce_by(_data(rank, 0), 30.0, slices=SLICES)
             # 2. rank 0 (datacenter 0, local 0) withholds slice 1 of its shard
             late = (1,) if rank == 0 else ()
-            out["late"] = comm.allreduce_by(_data(rank, 1), 0.5, slices=SLICES, withhold=late)
+            out["late"] = comm.allreduce_by(
+                _data(rank, 1), 0.5, slices=SLICES, withhold=late, average="arrived"
+            )
             # 3. the next call carries what missed
             out["next"] = comm.allreduce_by(_data(rank, 2), 30.0, slices=SLICES)
             out["carries"] = {str(k): c.residual for k, c in comm.carries.items()}
@@ -43,6 +45,8 @@ def _job() -> list[dict]:
                 _data(rank, 3), 0.5, slices=SLICES, withhold=late, average="all", carry=False
             )
             out["after"] = {str(k): c.residual for k, c in comm.carries.items()}
+            # 5. the defaults: with carry-over, averaged over all ranks
+            out["default"] = comm.allreduce_by(_data(rank, 6), 0.5, slices=SLICES, withhold=late)
             return out
         finally:
             comm.close()
@@ -106,6 +110,12 @@ def test_deadline_allreduce_is_consistent_exact_and_loses_nothing() -> None:
     for r in range(WORLD):
         assert results[r]["all"][0].tobytes() == got.tobytes()
         assert all(v is None for v in results[r]["after"].values())
+
+    # 5. default with carry-over: over all ranks, and the missed slice is carried
+    got = results[0]["default"][0]
+    dc1_sum = np.sum([_data(r, 6) for r in (2, 3)], axis=0)
+    np.testing.assert_allclose(got[missed], dc1_sum[missed] / WORLD, rtol=1e-5, atol=1e-6)
+    assert results[0]["default"][1].carried
 
 
 def test_a_slow_site_costs_the_others_one_deadline_and_its_data_comes_next_call() -> None:

@@ -223,7 +223,9 @@ def test_allreduce_by_on_the_sdr_group_averages_what_arrived_and_carries_the_res
     def body(rank: int) -> dict[str, Any]:
         t = _values(rank, torch.float32, 1000)
         late = (0,) if rank == 1 else ()  # datacenter 0, local rank 1: its shard's slice 0
-        first = sdr.torch.allreduce_by(t, 1.0, slices=2, key="grads", withhold=late)
+        first = sdr.torch.allreduce_by(
+            t, 1.0, slices=2, key="grads", withhold=late, average="arrived"
+        )
         z = torch.zeros(1000)
         second = sdr.torch.allreduce_by(z, 10.0, slices=2, key="grads")
         with pytest.raises(ConfigError, match="expected float32"):

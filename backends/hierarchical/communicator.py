@@ -187,7 +187,7 @@ class HierarchicalCommunicator:
         slices: int = 8,
         key: object = None,
         withhold: tuple[int, ...] = (),
-        average: str = "arrived",
+        average: str | None = None,
         carry: bool = True,
         out: np.ndarray | None = None,
     ) -> tuple[np.ndarray, DeadlineReport]:
@@ -198,16 +198,17 @@ class HierarchicalCommunicator:
         datacenters each rank's shard goes out in ``slices`` slices, and a datacenter's
         slice is in when every other datacenter had it, verified, at its deadline (one
         agreement round after the deadline settles this, the same on every rank). Each
-        slice of the result is the mean over the ranks whose contributions are in (never
-        diluted by zeros; :attr:`DeadlineReport.counts`). A slice of ours that is not in
+        slice of the result is a mean: ``average="arrived"`` over the ranks whose
+        contributions are in (never diluted by zeros; :attr:`DeadlineReport.counts`),
+        ``"all"`` over every rank (default: ``"all"`` with carry-over, ``"arrived"``
+        without). A slice of ours that is not in
         is carried over (error feedback): added to the next call with the same ``key``
         (default: one per shape and dtype), so nothing is lost, only delayed; ``carry=False``
-        drops it instead (what a loss-tolerant transport does). ``average="all"`` divides
-        every slice by all ranks instead, as if a missing contribution were zero: with
-        carry-over the mean is then exact over a run (a late contribution counts once,
-        when it comes), where ``"arrived"`` gives the rest of the ranks its weight for
-        that step and the late one its own later (an outer optimizer sees more than the
-        mean). ``withhold``: slices of this rank's shard to treat as late (fault injection).
+        drops it instead (what a loss-tolerant transport does). With carry-over ``"all"``
+        keeps the mean exact over a run (a late contribution counts once, when it comes);
+        ``"arrived"`` would give the other ranks its weight for that step and it its own
+        later (an outer optimizer sees more than the mean). ``withhold``: slices of this
+        rank's shard to treat as late (fault injection).
         NumPy arrays only.
         """
         start = time.perf_counter()
@@ -234,6 +235,8 @@ class HierarchicalCommunicator:
             arrived = np.ones((1, 1, slices), bool)
         included = agree(arrived)
         bounds = slice_bounds(sent.size, slices)
+        if average is None:  # exact over a run with carry-over; undiluted without
+            average = "all" if carry else "arrived"
         mean, counts = combine(contributions, included, bounds, weight=local, average=average)
         if carry:
             carried.settle(sent, included[self.topology.datacenter], bounds)

@@ -41,7 +41,7 @@ def allreduce_by(
     slices: int = 8,
     key: object = None,
     withhold: tuple[int, ...] = (),
-    average: str = "arrived",
+    average: str | None = None,
     carry: bool = True,
 ) -> DeadlineReport:
     """Average ``tensor`` in place over what crossed the WAN within ``deadline`` seconds.
@@ -51,10 +51,11 @@ def allreduce_by(
     it settles which), and each slice is the mean over the contributions that are in.
     What missed stays with its rank and is added to its next call with the same ``key``
     (error feedback: nothing is lost, only delayed; ``carry=False`` drops it).
-    ``average="all"`` divides by every rank as if a missing contribution were zero: with
-    carry-over the mean is then exact over a run (the choice for an outer optimizer, see
-    docs/training.md). Needs the ``sdr`` backend (``group``: default, the default group).
-    Returns this rank's report.
+    ``average``: ``"arrived"`` divides each slice by the ranks that are in, ``"all"`` by
+    every rank (default: ``"all"`` with carry-over, which keeps the mean exact over a
+    run; ``"arrived"`` without). With a momentum outer optimizer ``carry=False`` trained
+    better in docs/training.md's DiLoCo runs. Needs the ``sdr`` backend (``group``:
+    default, the default group). Returns this rank's report.
     """
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     if not isinstance(pg, ProcessGroupSDR):

@@ -251,7 +251,7 @@ class ProcessGroupSDR(dist.ProcessGroup):
         slices: int = 8,
         key: object = None,
         withhold: tuple[int, ...] = (),
-        average: str = "arrived",
+        average: str | None = None,
         carry: bool = True,
     ) -> SdrWork:
         """SDR's own collective: ``tensor`` becomes (in place) the mean over every rank's
