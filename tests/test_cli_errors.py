@@ -148,3 +148,22 @@ def test_a_misspelled_config_section_or_key_is_named_with_the_fix(tmp_path: Path
         "unknown [reliability] keys ['schme']",
         "did you mean 'scheme'?",
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (("send", "--bogus"), ("No such option: --bogus", "(see 'sdr send -h')")),
+        (("select", "--size", "1MiB", "--loss", "abc"), ("'--loss'", "(see 'sdr select -h')")),
+        (("send",), ("Missing argument 'FILE'",)),
+        (("bogus",), ("No such command 'bogus'", "(see 'sdr -h')")),
+    ],
+)
+def test_option_parser_errors_are_one_line_too(
+    args: tuple[str, ...], needles: tuple[str, ...]
+) -> None:
+    """Before, the option parser printed a four-line Usage / Try / Error block (issue 32,
+    item 7); docs/quickstart.md promises one ``error: ...`` line and exit status 2."""
+    result = _sdr(*args)
+    _assert_one_line_error(result, *needles)
+    assert "Usage:" not in result.stderr and "Try '" not in result.stderr

@@ -101,6 +101,13 @@ def _metavar(param: click.Parameter) -> str:
     return {"integer": "N", "float": "NUMBER", "choice": "CHOICE"}.get(kind, "VALUE")
 
 
+try:  # Typer 0.29 parses with its own copy of click: its UsageError is another class
+    from typer._click.exceptions import UsageError as _VendoredUsageError
+except ImportError:  # pragma: no cover - a Typer on the real click
+    _VendoredUsageError = click.UsageError  # type: ignore[misc,assignment]
+_USAGE_ERRORS = (click.UsageError, _VendoredUsageError)
+
+
 class SDRGroup(TyperGroup):
     """The root command group: tidies every command's help and turns user errors into
     ``error: <one line>`` on stderr with exit status 2 (see the module docstring)."""
@@ -121,6 +128,20 @@ class SDRGroup(TyperGroup):
                 raise
             click.secho(f"error: {error_line(exc)}", err=True, fg="red")
             raise typer.Exit(USER_ERROR_EXIT) from None
+        except _USAGE_ERRORS as exc:  # the option parser's: one line too, not a block
+            if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+                raise
+            click.secho(f"error: {usage_line(exc)}", err=True, fg="red")
+            raise typer.Exit(USER_ERROR_EXIT) from None
+
+
+def usage_line(exc: Any) -> str:
+    """The option parser's error as one line, with where to look: ``--loss: not a number
+    ('abc'); see 'sdr select -h'``."""
+    text = " ".join(exc.format_message().split())
+    text = text.replace("Value error, ", "")
+    command = exc.ctx.command_path if exc.ctx is not None else "sdr"
+    return f"{text} (see '{command} -h')"
 
 
 def version_text() -> str:
