@@ -85,3 +85,20 @@ def test_one_default_mtu_across_commands(command: list[str]) -> None:
     assert result.returncode == 0, result.stderr
     line = next(line for line in result.stdout.splitlines() if "--mtu" in line)
     assert re.search(r"\[default: 4096\]", line), line
+
+
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        ("sim", "--drop-unit {chunk|packet}"),
+        ("sim", "--method {analytic|montecarlo|des}"),
+        ("sweep", "--executor {local|serial|dask}"),
+        ("select", "--objective {mean|p999}"),
+    ],
+)
+def test_help_lists_the_choices_of_an_option(command: str, shown: str) -> None:
+    """Before, these showed VALUE (or PROB for --drop-unit) and no choices (issue 32,
+    item 7)."""
+    result = _sdr(command, "-h")
+    assert result.returncode == 0, result.stderr
+    assert shown in " ".join(result.stdout.split()), result.stdout

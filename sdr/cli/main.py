@@ -93,6 +93,10 @@ def _metavar(param: click.Parameter) -> str:
     """A metavar that says what the value is (RATE, TIME, SIZE ...), not its Python type."""
     if param.param_type_name == "argument":
         return (param.name or "value").upper()
+    kind = getattr(param, "type", None) or getattr(param, "type_descriptor", None)
+    choices = getattr(kind, "choices", None)
+    if choices:  # the choices themselves, as click writes them: {a|b|c}
+        return "{" + "|".join(str(getattr(c, "value", c)) for c in choices) + "}"
     words = set((param.name or "").lower().split("_"))
     for keys, metavar in _METAVARS:
         if words & set(keys):
