@@ -102,3 +102,9 @@ def test_help_lists_the_choices_of_an_option(command: str, shown: str) -> None:
     result = _sdr(command, "-h")
     assert result.returncode == 0, result.stderr
     assert shown in " ".join(result.stdout.split()), result.stdout
+
+
+def test_sweep_size_defaults_print_in_units() -> None:
+    """Before, ``--sizes`` showed 131072,262144,... (issue 32, item 7)."""
+    out = " ".join(_sdr("sweep", "-h").stdout.split()).replace(" ", "")
+    assert "[default:128KiB,256KiB," in out and "8GiB]" in out

@@ -13,9 +13,9 @@ import typer
 from sdr.cli.defaults import DEFAULT_MTU
 from sdr.errors import ConfigError
 from sdr.simulator.link import PAPER_PROPAGATION_SPEED, Link
-from sdr.units import parse_distance, parse_rate, parse_size, parse_time
+from sdr.units import format_size, parse_distance, parse_rate, parse_size, parse_time
 
-FIG9_SIZES = ",".join(f"{2**e}" for e in range(17, 34))  # 128 KiB .. 8 GiB
+FIG9_SIZES = ",".join(format_size(2**e) for e in range(17, 34))  # 128KiB .. 8GiB
 FIG9_DROPS = "1e-7,1e-6,1e-5,1e-4,1e-3,1e-2,1e-1"
 
 
