@@ -108,3 +108,11 @@ def test_sweep_size_defaults_print_in_units() -> None:
     """Before, ``--sizes`` showed 131072,262144,... (issue 32, item 7)."""
     out = " ".join(_sdr("sweep", "-h").stdout.split()).replace(" ", "")
     assert "[default:128KiB,256KiB," in out and "8GiB]" in out
+
+
+def test_select_says_the_rtt_a_distance_made() -> None:
+    """Before, 3000km silently became a 20 ms RTT at the paper's 3e8 m/s (issue 32, item 7)."""
+    args = ("--size", "1MiB", "--bandwidth", "10Gbit/s", "--drop", "1e-3")
+    out = " ".join(_sdr("select", *args, "--distance", "3000km").stdout.split())
+    assert "RTT 20ms (3000km at 3e+08 m/s)" in out, out
+    assert "--speed" in " ".join(_sdr("select", "-h").stdout.split())

@@ -50,7 +50,7 @@ from sdr.cli.sim_output import (
 )
 from sdr.cli.sim_sweep import sweep
 from sdr.errors import ConfigError, SDRError
-from sdr.units import format_size, format_time, parse_size
+from sdr.units import format_rate, format_size, format_time, parse_size
 
 __all__ = [
     "FIG9_DROPS",
@@ -245,7 +245,9 @@ def select(
     label = "p99.9" if objective == ObjectiveName.p999 else "mean"
     table = Table(
         title=f"candidates by {objective.value} (best first): {format_size(parse_size(size))}, "
-        f"drop {probability_text(drop, drop_unit.value)}",
+        f"drop {probability_text(drop, drop_unit.value)}, {format_rate(link.bandwidth_bps)}, "
+        f"RTT {format_time(link.rtt_s)}"
+        + (f" ({distance} at {speed:g} m/s)" if distance and not rtt else ""),
         caption="p99.9 is computed for every row only with --objective p999"
         if objective == ObjectiveName.mean
         else None,

@@ -101,8 +101,18 @@ def split_list(text: str) -> list[str]:
 # Shared option declarations.
 BANDWIDTH = typer.Option("400Gbit/s", "--bandwidth", help="Line rate, e.g. 400Gbit/s.")
 RTT = typer.Option(None, "--rtt", help="Round-trip time, e.g. 25ms (or give --distance).")
-DISTANCE = typer.Option(None, "--distance", help="Path length, e.g. 3750km (default).")
-SPEED = typer.Option(PAPER_PROPAGATION_SPEED, "--speed", help="Propagation speed in m/s.")
+DISTANCE = typer.Option(
+    None,
+    "--distance",
+    help="Path length, e.g. 3750km (default); the RTT is 2 x distance / --speed "
+    "(3000km at the default speed: 20ms).",
+)
+SPEED = typer.Option(
+    PAPER_PROPAGATION_SPEED,
+    "--speed",
+    help="Propagation speed in m/s: the paper's 3e8 (light in vacuum); light in fibre "
+    "is about 2e8 (3000km: 30ms).",
+)
 MTU = typer.Option(str(DEFAULT_MTU), "--mtu", help="Packet payload size.")
 CHUNK = typer.Option("64KiB", "--chunk", help="Chunk size (a multiple of the MTU).")
 ALPHA = typer.Option(2.0, "--alpha", help="Switch buffering in RTTs (RTO = (1 + alpha) RTT).")
