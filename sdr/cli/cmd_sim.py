@@ -248,14 +248,18 @@ def select(
         f"drop {probability_text(drop, drop_unit.value)}, {format_rate(link.bandwidth_bps)}, "
         f"RTT {format_time(link.rtt_s)}"
         + (f" ({distance} at {speed:g} m/s)" if distance and not rtt else ""),
-        caption="p99.9 is computed for every row only with --objective p999"
-        if objective == ObjectiveName.mean
-        else None,
-    )
+        caption=f"decided by the {label} completion time (ties: the other one), drop per "
+        f"{drop_unit.value}; the 10 best and the best of every scheme"
+        + ("; p99.9 is computed for every row only with --objective p999" if
+           objective == ObjectiveName.mean else ""),
+    )  # fmt: skip
     for col in ("scheme", "params", "mean", "p99.9", f"{label} vs best"):
         table.add_column(col, justify="left" if col in ("scheme", "params") else "right")
     best = choice.ranking[0]
-    for i, row in enumerate(choice.ranking[:10]):
+    firsts = {r["scheme"]: i for i, r in reversed(list(enumerate(choice.ranking)))}
+    shown = sorted(set(range(min(10, len(choice.ranking)))) | set(firsts.values()))
+    for i in shown:
+        row = choice.ranking[i]
         p999 = row["p999_s"]
         if i == 0:
             vs_best = "best"
