@@ -14,6 +14,8 @@ the same start, on the same data:
 - ``deadline``: ``sdr.torch.allreduce_by(delta, T, average="all")``: what arrived by T,
   the rest carried over to the next outer step (error feedback), every slice divided by
   all datacenters (so a late contribution counts once, when it comes);
+- ``weighted``: ``carry=0.5`` (``--carry-weight``): half of what missed is carried (a
+  staleness weight), averaged over all;
 - ``no-carry``: ``carry=False``, averaged over what arrived: what missed is dropped (what
   a loss-tolerant transport does);
 - ``gloo``: ``dist.all_reduce`` on a gloo group whose TCP crosses the same link.
@@ -47,7 +49,7 @@ from sdr.backends.shm import free_port  # noqa: E402
 from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces  # noqa: E402
 from sdr.units import parse_rate, parse_time  # noqa: E402
 
-VARIANTS = ("reliable", "deadline", "no-carry", "gloo")
+VARIANTS = ("reliable", "deadline", "weighted", "no-carry", "gloo")
 WIDTHS = (128, 1024, 1024, 16)  # 1.2 M parameters: 4.9 MB of float32 per outer step
 TEACHER = (128, 256, 16)
 OUTER_LR, OUTER_MOMENTUM, INNER_LR = 0.7, 0.9, 1e-3
@@ -64,6 +66,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--deadline", default="auto", help="T of allreduce_by: a time, or auto")
     p.add_argument("--slices", type=int, default=8)
+    p.add_argument("--carry-weight", type=float, default=0.5, help="the weighted variant's")
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--blackout", type=float, default=None, help="a 2 s blackout at this s")
     p.add_argument("--slow-site", type=float, default=0.0, help="datacenter 1 late by s")
@@ -134,13 +137,12 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
             dist.all_reduce(delta, op=dist.ReduceOp.AVG, group=gloo)
             fractions.append(1.0)
         else:
-            carry = job["variant"] == "deadline"
+            carry = {"deadline": 1.0, "weighted": job["carry_weight"]}.get(job["variant"], 0.0)
             # the job's first call sets up (buffers, first round trips) and is 2-3x
             # slower than the rest: it gets a generous deadline
             report = sdr.torch.allreduce_by(
                 delta, deadline if outer else max(deadline, 10.0), slices=job["slices"],
                 key="delta", carry=carry,
-                average="all" if carry else "arrived",
             )  # fmt: skip
             fractions.append(report.fraction_in)
         took = time.perf_counter() - start
@@ -185,7 +187,7 @@ def _run(variant: str, rtt: str, loss: float, deadline: float, args: Any) -> dic
                          GLOO_SOCKET_IFNAME=dc[r // per_dc][1]) for r in range(world)],  # fmt: skip
             "variant": variant, "outer": args.outer, "inner": args.inner, "batch": args.batch,
             "deadline": deadline, "slices": args.slices, "budget": args.budget,
-            "per_dc": per_dc, "slow": args.slow_site,
+            "per_dc": per_dc, "slow": args.slow_site, "carry_weight": args.carry_weight,
         }  # fmt: skip
         spaces = [link.ns_a] * per_dc + [link.ns_b] * per_dc
         ranks = run_ranks(world, lambda r: _rank(r, job), namespaces=spaces, timeout=3600)
@@ -225,7 +227,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     points = list(dict.fromkeys((r["rtt"], r["loss"]) for r in rows))
     width = max(6.0, 4.2 * len(points))
     fig, axes = plt.subplots(2, len(points), figsize=(width, 7), squeeze=False)
-    colors = dict(zip(VARIANTS, ("C0", "C2", "C3", "C1"), strict=True))
+    colors = dict(zip(VARIANTS, ("C0", "C2", "C4", "C3", "C1"), strict=True))
     for i, point in enumerate(points):
         here = [r for r in rows if (r["rtt"], r["loss"]) == point]
         for r in here:

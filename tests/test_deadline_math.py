@@ -122,3 +122,21 @@ def test_carry_over_loses_nothing(d: int, slices: int, steps: int, seed: int, av
             carries[x].settle(sent[x], included[x], bounds)
     still = sum(c.residual for c in carries if c.residual is not None)
     np.testing.assert_allclose(applied + still, produced, rtol=1e-9, atol=1e-9)
+
+
+def test_a_staleness_weight_carries_that_part_of_a_missed_slice() -> None:
+    carry = CarryOver(weight=0.5)
+    sent = carry.add_to(np.full(4, 8.0))
+    carry.settle(sent, np.array([True, False]), slice_bounds(4, 2))
+    assert carry.residual is not None and carry.residual.tolist() == [0.0, 0.0, 4.0, 4.0]
+    again = carry.add_to(np.zeros(4))
+    carry.settle(again, np.array([True, False]), slice_bounds(4, 2))  # missed again
+    assert carry.residual.tolist() == [0.0, 0.0, 2.0, 2.0]
+
+
+def test_carry_must_be_a_flag_or_a_weight() -> None:
+    from sdr.backends.hierarchical.communicator import _carry_weight
+
+    assert (_carry_weight(True), _carry_weight(False), _carry_weight(0.25)) == (1.0, 0.0, 0.25)
+    with pytest.raises(ConfigError, match=r"carry must be True, False or a weight in \[0, 1\]"):
+        _carry_weight(1.5)

@@ -79,6 +79,15 @@ class Topology:
         return {d * self.local_size + self.local_rank: d for d in range(self.datacenters)}
 
 
+def _carry_weight(carry: bool | float) -> float:
+    """``carry`` of allreduce_by as the part of a missed slice carried on."""
+    if carry is True or carry is False:
+        return float(carry)
+    if not isinstance(carry, int | float) or not 0 <= carry <= 1:
+        raise ConfigError(f"carry must be True, False or a weight in [0, 1], got {carry!r}")
+    return float(carry)
+
+
 def _repairs(counters: dict[str, int]) -> int:
     """Data chunks sent again or repaired, summed over a rank's links."""
     return sum(v for k, v in counters.items() if "retransmitted" in k or "repaired" in k)
@@ -188,7 +197,7 @@ class HierarchicalCommunicator:
         key: object = None,
         withhold: tuple[int, ...] = (),
         average: str | None = None,
-        carry: bool = True,
+        carry: bool | float = True,
         out: np.ndarray | None = None,
     ) -> tuple[np.ndarray, DeadlineReport]:
         """The mean of every rank's ``x`` over what crossed the WAN within ``deadline``
@@ -204,7 +213,9 @@ class HierarchicalCommunicator:
         without). A slice of ours that is not in
         is carried over (error feedback): added to the next call with the same ``key``
         (default: one per shape and dtype), so nothing is lost, only delayed; ``carry=False``
-        drops it instead (what a loss-tolerant transport does). With carry-over ``"all"``
+        drops it instead (what a loss-tolerant transport does); a weight in (0, 1) carries
+        that part of it (a staleness weight: steadier under an outer optimizer with
+        momentum, no longer exact over a run). With carry-over ``"all"``
         keeps the mean exact over a run (a late contribution counts once, when it comes);
         ``"arrived"`` would give the other ranks its weight for that step and it its own
         later (an outer optimizer sees more than the mean). ``withhold``: slices of this
@@ -221,8 +232,10 @@ class HierarchicalCommunicator:
         padded = np.zeros(-(-n // local) * local, x.dtype)
         padded[:n] = x.reshape(-1)
         shard = self._intra("reduce_scatter", padded, dt) if local > 1 else padded
+        weight = _carry_weight(carry)
         name = (x.shape, x.dtype.str) if key is None else key
         carried = self.carries.setdefault(name, CarryOver())
+        carried.weight = weight
         sent = carried.add_to(np.ascontiguousarray(shard))
         repairs = _repairs(self.links.counters())
         wan = time.perf_counter()
@@ -236,9 +249,9 @@ class HierarchicalCommunicator:
         included = agree(arrived)
         bounds = slice_bounds(sent.size, slices)
         if average is None:  # exact over a run with carry-over; undiluted without
-            average = "all" if carry else "arrived"
+            average = "all" if weight else "arrived"
         mean, counts = combine(contributions, included, bounds, weight=local, average=average)
-        if carry:
+        if weight:
             carried.settle(sent, included[self.topology.datacenter], bounds)
         else:
             carried.clear()

@@ -103,6 +103,10 @@ class CarryOver:
     residual: np.ndarray | None = None
     carried_total: float = 0.0
     """Sum of every element ever carried (for reports)."""
+    weight: float = 1.0
+    """The part of a missed slice carried to the next call: 1 is plain accumulation (exact
+    over a run), less is a staleness weight (a late slice counts for less each time it
+    misses: steadier for an optimizer with momentum, no longer exact)."""
 
     def add_to(self, contribution: np.ndarray) -> np.ndarray:
         """``contribution`` plus what is carried (a new array; the residual is kept until
@@ -124,6 +128,8 @@ class CarryOver:
         for s in np.flatnonzero(~np.asarray(mine_in, dtype=bool)):
             lo, hi = int(bounds[s]), int(bounds[s + 1])
             residual[lo:hi] = sent[lo:hi]
+        if self.weight != 1.0:
+            residual *= residual.dtype.type(self.weight)
         self.carried_total += float(residual.sum(dtype=np.float64))
         self.residual = residual if residual.any() else None
 

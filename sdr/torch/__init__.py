@@ -42,7 +42,7 @@ def allreduce_by(
     key: object = None,
     withhold: tuple[int, ...] = (),
     average: str | None = None,
-    carry: bool = True,
+    carry: bool | float = True,
 ) -> DeadlineReport:
     """Average ``tensor`` in place over what crossed the WAN within ``deadline`` seconds.
 
@@ -50,7 +50,8 @@ def allreduce_by(
     shard is in when every datacenter had it at the deadline (one agreement round after
     it settles which), and each slice is the mean over the contributions that are in.
     What missed stays with its rank and is added to its next call with the same ``key``
-    (error feedback: nothing is lost, only delayed; ``carry=False`` drops it).
+    (error feedback: nothing is lost, only delayed; ``carry=False`` drops it, a weight in
+    (0, 1) carries that part of it: a staleness weight).
     ``average``: ``"arrived"`` divides each slice by the ranks that are in, ``"all"`` by
     every rank (default: ``"all"`` with carry-over, which keeps the mean exact over a
     run; ``"arrived"`` without). With a momentum outer optimizer ``carry=False`` trained

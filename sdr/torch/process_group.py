@@ -252,7 +252,7 @@ class ProcessGroupSDR(dist.ProcessGroup):
         key: object = None,
         withhold: tuple[int, ...] = (),
         average: str | None = None,
-        carry: bool = True,
+        carry: bool | float = True,
     ) -> SdrWork:
         """SDR's own collective: ``tensor`` becomes (in place) the mean over every rank's
         contribution that crossed the WAN within ``deadline`` s, bitwise the same on every
