@@ -138,7 +138,8 @@ class ProcessGroupSDR(dist.ProcessGroup):
             names=lambda r: f"rank {r} (datacenter {rmap.datacenter(r)})",
             connect_timeout=self._timeout_s,
         )
-        world = StoreBootstrap(store, topo.rank, world_size, "sdr/world")
+        # env:// makes rank 0 the store's host: it leaves the closing barrier last
+        world = StoreBootstrap(store, topo.rank, world_size, "sdr/world", host=rank == 0)
         intra = None
         if topo.local_size > 1:
             local = StoreBootstrap(

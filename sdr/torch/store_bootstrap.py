@@ -18,11 +18,16 @@ __all__ = ["StoreBootstrap"]
 class StoreBootstrap:
     """``world_size`` ranks meeting through ``store`` under ``prefix`` (``rank`` is ours)."""
 
-    def __init__(self, store: Any, rank: int, world_size: int, prefix: str) -> None:
+    def __init__(
+        self, store: Any, rank: int, world_size: int, prefix: str, host: bool = False
+    ) -> None:
         self.store = store
         self.rank = rank
         self.world_size = world_size
         self.prefix = prefix
+        self.host = host
+        """This process serves the store (torch rank 0 under ``env://``): it leaves a
+        barrier only after every other rank has finished reading it."""
         self._round = 0
 
     def all_gather(self, obj: Any) -> list[Any]:
@@ -37,8 +42,17 @@ class StoreBootstrap:
         return self.all_gather(obj if self.rank == root else None)[root]
 
     def barrier(self) -> None:
-        """Every rank arrives before any returns."""
+        """Every rank arrives before any returns; the store's host returns last. (Before,
+        a host that exited after the closing barrier cut the store from under a rank still
+        reading it: "closed without draining: Connection reset by peer".)"""
+        key = f"{self.prefix}/{self._round}"
         self.all_gather(None)
+        if self.host:
+            others = [f"{key}/read/{r}" for r in range(self.world_size) if r != self.rank]
+            if others:
+                self.store.wait(others)
+        else:
+            self.store.set(f"{key}/read/{self.rank}", b"1")
 
     def close(self) -> None:
         """Nothing to release: the store belongs to the process group."""
