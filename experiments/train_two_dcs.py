@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import platform
 import shutil
 import sys
@@ -31,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+# c10d warns once per socket that a namespace's client hostname cannot be looked up (24
+# lines a run); torch reads this when it loads, so set it before anything imports torch
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
