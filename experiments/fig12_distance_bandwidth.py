@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     fig, axes = plt.subplots(len(METRICS), len(FIG_DROPS), figsize=(10, 7), sharey=True)
     for metric, ax_row in zip(METRICS, axes, strict=True):
         for ax, drop in zip(ax_row, FIG_DROPS, strict=True):
-            for bw in BANDWIDTHS:
+            for i, bw in enumerate(BANDWIDTHS):  # one colour per bandwidth in every panel
                 pts = [
                     (r["bdp_bytes"], r["ec_wins_up_to_bytes"])
                     for r in rows
@@ -77,7 +77,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                     and r["ec_wins_up_to_bytes"] != ""
                 ]
                 if pts:
-                    ax.plot(*zip(*pts, strict=True), marker="o", label=f"{bw / 1e9:.0f} Gbit/s")
+                    ax.plot(
+                        *zip(*pts, strict=True),
+                        marker="o",
+                        color=f"C{i}",
+                        label=f"{bw / 1e9:.0f} Gbit/s",
+                    )
             ax.set_xscale("log", base=2)
             ax.set_yscale("log", base=2)
             ax.set_xlabel("bandwidth-delay product (bytes)", fontsize=8)
