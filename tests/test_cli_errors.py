@@ -167,3 +167,18 @@ def test_option_parser_errors_are_one_line_too(
     result = _sdr(*args)
     _assert_one_line_error(result, *needles)
     assert "Usage:" not in result.stderr and "Try '" not in result.stderr
+
+
+def test_a_parity_lane_over_the_message_size_is_refused_before_the_network(tmp_path: Path) -> None:
+    """Before, ec-xor with k=8, m=16 passed the checks and the receiver failed mid-transfer
+    with "raise QPAttr.max_message_size", which sdr send has no flag for (issue 32, item 3)."""
+    data = tmp_path / "one.bin"
+    data.write_bytes(b"x" * (1 << 20))
+    config = tmp_path / "x.toml"
+    config.write_text('[reliability]\nscheme = "ec-xor"\nk = 8\nm = 16\n')
+    _assert_one_line_error(
+        _sdr("send", str(data), "--to", "127.0.0.1:1", "--config", str(config), "--timeout", "2"),
+        "ec-xor with k=8, m=16",
+        "a 1MiB message needs a 2MiB parity lane",
+        "use m <= k",
+    )

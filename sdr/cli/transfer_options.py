@@ -22,7 +22,7 @@ from sdr.reliability import ReliabilityConfig
 from sdr.reliability.config import load
 from sdr.reliability.registry import available_schemes, create_scheme
 from sdr.runtime.auto_scheme import check_drop
-from sdr.units import parse_size
+from sdr.units import format_size, parse_size
 
 __all__ = [
     "DEFAULTS",
@@ -171,5 +171,22 @@ def validate_send(path: str, opts: TransferOptions) -> tuple[bytes | None, int]:
     config = merged_config(opts)
     attr = qp_attr(opts, config)
     if config.scheme != "auto":
-        create_scheme(config.resolved(attr.chunk_size, attr.rate_limit))
+        check_lanes(create_scheme(config.resolved(attr.chunk_size, attr.rate_limit)), attr, size)
     return secret, size
+
+
+def check_lanes(scheme: Any, attr: sdr.QPAttr, size: int) -> None:
+    """ConfigError, in the user's terms, when a message's lane (EC's parity) would not fit
+    ``--message-size`` (before, the receiver failed mid-transfer with "raise
+    QPAttr.max_message_size", which ``sdr send`` has no flag for)."""
+    message = int(attr.max_message_size)  # type: ignore[call-overload]
+    piece = min(message, max(size, 1))
+    largest = max(scheme.lanes(piece))
+    if largest <= message:
+        return
+    k, m = scheme.config.k, scheme.config.m
+    raise ConfigError(
+        f"{scheme.name} with k={k}, m={m} sends {m / k:g} parity bytes per data byte: a "
+        f"{format_size(piece)} message needs a {format_size(largest)} parity lane, more "
+        f"than --message-size {format_size(message)} holds; use m <= k"
+    )
