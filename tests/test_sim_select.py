@@ -99,13 +99,15 @@ def test_select_table_shows_how_far_each_row_is_from_the_best() -> None:
         for line in result.stdout.splitlines()
         if line.startswith("│ ec-") or line.startswith("│ sr-")
     ]
-    assert len(rows) == 10
+    # the ten best, and the best of every scheme below them (four schemes at most)
+    assert 10 <= len(rows) <= 14
+    assert {r.split("│")[1].strip() for r in rows} >= {"sr-rto", "sr-nack", "ec-mds", "ec-xor"}
     assert rows[0].rstrip(" │").endswith("best")
     deltas = [row.rstrip(" │").rsplit(" ", 1)[-1] for row in rows[1:]]
     assert all(d.startswith("+") and d.endswith("%") for d in deltas), deltas
     assert len(set(deltas)) > 1
     # rows whose mean is not scored for p99.9 say so instead of leaving a blank
-    assert "only with --objective p999" in result.stdout
+    assert "only with --objective p999" in " ".join(result.stdout.split())
 
 
 def test_the_nack_schemes_rto_passed_back_gives_no_spurious_repairs() -> None:
