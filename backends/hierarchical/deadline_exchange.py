@@ -214,8 +214,3 @@ class DeadlineExchange:
         """Forget acknowledged mask writes (their buffers may go)."""
         self._masks_out = [(h, b) for h, b in self._masks_out if not h.finished]
         self._strays = [h for h in self._strays if not h.finished]
-
-    @property
-    def pending(self) -> list[Any]:
-        """Mask writes of earlier calls not acknowledged yet."""
-        return [h for h, _ in self._masks_out if not h.finished]

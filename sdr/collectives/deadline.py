@@ -101,8 +101,6 @@ class CarryOver:
     contribution (error feedback by plain accumulation)."""
 
     residual: np.ndarray | None = None
-    carried_total: float = 0.0
-    """Sum of every element ever carried (for reports)."""
     weight: float = 1.0
     """The part of a missed slice carried to the next call: 1 is plain accumulation (exact
     over a run), less is a staleness weight (a late slice counts for less each time it
@@ -130,7 +128,6 @@ class CarryOver:
             residual[lo:hi] = sent[lo:hi]
         if self.weight != 1.0:
             residual *= residual.dtype.type(self.weight)
-        self.carried_total += float(residual.sum(dtype=np.float64))
         self.residual = residual if residual.any() else None
 
     def clear(self) -> np.ndarray | None:
