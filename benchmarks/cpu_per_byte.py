@@ -95,7 +95,7 @@ def sdr_run(
         sender = _popen(
             wrap("a", [*sdr, "send", str(source), "--to", f"{host}:{port}", "--json"])
             + ["--scheme", scheme, "--rate", rate, "--rtt", args.rtt, "--mtu", str(args.mtu)]
-            + ["--message-size", args.message_size, "--timeout", "120"]
+            + ["--message-size", args.message_size, "--timeout", "120", "--digest", args.digest]
         )
         cpu_send = _cpu(sender, 300)
         cpu_recv = _cpu(receiver, 60)
@@ -230,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--message-size", default="16MiB")
     p.add_argument("--rtt", default="25ms", help="SDR's --rtt (and the emulated link's)")
     p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--digest", default="blake3", help="sdr send --digest (blake3, sha256, none)")
     p.add_argument("--link", action="store_true", help="also through the WAN emulator (root)")
     p.add_argument("--json")
     args = p.parse_args(argv)

@@ -77,7 +77,7 @@ def run_sdr(
         "predicted_s": predicted,
         "scheme_used": report["scheme"],
         "wire_bytes": report["wire_bytes"],
-        "intact": report["receiver"]["sha256"] == report["sha256"],
+        "intact": report["receiver"]["digest"] == report["digest"],
     }
 
 

@@ -7,6 +7,7 @@ peer is reported within about a second, no silent waiting, and a wrong secret is
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import blake3
 import pytest
 
 SDR = str(Path(sys.executable).with_name("sdr"))
@@ -109,6 +111,28 @@ def test_config_file_is_honoured_and_flags_given_override_it(tmp_path: Path) -> 
     assert config["alpha"] == 1.0  # the rest comes from the file, not the CLI defaults
     assert config["chunk_size"] == 128 << 10
     assert config["link_rate"] == pytest.approx(10e9)
+    assert out.read_bytes() == source.read_bytes()
+
+
+@pytest.mark.parametrize("digest", ["blake3", "sha256", "none"])
+def test_the_file_digest_is_the_senders_choice_and_both_ends_report_it(
+    tmp_path: Path, digest: str
+) -> None:
+    source = _payload(tmp_path / "in.bin", (1 << 20) + 12345)
+    out = tmp_path / "out.bin"
+    receiver, port = _receiver(out, "--timeout", "60")
+    sender = _sender(source, port, "--digest", digest, "--scheme", "sr-nack", "--json")
+    stdout, stderr = sender.communicate(timeout=120)
+    assert sender.returncode == 0, stderr
+    recv_out, recv_err = receiver.communicate(timeout=60)
+    assert receiver.returncode == 0, recv_err
+    want = {
+        "blake3": blake3.blake3(source.read_bytes()).hexdigest(),
+        "sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+        "none": None,
+    }[digest]
+    for report in (_lines(stdout)[-1]["report"], _lines(recv_out)[-1]["report"]):
+        assert report["digest_algorithm"] == digest and report["digest"] == want
     assert out.read_bytes() == source.read_bytes()
 
 
@@ -239,6 +263,7 @@ def test_send_without_receiver_honours_timeout_and_says_it_waits(tmp_path: Path)
         (["--to", "127.0.0.1:notaport"], "port"),
         (["--paths", "0"], "--paths must be an integer in [1, 64], got 0"),
         (["--congestion", "vegas"], "congestion 'vegas' is not a known congestion controller"),
+        (["--digest", "md5"], "--digest must be one of blake3, sha256, none, got 'md5'"),
     ],
 )
 def test_send_validates_before_touching_the_network(

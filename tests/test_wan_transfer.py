@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import blake3
 import pytest
 
 from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces
@@ -97,7 +98,7 @@ def test_transfer_across_a_lossy_emulated_link(tmp_path, scheme):
             timeout=120,
         )
     assert out.read_bytes() == source.read_bytes()
-    assert report["receiver"]["sha256"] == report["sha256"]
+    assert report["receiver"]["digest"] == report["digest"]
     assert link.summary["a_to_b"]["loss_drops"] > 0
     assert report["completion_s"] > 0.010  # at least one round trip
     if scheme == "auto":
@@ -151,7 +152,9 @@ def test_send_recv_through_the_udp_relay_without_root(tmp_path):
     assert relay.returncode == 0, relay_err
     digest = hashlib.sha256(source.read_bytes()).hexdigest()
     assert hashlib.sha256(out.read_bytes()).hexdigest() == digest
-    assert json.loads(sender.stdout.splitlines()[-1])["report"]["sha256"] == digest
+    sent = json.loads(sender.stdout.splitlines()[-1])["report"]
+    assert sent["digest_algorithm"] == "blake3"
+    assert sent["digest"] == blake3.blake3(source.read_bytes()).hexdigest()
     assert "map written to" in relay_out
     summary = json.loads(relay_out[relay_out.index("\n{") :])
     # every data packet crossed the relay: at least the file's worth of 4 KiB packets

@@ -128,7 +128,7 @@ def demo(
     (out_dir / "demo.json").write_text(json.dumps({"link": link.summary, "runs": rows}, indent=1))
     drops = link.summary["a_to_b"]["loss_drops"] + link.summary["b_to_a"]["loss_drops"]
     console.print(
-        f"link dropped {drops} packets in all; every file verified by SHA-256. "
+        f"link dropped {drops} packets in all; every file verified by BLAKE3. "
         f"Chart: {chart}; data: {out_dir / 'demo.json'}"
     )
 

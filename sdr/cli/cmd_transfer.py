@@ -30,6 +30,7 @@ from rich.text import Text
 from sdr.backends import oob
 from sdr.cli.defaults import DEFAULT_MTU
 from sdr.cli.file_transfer import TransferOptions, send_file, serve_file, validate_send
+from sdr.cli.transfer_digest import DEFAULT_DIGEST, DIGESTS
 from sdr.cli.transfer_receive import DEFAULT_MAX_SIZE, check_max_size
 from sdr.errors import ConfigError
 from sdr.units import format_size
@@ -222,6 +223,11 @@ def send(
     relay: str = typer.Option(
         None, help="map file of 'sdr emulate relay --map': send the UDP data through it"
     ),
+    digest: str = typer.Option(
+        DEFAULT_DIGEST,
+        help=f"end-to-end file digest: {', '.join(DIGESTS)} (none: the transport's "
+        "per-chunk CRC-32s only)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="JSON lines on stdout (progress, report)"),
 ) -> None:
     """Send FILE reliably over SDR (software RoCEv2 over UDP) and verify it end to end."""
@@ -241,6 +247,7 @@ def send(
         secret=secret,
         timeout=timeout,
         relay=relay,
+        digest=digest,
     )
     validate_send(file, opts)  # before the progress bar and the network
 
@@ -257,7 +264,7 @@ def send(
         report,
         f"sent {format_size(report['bytes'])} in {report['seconds']:.3f} s "
         f"({_rate(report['bytes'], report['seconds'])}) with {report['scheme']}; "
-        f"verified SHA-256 {report['sha256'][:16]}...; "
+        f"{_verified(report)}; "
         f"{format_size(report['wire_bytes'])} on the wire",
     )
 
@@ -293,8 +300,8 @@ def recv(
     """Receive one file sent with ``sdr send`` and verify it end to end.
 
     The data lands in OUT.partial (created new: if it exists, nothing is received),
-    renamed to OUT only after its SHA-256 matched; the reliability settings (scheme, rtt,
-    chunk size ...) come from the sender.
+    renamed to OUT only after its digest (the sender's --digest) matched; the
+    reliability settings (scheme, rtt, chunk size ...) come from the sender.
     """
     bind, port = _listen(bind, port)
     if not 0 <= data_port < 65536:
@@ -317,8 +324,15 @@ def recv(
     output.report(
         report,
         f"received {format_size(report['bytes'])} into {out} with {report['scheme']}; "
-        f"SHA-256 verified {report['sha256'][:16]}...",
+        f"{_verified(report)}",
     )
+
+
+def _verified(report: dict[str, Any]) -> str:
+    """How the file was checked end to end, for the one-line report."""
+    if report["digest"] is None:
+        return "verified by per-chunk CRC-32 (--digest none)"
+    return f"verified {report['digest_algorithm']} {report['digest'][:16]}..."
 
 
 def register(app: typer.Typer) -> None:

@@ -1,5 +1,6 @@
 """A real file transfer over SDR: UDP backend (software RoCEv2), a reliability scheme from
-config or ``auto``, zero-copy into a memory-mapped output file, end-to-end SHA-256.
+config or ``auto``, zero-copy into a memory-mapped output file, end-to-end digest
+(BLAKE3 by default).
 
     receiver: serve_file("out.bin", bind="10.0.0.2")
     sender:   send_file("in.bin", "10.0.0.2", TransferOptions(scheme="auto", loss=1e-3))

@@ -17,6 +17,7 @@ import sdr
 from sdr.auth import check_secret
 from sdr.backends.udp.transport import MAX_PATHS
 from sdr.cli.defaults import DEFAULT_MTU
+from sdr.cli.transfer_digest import DEFAULT_DIGEST, check_digest
 from sdr.errors import ConfigError
 from sdr.reliability import ReliabilityConfig
 from sdr.reliability.config import load
@@ -84,6 +85,8 @@ class TransferOptions:
     timeout: float = 300.0
     relay: str | None = None
     """A map file of ``sdr emulate relay --map``: the UDP data crosses the relay."""
+    digest: str = DEFAULT_DIGEST
+    """The end-to-end file digest (:mod:`~sdr.cli.transfer_digest`)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -165,6 +168,7 @@ def validate_send(path: str, opts: TransferOptions) -> tuple[bytes | None, int]:
     network (ConfigError, OSError for an unreadable file); returns the secret and the
     file's size."""
     secret = check_secret(opts.secret)
+    check_digest(opts.digest)
     size = os.path.getsize(path)
     with open(path, "rb"):
         pass

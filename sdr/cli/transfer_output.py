@@ -1,6 +1,6 @@
 """Where a received file lands: ``OUT.partial``, created new, its space reserved.
 
-The receiver writes into ``OUT.partial`` and renames it to ``OUT`` only once its SHA-256
+The receiver writes into ``OUT.partial`` and renames it to ``OUT`` only once its digest
 matched. In a shared directory another user may have put something at that name first
 (a symbolic link to one of the receiving user's files, say), so the partial file is
 created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and mode 0600: no link is followed and

@@ -8,7 +8,6 @@ what a side holds stays the same for a 1 KiB and a 1 TiB file.
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +16,7 @@ from typing import Any, BinaryIO
 from sdr.errors import SDRError
 from sdr.units import format_size
 
-__all__ = ["PieceWindow", "arrived", "map_file", "pieces", "sha256", "with_arrived"]
+__all__ = ["PieceWindow", "arrived", "map_file", "pieces", "with_arrived"]
 
 
 REPORT_EVERY_S = 0.05
@@ -38,10 +37,6 @@ def map_file(fh: BinaryIO, size: int, write: bool) -> Any:
         return bytearray(0)
     access = mmap.ACCESS_WRITE if write else mmap.ACCESS_COPY
     return mmap.mmap(fh.fileno(), size, access=access)
-
-
-def sha256(buffer: Any) -> str:
-    return hashlib.sha256(memoryview(buffer)).hexdigest()
 
 
 class PieceWindow:

@@ -15,6 +15,7 @@ from sdr.auth import check_secret
 from sdr.backends import oob
 from sdr.backends.udp import UdpTransport
 from sdr.backends.udp.transport import MAX_PATHS
+from sdr.cli.transfer_digest import file_digest, peer_digest
 from sdr.cli.transfer_options import Progress
 from sdr.cli.transfer_output import (
     check_out,
@@ -24,7 +25,7 @@ from sdr.cli.transfer_output import (
     publish,
 )
 from sdr.cli.transfer_peer import WATCH_S, peer_error, tell_peer, watch
-from sdr.cli.transfer_pieces import PieceWindow, map_file, sha256, with_arrived
+from sdr.cli.transfer_pieces import PieceWindow, map_file, with_arrived
 from sdr.cli.transfer_prefault import PrefaultAhead
 from sdr.cli.transfer_relay import RelaySide, load_side
 from sdr.cli.transfer_setup import Request, expect, new_challenge, parse_hello, reply
@@ -67,9 +68,10 @@ def serve_file(
     returns a report.
 
     The data lands in :func:`partial_path` ``(out)`` (created new: nothing there may
-    exist, :mod:`~sdr.cli.transfer_output`), renamed to ``out`` only once its SHA-256
-    matches the sender's; on failure that file is removed (kept, when ``keep_partial``)
-    and ``out`` is left as it was. The set-up (:mod:`~sdr.cli.transfer_setup`) must
+    exist, :mod:`~sdr.cli.transfer_output`), renamed to ``out`` only once its digest
+    (:mod:`~sdr.cli.transfer_digest`, the sender's choice) matches the sender's; on
+    failure that file is removed (kept, when ``keep_partial``) and ``out`` is left as
+    it was. The set-up (:mod:`~sdr.cli.transfer_setup`) must
     be complete within ``timeout`` s of the sender's connection; a file larger than
     ``max_size`` bytes (units accepted) or than the free disk space is refused before
     anything is created. ``progress`` counts verified bytes only. A sender that exits or
@@ -227,21 +229,23 @@ def _into(
             raise peer_error(done, "sender")
         if isinstance(buf, mmap.mmap):
             buf.flush()
-        digest = sha256(buf)
-        ok = digest == done.get("sha256")
+        algorithm, want = peer_digest(done)
+        digest = file_digest(buf, algorithm)
+        ok = digest == want
         if ok:
             publish(fh, out)
-        oob.send_obj(conn, {"ok": ok, "sha256": digest, "end": end})
+        oob.send_obj(conn, {"ok": ok, "digest": digest, "end": end})
         if not ok:
             raise _kept(
-                MessageFailed(f"{out}: SHA-256 {digest} differs from the sender's"),
+                MessageFailed(f"{out}: {algorithm} digest {digest} differs from the sender's"),
                 partial,
                 keep_partial,
             )
         return {
             "bytes": size,
             "end": end,
-            "sha256": digest,
+            "digest_algorithm": algorithm,
+            "digest": digest,
             "scheme": config.scheme,
             "counters": qp.counters(),
             "stats": window.stats,

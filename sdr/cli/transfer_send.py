@@ -12,9 +12,10 @@ from typing import Any
 import sdr
 from sdr.backends import oob
 from sdr.backends.udp import UdpTransport
+from sdr.cli.transfer_digest import file_digest
 from sdr.cli.transfer_options import Progress, TransferOptions, plan, qp_attr, validate_send
 from sdr.cli.transfer_peer import peer_error, tell_peer, watch
-from sdr.cli.transfer_pieces import PieceWindow, map_file, sha256, with_arrived
+from sdr.cli.transfer_pieces import PieceWindow, map_file, with_arrived
 from sdr.cli.transfer_relay import RelaySide, load_side
 from sdr.cli.transfer_setup import expect, hello, parse_challenge, parse_reply
 from sdr.errors import ConfigError, MessageFailed, ProtocolError, SDRError
@@ -130,8 +131,8 @@ def _send(
         raise with_arrived(exc, window) from exc
     seconds = time.monotonic() - start
     hashing = time.monotonic()
-    digest = sha256(buf)
-    oob.send_obj(sock, {"done": True, "sha256": digest})
+    digest = file_digest(buf, opts.digest)
+    oob.send_obj(sock, {"done": True, "digest_algorithm": opts.digest, "digest": digest})
     # the receiver hashes its copy first: as long as we took, and then the usual timeout
     wait = opts.timeout + time.monotonic() - hashing
     verdict = expect(sock, time.monotonic() + wait, wait, "verdict from the receiver")
@@ -156,7 +157,8 @@ def _send(
         "paths": len(getattr(qp.ctx.transport, "ports", (0,))),
         "multipath": _multipath_report(rqp, clock_start),
         "stats": window.stats,
-        "sha256": digest,
+        "digest_algorithm": opts.digest,
+        "digest": digest,
     }
 
 
