@@ -207,6 +207,11 @@ class TransportQP(ABC):
     def send_budget(self, now: float) -> int:
         """Packets the sender may post now without exceeding the rate limit."""
 
+    def next_send_time(self, now: float) -> float | None:
+        """When the pacer next allows a batch of packets (``now`` if it already does);
+        None: this transport cannot say (the driver then polls while data waits)."""
+        return None
+
     def set_pacing_rate(self, now: float, bits_per_s: float) -> None:  # noqa: B027
         """Pace at ``bits_per_s`` from ``now`` on (a congestion controller's rate, set by
         the driver loop when it changes); a transport paced by its NIC alone ignores it."""
@@ -254,6 +259,11 @@ class Transport(ABC):
 
     def wait(self, timeout: float) -> None:  # noqa: B027 - optional hook
         """Block up to ``timeout`` seconds until I/O may be ready (default: return at once)."""
+
+    def maybe_readable(self) -> bool:
+        """Whether a packet or control message may be waiting to be read (True when the
+        transport cannot tell cheaply: the driver then runs another round at once)."""
+        return True
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release every resource of this transport."""

@@ -188,6 +188,10 @@ class UdpTransport(Transport):
         if wake > now:
             select.select([*self.data_sockets, self.control_socket], [], [], wake - now)
 
+    def maybe_readable(self) -> bool:
+        readable, _, _ = select.select([*self.data_sockets, self.control_socket], [], [], 0)
+        return bool(readable)
+
     def close(self) -> None:
         for qp in list(self._qps):
             self.forget(qp)

@@ -111,8 +111,9 @@ def drive(
     ctx = group[0].ctx
     deadline = None if timeout is None else ctx.now() + timeout
     while not condition():
-        if sum(r.progress() for r in group):
-            continue
+        worked = sum(r.progress() for r in group)
+        if worked and (not all(r.quiet() for r in group) or condition()):
+            continue  # more to do at once, or done
         now = ctx.now()
         if deadline is not None and now >= deadline:
             raise TimeoutError(f"{what} did not finish within {timeout} s")

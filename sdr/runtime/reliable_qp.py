@@ -175,13 +175,39 @@ class ReliableQP:
         """The earliest deadline of the connection (its core, machines, write starts)."""
         return self.connection.get_timer()
 
+    def quiet(self) -> bool:
+        """Nothing for another round to do right now: no packet waiting (where the
+        transport can tell) and the pacer holds any queued data back. The driver then
+        waits instead of running a round that finds nothing (one after each batch: 50
+        us on the receiver, 90 on the sender, ~10% of their CPU per byte)."""
+        if self.ctx.transport.maybe_readable():
+            return False
+        if not self.connection.backlogged:
+            return True
+        now = self.ctx.now()
+        when = self.qp.transport_qp.next_send_time(now)
+        return when is not None and when > now
+
     def idle_step(self) -> float:
-        """Longest idle wait that keeps a paced sender busy: one chunk at the rate limit
-        while queued data waits for the pacer, else unbounded (timers bound the wait)."""
+        """Longest idle wait that keeps a paced sender busy, while queued data waits for
+        the pacer: until the pacer next allows a batch, where the transport can say;
+        else, or when the pacer allows one already and still nothing went (a window
+        holds the data), one chunk time at the rate. Unbounded otherwise (timers bound
+        the wait).
+
+        Waking each chunk time whatever the pacer said cost 1.5 empty progress rounds
+        per batch sent (80 us each on the sender: ~20% of its CPU per byte); but a
+        sender whose pacer refilled between its last round and its wait must not sleep
+        until the next ACK (it did: up to 70 ms, 256 MiB took 1.5x as long)."""
         rate = self.connection.pacing_rate or self.qp.attr.rate_limit
         if not rate or not self.connection.backlogged:
             return float("inf")
-        return self.qp.attr.chunk_size * 8 / rate  # type: ignore[operator]
+        chunk_time = self.qp.attr.chunk_size * 8 / rate  # type: ignore[operator]
+        now = self.ctx.now()
+        when = self.qp.transport_qp.next_send_time(now)
+        if when is None or when <= now:
+            return chunk_time
+        return when - now
 
     def _collect(self) -> int:
         """Finish the handles of the connection's events."""
