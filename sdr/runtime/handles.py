@@ -104,8 +104,10 @@ def drive(
     """Progress ``rqps`` until ``condition()`` is true (sdr.TimeoutError after ``timeout`` s).
 
     When nothing is left to do it waits on the first QP's transport until the earliest
-    timer (a ManualClock jumps there), never longer than a chunk time while a paced sender
-    has data queued, nor than half an RTT when the QPs live on several transports.
+    timer (a ManualClock jumps there), never past the moment a paced sender's pacer
+    allows its next batch (:meth:`ReliableQP.idle_step`), nor than half an RTT when the
+    QPs live on several transports. After a round that worked it runs the next at once
+    unless every QP is :meth:`~ReliableQP.quiet`.
     """
     group = list(dict.fromkeys(rqps))
     ctx = group[0].ctx

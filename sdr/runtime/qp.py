@@ -218,6 +218,13 @@ class QP:
         """When the protocol next has timed work (a CTS request, a scheme's RTO)."""
         return self.protocol.get_timer()
 
+    def pacer_wait(self) -> float | None:
+        """Seconds until the transport's pacer allows the next batch (0: it does now);
+        None: the transport cannot say."""
+        now = self.ctx.now()
+        when = self.transport_qp.next_send_time(now)
+        return None if when is None else max(when - now, 0.0)
+
     def _carry_out(self) -> int:
         actions = self.protocol.actions_to_do()
         tqp = self.transport_qp

@@ -184,9 +184,8 @@ class ReliableQP:
             return False
         if not self.connection.backlogged:
             return True
-        now = self.ctx.now()
-        when = self.qp.transport_qp.next_send_time(now)
-        return when is not None and when > now
+        wait = self.qp.pacer_wait()
+        return wait is not None and wait > 0
 
     def idle_step(self) -> float:
         """Longest idle wait that keeps a paced sender busy, while queued data waits for
@@ -202,12 +201,10 @@ class ReliableQP:
         rate = self.connection.pacing_rate or self.qp.attr.rate_limit
         if not rate or not self.connection.backlogged:
             return float("inf")
-        chunk_time = self.qp.attr.chunk_size * 8 / rate  # type: ignore[operator]
-        now = self.ctx.now()
-        when = self.qp.transport_qp.next_send_time(now)
-        if when is None or when <= now:
-            return chunk_time
-        return when - now
+        wait = self.qp.pacer_wait()
+        if wait is None or wait <= 0:
+            return self.qp.attr.chunk_size * 8 / rate  # type: ignore[operator]
+        return wait
 
     def _collect(self) -> int:
         """Finish the handles of the connection's events."""
