@@ -45,3 +45,40 @@ def test_progress_is_reported_at_most_every_interval_and_at_the_end(
     assert window.advance(lambda d, t: calls.append((d, t)))  # done: reported at once
     assert calls[-1] == (4 << 20, 4 << 20)
     assert window.advance(None)  # no progress callback: just the window
+
+
+class _Watched(_Handle):
+    """A handle that counts how often its state is read."""
+
+    reads = 0
+
+    @property  # type: ignore[override]
+    def finished(self) -> bool:
+        _Watched.reads += 1
+        return self._finished
+
+    @finished.setter
+    def finished(self, value: bool) -> None:
+        self._finished = value
+
+
+def test_with_a_finished_count_a_round_where_nothing_finished_reads_no_handle() -> None:
+    count = [0]
+    posted: list[_Watched] = []
+
+    def post(offset: int, length: int) -> Any:
+        posted.append(_Watched(length))
+        return posted[-1]
+
+    window = PieceWindow(post, 8 << 20, 1 << 20, 4, lambda: count[0])
+    assert len(posted) == 4
+    _Watched.reads = 0
+    for _ in range(100):
+        window.top_up()
+    assert _Watched.reads == 0  # the count did not move: nothing looked at
+    posted[1].finished = posted[1].done = True
+    count[0] += 1
+    window.top_up()
+    assert window.open == 4 and len(posted) == 5  # retired one, posted the next
+    assert window.verified() == 1 << 20
+    assert 0 < _Watched.reads <= 4

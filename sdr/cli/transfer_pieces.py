@@ -48,11 +48,18 @@ class PieceWindow:
     posts the next pieces. A depth of at least the reliable QP's ``max_in_flight`` on
     both sides keeps every write in flight that could be, so the window costs nothing
     in speed while memory stays independent of the file's size. The first failed
-    message stops the posting (the transfer has failed).
+    message stops the posting (the transfer has failed). ``finished_count``, when given,
+    counts the handles finished so far (``ReliableQP.finished_count``): a round in which
+    it did not move looks at no handle.
     """
 
     def __init__(
-        self, post: Callable[[int, int], Any], size: int, message: int, depth: int
+        self,
+        post: Callable[[int, int], Any],
+        size: int,
+        message: int,
+        depth: int,
+        finished_count: Callable[[], int] | None = None,
     ) -> None:
         if depth < 1:
             raise ValueError(f"window depth must be >= 1, got {depth}")
@@ -68,6 +75,8 @@ class PieceWindow:
         """The first handle that failed, if any."""
         self._exhausted = size == 0
         self._reported_at = -float("inf")
+        self._finished_count = finished_count
+        self._seen = -1  # finished_count() when the handles were last looked at
         self.top_up()
 
     @property
@@ -77,6 +86,18 @@ class PieceWindow:
 
     def top_up(self) -> None:
         """Retire the finished handles, then post pieces until the window is full."""
+        if self._finished_count is None or self._finished_count() != self._seen:
+            self._retire()
+        while self.failed is None and not self._exhausted and len(self._open) < self._depth:
+            piece = next(self._todo, None)
+            if piece is None:
+                self._exhausted = True
+                break
+            self._open.append(self._post(*piece))
+
+    def _retire(self) -> None:
+        if self._finished_count is not None:
+            self._seen = self._finished_count()
         still = []
         for handle in self._open:
             if not handle.finished:
@@ -89,12 +110,6 @@ class PieceWindow:
             elif self.failed is None:
                 self.failed = handle
         self._open = still
-        while self.failed is None and not self._exhausted and len(self._open) < self._depth:
-            piece = next(self._todo, None)
-            if piece is None:
-                self._exhausted = True
-                break
-            self._open.append(self._post(*piece))
 
     def advance(self, progress: Callable[[int, int], None] | None) -> bool:
         """:meth:`top_up`, then ``progress(verified, size)`` at most every

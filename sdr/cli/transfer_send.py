@@ -117,6 +117,7 @@ def _send(
         size,
         attr.max_message_size,
         2 * rqp.max_in_flight,
+        lambda: rqp.finished_count,
     )
 
     def finished() -> bool:

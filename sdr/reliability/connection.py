@@ -74,6 +74,7 @@ from sdr.reliability.multipath import ChunkPaths
 from sdr.reliability.registry import create_scheme
 from sdr.reliability.rto_check import RtoWarning, spurious_repair_warning
 from sdr.reliability.rtt_estimator import RttEstimator
+from sdr.reliability.schedule import Schedule
 from sdr.reliability.sr_sender import max_rto
 from sdr.reliability.transfers import Incoming, Outgoing, Register, open_outgoing
 from sdr.send_table import SendRecord, SendState
@@ -144,11 +145,15 @@ class ReliableConnection:
         self._lane_of: dict[SendRecord, tuple[Outgoing, int]] = {}
         self._to_post: deque[Incoming] = deque()
         self._receiving: dict[int, Incoming] = {}
+        self._send_schedule = Schedule()
+        self._recv_schedule = Schedule()
+        """Which writes and receives a round runs (:mod:`sdr.reliability.schedule`)."""
         self._lane_in: dict[RecvRecord, tuple[Incoming, int]] = {}
         self._finished: OrderedDict[int, bool] = OrderedDict()
         self._events: deque[Event] = deque()
         self.rtt = RttEstimator(config.rto, max(max_rto(config.timeout_for(0)), config.rto))
         """SRTT/RTTVAR of the path, shared by every write's sender (RFC 6298)."""
+        self._rto_kept = self.rtt.rto  # the RTO when the write timers were last kept
         self.progress_at = -math.inf
         """When a chunk of any message was last newly acknowledged or arrived (the
         driver's clock): what a no-progress timeout of the application watches."""
@@ -281,6 +286,7 @@ class ReliableConnection:
             if owner is not None and len(chunks):
                 inc, lane = owner
                 if inc.machine is not None and inc.machine.active:
+                    self._recv_schedule.touch(inc.seq)
                     inc.machine.on_chunks(now, lane, chunks)
                     progress = True
         stall = self.config.stall_timeout
@@ -323,6 +329,7 @@ class ReliableConnection:
                         out.cc_bytes += nbytes
                         cc.on_sent(now, nbytes)
                 if len(chunks) and out.machine.active:
+                    self._send_schedule.touch(out.seq)
                     out.machine.on_sent(now, lane, chunks)
         return batches
 
@@ -332,9 +339,10 @@ class ReliableConnection:
 
     def get_timer(self) -> float | None:
         """The earliest deadline of the core, of any machine, or of a write's start."""
+        self._check_rto()
         times = [self.core.get_timer()]
-        times += [o.machine.next_timer() for o in self._sending.values()]
-        times += [i.machine.next_timer() for i in self._receiving.values() if i.machine]
+        times.append(self._send_schedule.next_timer(self._write_machine))
+        times.append(self._recv_schedule.next_timer(self._receive_machine))
         times += [self._start_deadline(o) for o in self._sending.values() if not o.started]
         return earliest(*times)
 
@@ -349,13 +357,39 @@ class ReliableConnection:
         self._admit(now)
         for out in list(self._sending.values()):
             self._poll_outgoing(now, out)
-        for out in list(self._sending.values()):
-            self._run(now, out.machine)
-            self._carry_out_sender(now, out)
-        for inc in list(self._receiving.values()):
-            if inc.machine is not None:
+        # only the machines an event reached or whose timer is due: one that neither
+        # has no actions to give (events, timers and work make them)
+        self._check_rto()
+        for seq in self._send_schedule.due(now):
+            out = self._sending.get(seq)
+            if out is not None:
+                self._run(now, out.machine)
+                self._carry_out_sender(now, out)
+                if seq in self._sending:
+                    self._send_schedule.ran(seq, out.machine)
+        for seq in self._recv_schedule.due(now):
+            inc = self._receiving.get(seq)
+            if inc is not None and inc.machine is not None:
                 self._run(now, inc.machine)
                 self._carry_out_receiver(now, inc)
+                if seq in self._receiving:
+                    self._recv_schedule.ran(seq, inc.machine)
+
+    def _write_machine(self, seq: int) -> Machine | None:
+        out = self._sending.get(seq)
+        return None if out is None else out.machine
+
+    def _receive_machine(self, seq: int) -> Machine | None:
+        inc = self._receiving.get(seq)
+        return None if inc is None else inc.machine
+
+    def _check_rto(self) -> None:
+        """The writes' RTO comes from the shared estimator: when it fell, every write's
+        timers may be earlier than the schedule kept."""
+        rto = self.rtt.rto
+        if rto < self._rto_kept:
+            self._send_schedule.touch_all()
+        self._rto_kept = rto
 
     @staticmethod
     def _run(now: float, machine: Machine) -> None:
@@ -380,6 +414,7 @@ class ReliableConnection:
             if isinstance(getattr(out.machine, "rtt", None), RttEstimator):
                 out.machine.rtt = self.rtt  # a new write starts from what the others measured
             self._sending[seq] = out
+            self._send_schedule.touch(seq)
             for index, lane in enumerate(out.lanes):
                 self._lane_of[lane.record] = (out, index)
 
@@ -396,6 +431,7 @@ class ReliableConnection:
                 return
         if not out.started and out.lanes[0].has_cts:
             out.started = True
+            self._send_schedule.touch(out.seq)
             out.machine.start(now)
         elif not out.started and now >= self._start_deadline(out):
             error = SDRTimeoutError(
@@ -475,6 +511,7 @@ class ReliableConnection:
     def _end_outgoing(self, now: float, out: Outgoing, error: SDRError | None) -> None:
         if self._sending.pop(out.seq, None) is None:
             return
+        self._send_schedule.forget(out.seq)
         if error is not None and out.machine.active:
             out.machine.finish(error)
             out.machine.actions()
@@ -504,6 +541,7 @@ class ReliableConnection:
                 if recv_table.active + len(inc.lengths) > self.attr.max_messages:
                     return
                 inc.prepare(self.scheme, self._register)
+                self._recv_schedule.touch(inc.seq)
             while not inc.fully_posted:
                 region, base = inc.lane_regions[len(inc.posted)]
                 try:
@@ -533,6 +571,7 @@ class ReliableConnection:
     def _end_incoming(self, now: float, inc: Incoming, error: SDRError | None) -> None:
         if self._receiving.pop(inc.seq, None) is None:
             return
+        self._recv_schedule.forget(inc.seq)
         inc.over = True
         for rec in inc.posted:
             self._release(now, rec)
@@ -563,12 +602,14 @@ class ReliableConnection:
             if out is not None and out.started:
                 if isinstance(msg, RangeMessage):  # union, never past the message
                     msg = msg.clipped(out.lanes[0].geometry.n_chunks)
+                self._send_schedule.touch(out.seq)
                 out.machine.on_control(now, msg)
             else:
                 self.counters["control_stale"] += 1
             return
         inc = self._receiving.get(msg.seq)
         if inc is not None and inc.machine is not None:
+            self._recv_schedule.touch(msg.seq)
             inc.machine.on_control(now, msg)
         elif isinstance(msg, Probe) and msg.seq in self._finished:
             self._send(Ack(msg.seq, failed=not self._finished[msg.seq]))

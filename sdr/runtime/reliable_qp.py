@@ -79,6 +79,9 @@ class ReliableQP:
         self._pending: deque[WriteHandle] = deque()  # writes not admitted yet, in order
         self._receives: dict[int, ReceiveHandle] = {}
         self._regions: dict[int, tuple[MemoryRegion, int]] = {}
+        self.finished_count = 0
+        """Writes and receives finished so far (completed, failed or cancelled): one
+        that watches many handles looks at them again only when this moved."""
 
     @property
     def scheme(self) -> Scheme:
@@ -218,6 +221,7 @@ class ReliableQP:
             self._pending.popleft()
         while (event := self.connection.next_event()) is not None:
             n += 1
+            self.finished_count += 1
             if isinstance(event, WriteCompleted):
                 self._writes.pop(event.seq)._finish(None, event.stats)
             elif isinstance(event, ReceiveCompleted):
