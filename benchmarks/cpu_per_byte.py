@@ -10,6 +10,11 @@ not: it is per byte) cancels by differencing two transfer sizes: CPU per GiB =
     python benchmarks/cpu_per_byte.py                       # loopback, 1 Gbit/s
     python benchmarks/cpu_per_byte.py --rates 1Gbit/s,5Gbit/s --link --json out/cpu.json
 
+The receiver writes into ``--out-dir`` (default /dev/shm: memory, as iperf3's receiver
+keeps nothing). A fresh file on a disk file system costs its page population on top
+(on our VMs ext4 about 2 s/GiB for pages the guest has not used lately, 0.2 once
+reused; tmpfs 0.3): the run prints that cost for the directory it used.
+
 ``--link`` runs everything again through the WAN emulator (two namespaces and the native
 forwarder; needs root) at the given ``--rtt``. iperf3 must be installed (`make system`).
 """
@@ -36,6 +41,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from sdr.backends.udp.sockets import prefault
 from sdr.cli.wan_transfer import make_payload
 from sdr.units import format_rate, format_size, parse_rate, parse_size
 
@@ -221,6 +227,23 @@ def warm_memory(nbytes: int) -> float:
     return time.perf_counter() - start
 
 
+def populate_cost(directory: Path, nbytes: int) -> float:
+    """CPU seconds per GiB to populate the pages of a fresh ``nbytes`` file in
+    ``directory`` (what the receiver's prefault does with its output): the part of the
+    receiver's figure that depends on where the file lands, not on the transport."""
+    path = directory / "populate.bin"
+    try:
+        with path.open("wb+") as fh:
+            fh.truncate(nbytes)
+            with mmap.mmap(fh.fileno(), nbytes) as area:
+                start = time.process_time()
+                prefault(memoryview(area))
+                spent = time.process_time() - start
+    finally:
+        path.unlink(missing_ok=True)
+    return spent * GIB / nbytes
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--rates", default="1Gbit/s", help="paced rates, comma-separated")
@@ -232,6 +255,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--digest", default="blake3", help="sdr send --digest (blake3, sha256, none)")
     p.add_argument("--link", action="store_true", help="also through the WAN emulator (root)")
+    p.add_argument(
+        "--out-dir",
+        help="where the receiver writes (default: /dev/shm, memory as iperf3's receiver; "
+        "a disk directory adds its page cost, printed as 'populate')",
+    )
     p.add_argument("--json")
     args = p.parse_args(argv)
     if not shutil.which("iperf3"):
@@ -245,7 +273,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(f"warmed {format_size(3 * (small + big))} of memory in {warmed:.2f} s")
     with tempfile.TemporaryDirectory(prefix="sdr-cpu-") as tmp:
         files = {n: make_payload(Path(tmp) / f"in-{n}.bin", n) for n in (small, big)}
-        out = Path(tmp) / "out.bin"
+        out_dir = Path(args.out_dir or ("/dev/shm" if Path("/dev/shm").is_dir() else tmp))
+        out = out_dir / f"sdr-cpu-out-{os.getpid()}.bin"
+        populate = populate_cost(out_dir, big)
+        console.print(
+            f"receiver output in {out_dir}: populating a fresh {format_size(big)} file there "
+            f"costs {populate:.2f} CPU s/GiB (inside each recv figure below)"
+        )
         places = ["loopback"] + (["emulated"] if args.link else [])
         for place in places:
             for rate in rates:
@@ -277,6 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "load": os.getloadavg(),
+            "out_dir": str(out_dir),
+            "populate_s_per_gib": populate,
         }
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     return 0
