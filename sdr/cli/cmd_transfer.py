@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -21,15 +20,13 @@ from rich.progress import (
     BarColumn,
     DownloadColumn,
     Progress,
-    ProgressColumn,
-    Task,
     TimeRemainingColumn,
 )
-from rich.text import Text
 
 from sdr.backends import oob
 from sdr.cli.defaults import DEFAULT_MTU
 from sdr.cli.file_transfer import TransferOptions, send_file, serve_file, validate_send
+from sdr.cli.progress_columns import BinarySpeed, WindowSpeed
 from sdr.cli.transfer_digest import DEFAULT_DIGEST, DIGESTS
 from sdr.cli.transfer_receive import DEFAULT_MAX_SIZE, check_max_size
 from sdr.errors import ConfigError
@@ -38,51 +35,12 @@ from sdr.units import format_size
 console = Console(stderr=True)
 
 
-SPEED_WINDOW_S = 2.0
-"""The speed shown is the verified bytes of the last this many seconds, per second."""
-
-
-class _WindowSpeed:
-    """Verified bytes per second over the last :data:`SPEED_WINDOW_S` s.
-
-    Fed with (time, bytes done) as the transfer advances; the first sample (0 bytes at
-    the start) anchors the window, so a speed is known from the first verified message.
-    """
-
-    def __init__(self, window: float = SPEED_WINDOW_S) -> None:
-        self.window = window
-        self._samples: deque[tuple[float, int]] = deque()
-
-    def add(self, now: float, done: int) -> float | None:
-        """Record ``done`` bytes at ``now`` (monotonic s); the speed in bytes/s (None
-        before the first verified bytes). A stalled transfer's speed falls to 0."""
-        samples = self._samples
-        if not samples or done != samples[-1][1]:
-            samples.append((now, done))
-        while len(samples) > 1 and now - samples[1][0] >= self.window:
-            samples.popleft()  # samples[0] stays as the anchor just before the window
-        t0, d0 = samples[0]
-        if done == 0 or now <= t0:
-            return None
-        return (done - d0) / (now - t0)
-
-
-class _BinarySpeed(ProgressColumn):
-    """Transfer speed in binary units (MiB/s), like the sizes beside it: the task's
-    ``speed`` field (a :class:`_WindowSpeed`), ``?`` before the first verified bytes."""
-
-    def render(self, task: Task) -> Text:
-        speed = task.fields.get("speed")
-        text = "?" if speed is None else f"{format_size(speed)}/s"
-        return Text(text, style="progress.data.speed")
-
-
 def _bar() -> Progress:
     return Progress(
         "[progress.description]{task.description}",
         BarColumn(),
         DownloadColumn(binary_units=True),
-        _BinarySpeed(),
+        BinarySpeed(),
         TimeRemainingColumn(),
         console=console,
     )
@@ -99,7 +57,7 @@ class _Output:
     def __init__(self, as_json: bool, bar: Progress | None, task: Any) -> None:
         self.as_json = as_json
         self._bar, self._task = bar, task
-        self._speed = _WindowSpeed()
+        self._speed = WindowSpeed()
         self._last: int | None = None
 
     def progress(self, done: int, total: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,14 @@ from sdr.simulator.evaluate import evaluate
 from sdr.simulator.link import Link
 from sdr.simulator.schemes import SchemeSpec
 
-__all__ = ["lossless_at_receiver", "predict", "results_table", "results_chart"]
+__all__ = [
+    "by_scheme",
+    "lossless_at_receiver",
+    "predict",
+    "results_chart",
+    "results_table",
+    "spread",
+]
 
 
 def predict(link: Link, size: int, loss: float, config: dict[str, Any]) -> float:
@@ -43,49 +51,96 @@ def _label(row: dict[str, Any]) -> str:
     return name
 
 
+def by_scheme(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The runs grouped by the scheme asked for, in the order first run."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r["requested"], []).append(r)
+    return groups
+
+
+def spread(times: list[float]) -> tuple[float, float, float]:
+    """(min, median, max) of the runs' times."""
+    return min(times), float(statistics.median(times)), max(times)
+
+
 def results_table(rows: list[dict[str, Any]], title: str) -> Table:
-    """Times in seconds; retx and parity in chunks; /ideal and /pred are ratios."""
+    """One row per scheme over its runs: time as median and range, the spread
+    ((max - min) / median), ratios of the median; retx and parity are medians in chunks
+    (the bytes on the wire are in the JSON);
+    ! marks a scheme with runs the emulator delivered late (see ``LATE_FRACTION``)."""
+    groups = by_scheme(rows)
+    ideal = rows[0]["ideal_s"]
     table = Table(
-        title=title,
-        caption="time: measured s, model: simulator s; MiB put on the wire; retx, parity: chunks",
+        title=f"{title}; {max(len(g) for g in groups.values())} runs per scheme",
+        caption=f"time: median s of the runs; range: min-max, spread: (max-min)/median; "
+        f"model: simulator s; /ideal, /model: the median over the lossless ideal "
+        f"({ideal:.2f} s) and the model; retx, parity: chunks (medians); late: runs flagged",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
+        collapse_padding=True,
     )
     table.add_column("scheme", no_wrap=True)
-    for col in ("time", "model", "ideal", "t/ideal", "t/model", "MiB", "retx", "parity"):
+    for col in ("time", "range, spread", "model", "/ideal", "/model"):
         table.add_column(col, justify="right", no_wrap=True)
-    for r in rows:
-        stats = r["stats"]
+    for col in ("retx", "parity", "late"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for runs in groups.values():
+        lo, med, hi = spread([r["completion_s"] for r in runs])
+        first = runs[0]
+        late = sum(bool(r.get("late")) for r in runs)
+
+        def median_of(get: Any, runs: list[dict[str, Any]] = runs) -> float:
+            return float(statistics.median(get(r) for r in runs))
+
         table.add_row(
-            _label(r),
-            f"{r['completion_s']:.2f}",
-            f"{r['predicted_s']:.2f}",
-            f"{r['ideal_s']:.2f}",
-            f"{r['completion_s'] / r['ideal_s']:.2f}x",
-            f"{r['completion_s'] / r['predicted_s']:.2f}x",
-            f"{r['wire_bytes'] / 2**20:.1f}",
-            str(stats.get("chunks_retransmitted", 0)),
-            str(stats.get("chunks_sent_lane1", 0)),
+            _label(first),
+            f"{med:.2f}",
+            f"{lo:.2f}-{hi:.2f} {(hi - lo) / med:.0%}",
+            f"{first['predicted_s']:.2f}",
+            f"{med / first['ideal_s']:.2f}x",
+            f"{med / first['predicted_s']:.2f}x",
+            f"{median_of(lambda r: r['stats'].get('chunks_retransmitted', 0)):g}",
+            f"{median_of(lambda r: r['stats'].get('chunks_sent_lane1', 0)):g}",
+            f"{late}!" if late else "0",
         )
     return table
 
 
 def results_chart(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
+    """Bars: the median measured time (the whiskers: min and max of the runs, late runs
+    as red dots), the simulator's prediction and the lossless ideal, per scheme."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [_label(r) for r in rows]
-    xs = range(len(rows))
+    groups = list(by_scheme(rows).values())
+    labels = [_label(runs[0]) for runs in groups]
+    stats = [spread([r["completion_s"] for r in runs]) for runs in groups]
+    xs = list(range(len(groups)))
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.27
-    ax.bar([x - width for x in xs], [r["completion_s"] for r in rows], width, label="measured")
-    ax.bar(list(xs), [r["predicted_s"] for r in rows], width, label="simulator")
-    ax.bar([x + width for x in xs], [r["ideal_s"] for r in rows], width, label="lossless ideal")
-    ax.set_xticks(list(xs), labels, rotation=15)
+    meds = [m for _, m, _ in stats]
+    err = [[m - lo for lo, m, _ in stats], [hi - m for _, m, hi in stats]]
+    ax.bar([x - width for x in xs], meds, width, yerr=err, capsize=3, label="measured (median)")
+    for x, runs in enumerate(groups):
+        late = [r["completion_s"] for r in runs if r.get("late")]
+        if late:
+            ax.plot([x - width] * len(late), late, "o", color="red", ms=4)
+    ax.bar(xs, [runs[0]["predicted_s"] for runs in groups], width, label="simulator")
+    ax.bar(
+        [x + width for x in xs],
+        [runs[0]["ideal_s"] for runs in groups],
+        width,
+        label="lossless ideal",
+    )
+    ax.set_xticks(xs, labels, rotation=15)
     ax.set_ylabel("completion time (s)")
-    ax.set_title(title, fontsize=10)
+    runs_per = max(len(runs) for runs in groups)
+    ax.set_title(
+        f"{title}\n{runs_per} runs per scheme (whiskers: min-max; red: late runs)", fontsize=10
+    )
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,19 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["print_report", "report_table"]
+__all__ = [
+    "LATE_FRACTION",
+    "late_run",
+    "lateness",
+    "print_report",
+    "report_table",
+    "run_drops",
+]
+
+LATE_FRACTION = 0.02
+"""A run is flagged when its emulator delivered a packet later than this fraction of the
+run's time after it was due: late delivery holds every packet queued behind it, so the
+largest lateness bounds what the host (not the link) could have added to the time."""
 
 _REPORT_ROWS = (
     ("packets offered", "packets"),
@@ -50,3 +62,30 @@ def print_report(summary: dict[str, object], console: Console | None = None) -> 
         console.print("[yellow]the forwarder sent no report[/]")
     else:
         console.print(table)
+
+
+def lateness(summary: dict[str, object]) -> tuple[float, int]:
+    """The largest lateness (s) over both directions and the packets delivered more than
+    1 ms after they were due (0, 0 when the forwarder sent no report)."""
+    report = summary.get("report")
+    if not isinstance(report, dict) or not report:
+        return 0.0, 0
+    return (
+        max(float(d["max_lateness_s"]) for d in report.values()),
+        sum(int(d["late_packets"]) for d in report.values()),
+    )
+
+
+def late_run(summary: dict[str, object], completion_s: float) -> bool:
+    """Whether a run's time is the host's as much as the link's: its emulator delivered a
+    packet later than :data:`LATE_FRACTION` of ``completion_s`` after it was due."""
+    return lateness(summary)[0] > LATE_FRACTION * completion_s
+
+
+def run_drops(summary: dict[str, object]) -> int:
+    """Packets the link's loss process dropped, both directions."""
+    return sum(
+        int(summary[side]["loss_drops"])  # type: ignore[index]
+        for side in ("a_to_b", "b_to_a")
+        if side in summary
+    )

@@ -73,7 +73,16 @@ def sweep(
     ),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --out."),
     plot: str | None = typer.Option(
-        None, "--plot", help="PNG of Fig-9 style speedup heatmaps, one panel row per path."
+        None,
+        "--plot",
+        help="PNG of the answer: with more than one RTT or bandwidth, the EC/SR crossover "
+        "size against each swept one; with one path, the speedup heatmaps.",
+    ),
+    panels: str | None = typer.Option(
+        None,
+        "--panels",
+        help="PNG of Fig-9 style speedup heatmaps, a row of panels per path (slow to draw "
+        "for many paths).",
     ),
 ) -> None:
     """Sweep sizes x drops x schemes (x distances, bandwidths) and write CSV or JSON Lines.
@@ -126,12 +135,14 @@ def _run_sweep(
     resume: bool,
     force: bool,
     plot: str | None,
+    panels: str | None,
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from sdr.simulator.plots import plot_speedup_heatmaps
     from sdr.simulator.schemes import parse_ec
     from sdr.simulator.sweep import SweepInterrupted, format_for, make_grid, sweep_to_csv
+    from sdr.simulator.sweep_summary import plot_sweep_summary, swept_dimensions
 
     try:
         to_stdout = out == "-"
@@ -189,9 +200,15 @@ def _run_sweep(
                 raise typer.Exit(128 + (signal.SIGTERM if caught else signal.SIGINT)) from None
         where = "stdout" if to_stdout else out
         err_console.print(f"wrote {len(rows)} rows ({fmt}) to {where}", markup=False)
-        if plot:
+        if plot and swept_dimensions(rows):
+            plot_sweep_summary(rows, plot)
+            err_console.print(f"wrote {plot} (crossover size per swept path)", markup=False)
+        elif plot:
             plot_speedup_heatmaps(rows, plot)
-            err_console.print(f"wrote {plot}", markup=False)
+            err_console.print(f"wrote {plot} (speedup heatmaps)", markup=False)
+        if panels:
+            plot_speedup_heatmaps(rows, panels)
+            err_console.print(f"wrote {panels} (speedup heatmaps)", markup=False)
     except SDRError as exc:
         raise fail(exc) from None
 
