@@ -22,6 +22,7 @@ from sdr.errors import ConfigError
 __all__ = [
     "parse_size",
     "parse_rate",
+    "parse_seconds",
     "parse_time",
     "parse_distance",
     "format_size",
@@ -52,10 +53,13 @@ for _p, _scale in {"": 1, **_DECIMAL, **{f"{k}i": v for k, v in _BINARY.items()}
         _RATE_UNITS[f"{_p}{_bits}"] = _scale
     for _bytes in ("B/s", "Bps"):
         _RATE_UNITS[f"{_p}{_bytes}"] = 8 * _scale
+# iperf3's ``-b`` forms: a bare decimal prefix is bits/s (``1G`` = 1e9, ``500m`` = 5e8).
+for _p, _scale in _DECIMAL.items():
+    _RATE_UNITS.update({_p.upper(): _scale, _p.lower(): _scale})
 
 _RATE_HELP = (
     "bit/s, b/s, bps (bits) or B/s, Bps (bytes), after a prefix k/K, M, G, T (decimal) "
-    "or Ki, Mi, Gi, Ti (binary)"
+    "or Ki, Mi, Gi, Ti (binary); or iperf3's bare K, M, G, T (bits/s, decimal)"
 )
 
 _TIME_UNITS: dict[str, float] = {
@@ -145,7 +149,8 @@ def parse_size(value: object, *, field: str | None = None) -> int:
 def parse_rate(value: object, *, field: str | None = None) -> float:
     """Parse a rate in bits per second: ``"400Gbit/s"`` -> 4e11, ``"1GB/s"`` -> 8e9.
 
-    ``b`` is bits and ``B`` bytes (``10Gb/s``, ``10Gbit/s`` and ``10 Gbps`` are all 1e10).
+    ``b`` is bits and ``B`` bytes (``10Gb/s``, ``10Gbit/s`` and ``10 Gbps`` are all 1e10);
+    iperf3's ``-b`` forms ``10G``, ``500M``, ``100k`` are bits/s with decimal prefixes.
     A Python number is bits/s; a string needs a unit (``"10"`` is refused: say ``"10Gbit/s"``).
     """
     return _parse(value, _RATE_UNITS, "rate", "400Gbit/s", field, unit_hint="Gbit/s")
@@ -158,6 +163,21 @@ def parse_time(value: object, *, field: str | None = None) -> float:
     or ``"25s"``). ``"0"`` is accepted: zero is zero in every unit.
     """
     return _parse(value, _TIME_UNITS, "time", "25ms", field, unit_hint="ms")
+
+
+def parse_seconds(value: object, *, field: str | None = None) -> float:
+    """A positive duration where iperf3 and perftest take bare seconds (``--timeout``,
+    ``--interval``): ``"2"`` and ``2`` are 2 s, ``"500ms"`` and ``"2s"`` are read as
+    :func:`parse_time` reads them. ConfigError for zero, negative or infinite values."""
+    name = field or "time"
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        negative = isinstance(value, str) and value.strip().startswith("-")
+        seconds = -1.0 if negative else parse_time(value, field=field)
+    if not 0 < seconds < math.inf:
+        raise ConfigError(f"{name} {value!r}: expected a positive time such as 2, 2s or 500ms")
+    return seconds
 
 
 def parse_distance(value: object, *, field: str | None = None) -> float:

@@ -55,7 +55,7 @@ def busy_port() -> Iterator[int]:
         (("bitmap-demo", "--drop", "1.5"), ("--drop 1.5",)),
         (("emulate", "relay", "--a", "127.0.0.1:1", "--b", "x:abc"), ("'x:abc'",)),
         (("send", "pyproject.toml", "--to", "127.0.0.1:abc"), ("abc",)),
-        (("write-bw", "127.0.0.1", "-i", "0"), ("--interval",)),
+        (("write-bw", "127.0.0.1", "--interval", "0"), ("--interval",)),
     ],
     ids=["coll-plan", "coll-select", "coll-run", "bitmap-demo", "emulate-relay", "send-to", "iv"],
 )

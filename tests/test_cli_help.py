@@ -112,7 +112,7 @@ def test_sweep_size_defaults_print_in_units() -> None:
 
 def test_select_says_the_rtt_a_distance_made() -> None:
     """Before, 3000km silently became a 20 ms RTT at the paper's 3e8 m/s (issue 32, item 7)."""
-    args = ("--size", "1MiB", "--bandwidth", "10Gbit/s", "--drop", "1e-3")
+    args = ("--size", "1MiB", "--rate", "10Gbit/s", "--drop", "1e-3")
     out = " ".join(_sdr("select", *args, "--distance", "3000km").stdout.split())
     assert "RTT 20ms (3000km at 3e+08 m/s)" in out, out
     assert "--speed" in " ".join(_sdr("select", "-h").stdout.split())
@@ -120,7 +120,7 @@ def test_select_says_the_rtt_a_distance_made() -> None:
 
 def test_select_shows_the_best_of_every_scheme_and_the_deciding_rule() -> None:
     """Before, ten tying EC rows could hide every SR row (issue 32, item 8)."""
-    args = ("--size", "1MiB", "--distance", "3000km", "--bandwidth", "100Gbit/s")
+    args = ("--size", "1MiB", "--distance", "3000km", "--rate", "100Gbit/s")
     out = _sdr("select", *args, "--drop", "1e-5").stdout
     rows = [line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")]
     assert {"sr-rto", "sr-nack", "ec-mds", "ec-xor"} <= set(rows), out

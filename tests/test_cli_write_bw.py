@@ -1,4 +1,4 @@
-"""``sdr write-bw``: a physically meaningful peak, ``-i`` interval lines, unit-named JSON
+"""``sdr write-bw``: a physically meaningful peak, ``--interval`` lines, unit-named JSON
 keys (old ones as aliases), a settable bind address, and the server's ``--timeout``."""
 
 from __future__ import annotations
@@ -46,12 +46,34 @@ def test_result_keys_carry_units_and_old_keys_stay_as_aliases() -> None:
 def test_interval_lines_json_keys_and_bind() -> None:
     port = str(_free_port())
     server = subprocess.Popen(
-        [SDR, "write-bw", "--bind", "127.0.0.1", "--udp-port", "0", "--port", port, "-i", "0.1"],
+        [
+            SDR,
+            "write-bw",
+            "--bind",
+            "127.0.0.1",
+            "--udp-port",
+            "0",
+            "--port",
+            port,
+            "--interval",
+            "0.1",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    args = ["127.0.0.1", "--port", port, "-n", "300", "-s", "64KiB", "-i", "100ms", "--json"]
+    args = [
+        "127.0.0.1",
+        "--port",
+        port,
+        "-n",
+        "300",
+        "-s",
+        "64KiB",
+        "--interval",
+        "100ms",
+        "--json",
+    ]
     client, server_out = client_after_server(
         server, lambda: subprocess.run([SDR, "write-bw", *args], capture_output=True, text=True)
     )

@@ -7,6 +7,7 @@ from sdr.units import (
     format_size,
     parse_distance,
     parse_rate,
+    parse_seconds,
     parse_size,
     parse_time,
 )
@@ -106,8 +107,8 @@ def test_negative_values_say_must_be_positive():
 def test_errors_name_the_field_the_value_and_an_example():
     with pytest.raises(ConfigError, match=r"^rtt: cannot parse time 'fast'.*'25ms'"):
         parse_time("fast", field="rtt")
-    with pytest.raises(ConfigError, match=r"^link_rate: cannot parse rate '10G'.*'400Gbit/s'"):
-        parse_rate("10G", field="link_rate")
+    with pytest.raises(ConfigError, match=r"^link_rate: cannot parse rate '10Gb'.*'400Gbit/s'"):
+        parse_rate("10Gb", field="link_rate")
     with pytest.raises(ConfigError, match=r"^chunk_size: cannot parse size '64Kb'.*'64KiB'"):
         parse_size("64Kb", field="chunk_size")  # b is bits in rates: not a size unit
 
@@ -117,3 +118,30 @@ def test_integers_beyond_float_range_are_config_errors(parse):
     """TOML integers are unbounded: 10**400 is an error that names the value, not a crash."""
     with pytest.raises(ConfigError, match=r" 100000000000\.\.\. \(401 digits\) is out of range"):
         parse(10**400)
+
+
+@pytest.mark.parametrize(
+    ("text", "bps"),
+    [("1G", 1e9), ("10M", 1e7), ("500k", 5e5), ("500K", 5e5), ("1g", 1e9), ("2T", 2e12)],
+)
+def test_rates_take_iperf3s_bare_prefixes_as_decimal_bits(text, bps):
+    """``-b 1G`` is how iperf3 users write a rate: bits/s, decimal prefixes (a bare size
+    prefix stays binary bytes: ``64K`` is 64 KiB, as in iperf3's ``-l``)."""
+    assert parse_rate(text) == bps
+    assert parse_size("64K") == 65536
+    with pytest.raises(ConfigError, match="no unit"):
+        parse_rate("10")  # a bare number is still ambiguous
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("2", 2.0), (2, 2.0), ("0.5", 0.5), ("2s", 2.0), ("500ms", 0.5), ("5min", 300.0)],
+)
+def test_seconds_take_bare_numbers_and_units(value, seconds):
+    assert parse_seconds(value, field="--timeout") == seconds
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "-1s", "inf", "0ms"])
+def test_seconds_refuse_what_is_not_a_positive_time(value):
+    with pytest.raises(ConfigError, match=r"^--timeout .*expected a positive time"):
+        parse_seconds(value, field="--timeout")

@@ -48,7 +48,7 @@ def _json(app, args: list[str]) -> dict:
 def test_sim_analytic_json(app) -> None:
     out = _json(
         app,
-        _a("sim --scheme sr-rto --size 8MiB --bandwidth 400Gbit/s --rtt 25ms --drop 1e-3 --json"),
+        _a("sim --scheme sr-rto --size 8MiB --rate 400Gbit/s --rtt 25ms --drop 1e-3 --json"),
     )
     assert out.keys() >= SIM_KEYS
     assert out["quantile_method"] == "analytic-cdf"
@@ -62,7 +62,7 @@ def test_sim_analytic_json(app) -> None:
 
 def test_sim_montecarlo_ec_distance_packet_unit(app) -> None:
     args = (
-        "sim --scheme ec-xor --size 64MiB --bandwidth 100Gbit/s --distance 3750km --drop 1e-4 "
+        "sim --scheme ec-xor --size 64MiB --rate 100Gbit/s --distance 3750km --drop 1e-4 "
         "--drop-unit packet --ec 16,4 --method montecarlo --samples 2000 --seed 1 --json"
     )
     out = _json(app, _a(args))
@@ -95,7 +95,7 @@ def test_sim_errors(app) -> None:
 
 
 def test_select_json_and_toml(app) -> None:
-    base = "select --size 8MiB --bandwidth 400Gbit/s --rtt 25ms --drop 1e-3 --objective p999"
+    base = "select --size 8MiB --rate 400Gbit/s --rtt 25ms --drop 1e-3 --objective p999"
     out = _json(app, _a(base + " --json"))
     assert out.keys() == {"scheme", "params", "mean_s", "p999_s"}
     assert out["scheme"].startswith("ec-")
@@ -158,7 +158,7 @@ def test_sim_des_reports_progress_on_stderr_only() -> None:
     from pathlib import Path
 
     sdr = str(Path(sys.executable).with_name("sdr"))
-    args = "sim --scheme sr-nack --size 256KiB --bandwidth 10Gbit/s --rtt 5ms --drop 1e-2"
+    args = "sim --scheme sr-nack --size 256KiB --rate 10Gbit/s --rtt 5ms --drop 1e-2"
     result = subprocess.run(
         [sdr, *_a(args), "--method", "des", "--samples", "3", "--json"],
         capture_output=True,

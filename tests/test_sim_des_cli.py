@@ -27,7 +27,7 @@ def _json(app: typer.Typer, args: str) -> dict:
 
 
 def test_sim_des_json(app) -> None:
-    base = "sim --scheme ec-mds --ec 8,2 --size 1MiB --bandwidth 10Gbit/s --rtt 25ms"
+    base = "sim --scheme ec-mds --ec 8,2 --size 1MiB --rate 10Gbit/s --rtt 25ms"
     out = _json(app, base + " --drop 0.02 --method des --samples 8 --seed 1 --json")
     assert out["method"] == "des" and out["samples"] == 8
     assert out["quantile_method"] == "des"
@@ -39,7 +39,7 @@ def test_sim_des_json(app) -> None:
 
 
 def test_sim_des_bursts_and_table(app) -> None:
-    base = "sim --scheme sr-rto --size 256KiB --bandwidth 10Gbit/s --rtt 10ms --drop 0.01"
+    base = "sim --scheme sr-rto --size 256KiB --rate 10Gbit/s --rtt 10ms --drop 0.01"
     out = _json(app, base + " --drop-unit packet --burst 4 --method des --samples 4 --json")
     assert out["loss_model"] == "GilbertElliott" and out["analytic_is_iid_equivalent"]
     result = runner.invoke(app, (base + " --method des --samples 3").split())

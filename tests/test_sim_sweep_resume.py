@@ -140,7 +140,7 @@ def test_cli_out_dash_writes_csv_to_stdout(tmp_path) -> None:
 
 def test_cli_method_des_runs_per_point(tmp_path) -> None:
     path = tmp_path / "des.csv"
-    args = "--sizes 256KiB --drops 1e-2 --schemes sr-nack,ec-mds --bandwidths 10Gbit/s"
+    args = "--sizes 256KiB --drops 1e-2 --schemes sr-nack,ec-mds --rates 10Gbit/s"
     result = _sdr(
         *args.split(), "--rtts", "5ms", "--chunk", "16KiB", "--method", "des", "--samples", "3",
         "--executor", "serial", "--out", str(path),

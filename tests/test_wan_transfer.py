@@ -185,7 +185,7 @@ def test_write_bw_through_the_udp_relay_without_root(tmp_path):
         for _ in range(100):  # until the server listens (it waits for the map first)
             client = subprocess.run(
                 [sdr, "write-bw", "127.0.0.1", "--port", str(tcp), "--relay", str(relay_map),
-                 "-n", "50", "-s", "64KiB", "--rate-limit", "100Mbit/s", "--verify",
+                 "-n", "50", "-s", "64KiB", "--rate", "100Mbit/s", "--verify",
                  "--timeout", "30s", "--json"],
                 capture_output=True, text=True, cwd=tmp_path, timeout=120,
             )  # fmt: skip

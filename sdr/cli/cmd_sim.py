@@ -17,7 +17,6 @@ from rich.table import Table
 from sdr.cli.sim_allreduce import allreduce_sim
 from sdr.cli.sim_options import (
     ALPHA,
-    BANDWIDTH,
     CHUNK,
     DISTANCE,
     DROP,
@@ -26,6 +25,7 @@ from sdr.cli.sim_options import (
     FIG9_SIZES,
     LOSS,
     MTU,
+    RATE,
     RTT,
     SPEED,
     DropUnitName,
@@ -75,7 +75,7 @@ def sim(
     size: str = typer.Option(..., "--size", help="Write size, e.g. 8MiB."),
     drop: float | None = DROP,
     loss: float | None = LOSS,
-    bandwidth: str = BANDWIDTH,
+    rate: str = RATE,
     rtt: str | None = RTT,
     distance: str | None = DISTANCE,
     speed: float = SPEED,
@@ -113,7 +113,7 @@ def sim(
         drop, drop_unit = resolve_drop(drop, loss, drop_unit)
         if burst is not None or trace is not None:
             drop_unit = DropUnitName.packet  # bursts and traces are of packets
-        link = link_from_options(bandwidth, rtt, distance, speed, mtu, chunk, alpha)
+        link = link_from_options(rate, rtt, distance, speed, mtu, chunk, alpha)
         k, m = parse_ec(ec)
         spec = SchemeSpec(scheme.value, rto_rtts=rto_rtts, k=k, m=m)
         if samples is None:
@@ -206,7 +206,7 @@ def select(
     size: str = typer.Option(..., "--size", help="Write size, e.g. 8MiB."),
     drop: float | None = DROP,
     loss: float | None = LOSS,
-    bandwidth: str = BANDWIDTH,
+    rate: str = RATE,
     rtt: str | None = RTT,
     distance: str | None = DISTANCE,
     speed: float = SPEED,
@@ -224,7 +224,7 @@ def select(
 
     try:
         drop, drop_unit = resolve_drop(drop, loss, drop_unit)
-        link = link_from_options(bandwidth, rtt, distance, speed, mtu, chunk, alpha)
+        link = link_from_options(rate, rtt, distance, speed, mtu, chunk, alpha)
         choice = select_scheme(
             link,
             parse_size(size),

@@ -30,7 +30,7 @@ from sdr.cli.progress_columns import BinarySpeed, WindowSpeed
 from sdr.cli.transfer_digest import DEFAULT_DIGEST, DIGESTS
 from sdr.cli.transfer_receive import DEFAULT_MAX_SIZE, check_max_size
 from sdr.errors import ConfigError
-from sdr.units import format_size
+from sdr.units import format_size, parse_seconds
 
 console = Console(stderr=True)
 
@@ -173,10 +173,11 @@ def send(
         1, help="UDP data ports per side; > 1: multipath (each channel its own port)"
     ),
     secret: str = typer.Option(None, envvar="SDR_SECRET", help="shared secret (HMAC set-up)"),
-    timeout: float = typer.Option(
-        300.0,
-        help="seconds to wait for the receiver, for the set-up, and then without progress "
-        "in the transfer (a transfer that moves is never cut short)",
+    timeout: str = typer.Option(
+        "300s",
+        metavar="TIME",
+        help="how long to wait for the receiver, for the set-up, and then without progress in "
+        "the transfer (a transfer that moves is never cut short); 300, 300s, 5min",
     ),
     relay: str = typer.Option(
         None, help="map file of 'sdr emulate relay --map': send the UDP data through it"
@@ -190,6 +191,7 @@ def send(
 ) -> None:
     """Send FILE reliably over SDR (software RoCEv2 over UDP) and verify it end to end."""
     host, port = _peer(to)
+    wait = parse_seconds(timeout, field="--timeout")
     opts = TransferOptions(
         scheme=scheme,
         config=config,
@@ -203,7 +205,7 @@ def send(
         channels=channels,
         paths=paths,
         secret=secret,
-        timeout=timeout,
+        timeout=wait,
         relay=relay,
         digest=digest,
     )
@@ -211,7 +213,7 @@ def send(
 
     def waiting() -> None:
         console.print(
-            f"waiting for a receiver at {host}:{port} (up to {timeout:g} s)...",
+            f"waiting for a receiver at {host}:{port} (up to {wait:g} s)...",
             markup=False,
             highlight=False,
         )
@@ -234,10 +236,11 @@ def recv(
         None, help=f"out-of-band TCP port (or --bind HOST:PORT) [default: {oob.DEFAULT_PORT}]"
     ),
     secret: str = typer.Option(None, envvar="SDR_SECRET", help="shared secret (HMAC set-up)"),
-    timeout: float = typer.Option(
-        300.0,
-        help="seconds to wait for a sender, for the set-up, and then without progress "
-        "in the transfer (a transfer that moves is never cut short)",
+    timeout: str = typer.Option(
+        "300s",
+        metavar="TIME",
+        help="how long to wait for a sender, for the set-up, and then without progress in "
+        "the transfer (a transfer that moves is never cut short); 300, 300s, 5min",
     ),
     keep_partial: bool = typer.Option(
         False, help="on failure keep what arrived in OUT.partial (default: remove it)"
@@ -262,6 +265,7 @@ def recv(
     reliability settings (scheme, rtt, chunk size ...) come from the sender.
     """
     bind, port = _listen(bind, port)
+    wait = parse_seconds(timeout, field="--timeout")
     if not 0 <= data_port < 65536:
         raise ConfigError(f"--data-port must be in [0, 65535], got {data_port}")
     check_max_size(max_size)  # before the progress bar and the network
@@ -271,7 +275,7 @@ def recv(
             bind,
             port,
             secret=secret,
-            timeout=timeout,
+            timeout=wait,
             ready=lambda p: output.notice({"listening": p}, f"listening on {bind}:{p}"),
             progress=output.progress,
             keep_partial=keep_partial,

@@ -9,7 +9,6 @@ bandwidth line per interval, as iperf3 does.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import typer
@@ -28,8 +27,7 @@ from sdr.backends.udp.write_bw import (
 )
 from sdr.cli.defaults import DEFAULT_MTU
 from sdr.cli.transfer_relay import load_side
-from sdr.errors import ConfigError
-from sdr.units import parse_rate, parse_size, parse_time
+from sdr.units import parse_rate, parse_seconds, parse_size
 
 console = Console(width=max(Console().width, 110))
 DEFAULT_TIMEOUT = "10s"
@@ -101,12 +99,17 @@ def write_bw(
     server: str | None = typer.Argument(None, help="server address (omit to be the server)"),
     size: str = typer.Option("64KiB", "--size", "-s", help="message size"),
     iterations: int = typer.Option(1000, "--iters", "-n", help="messages to send"),
-    channels: int = typer.Option(1, "--channels", "-c", help="channels (QPNs) per generation"),
+    channels: int = typer.Option(
+        1, "--channels", "-q", help="channels (QPNs) per generation (perftest's -q)"
+    ),
     mtu: str = typer.Option(str(DEFAULT_MTU), "--mtu", "-m", help="payload bytes per packet"),
-    chunk: str = typer.Option("64KiB", "--chunk-size", help="bitmap chunk size"),
+    chunk: str = typer.Option("64KiB", "--chunk", help="bitmap chunk size"),
     inflight: int = typer.Option(16, "--inflight", "-t", help="messages in flight (tx depth)"),
     rate_limit: str | None = typer.Option(
-        None, "--rate-limit", "-r", help="sender pacing, e.g. 10Gbit/s (default: unpaced)"
+        None,
+        "--rate",
+        metavar="RATE",
+        help="sender pacing, e.g. 10Gbit/s or 10G (default: unpaced)",
     ),
     bind: str | None = typer.Option(
         None,
@@ -133,7 +136,6 @@ def write_bw(
     interval: str | None = typer.Option(
         None,
         "--interval",
-        "-i",
         metavar="SECONDS",
         help="print the bandwidth of every interval of this length, as iperf3 (e.g. 1 or "
         "500ms); with --json the rows go under 'intervals'",
@@ -146,7 +148,7 @@ def write_bw(
         help="map file of 'sdr emulate relay --map': the UDP traffic crosses the relay "
         "(server: side b, client: side a; the TCP exchange stays direct)",
     ),
-    gbits: bool = typer.Option(False, "--report-gbits", "-R", help="report Gb/sec, not MB/sec"),
+    gbits: bool = typer.Option(False, "--report-gbits", help="report Gb/sec, not MB/sec"),
     as_json: bool = typer.Option(
         False,
         "--json",
@@ -159,8 +161,8 @@ def write_bw(
     Run it without SERVER on one host (the server), then with the server's address on the
     other. Errors (port in use, server unreachable) print one line and exit with 2.
     """
-    period = _seconds(interval) if interval is not None else None
-    wait = _seconds(timeout or DEFAULT_TIMEOUT, "--timeout")
+    period = parse_seconds(interval, field="--interval") if interval is not None else None
+    wait = parse_seconds(timeout or DEFAULT_TIMEOUT, field="--timeout")
     side = load_side(relay, "a" if server else "b", wait) if relay else None
     through = {} if side is None else {
         "transport": side.transport(),
@@ -185,7 +187,7 @@ def write_bw(
             udp,
             tcp_port,
             ready,
-            timeout=_seconds(timeout, "--timeout") if timeout is not None else None,
+            timeout=parse_seconds(timeout, field="--timeout") if timeout is not None else None,
             interval=period,
             on_interval=None if as_json else _interval_printer("server", gbits),
             **through,
@@ -200,7 +202,7 @@ def write_bw(
             inflight=inflight,
             rate_limit=parse_rate(rate_limit) if rate_limit else None,
             verify=verify,
-            timeout=_seconds(timeout or DEFAULT_TIMEOUT, "--timeout"),
+            timeout=parse_seconds(timeout or DEFAULT_TIMEOUT, field="--timeout"),
         )
         mine, peer = run_client(
             server,
@@ -213,18 +215,6 @@ def write_bw(
             **through,
         )
     _report(mine, peer, gbits, as_json)
-
-
-def _seconds(text: str, flag: str = "--interval") -> float:
-    """``-i`` and ``--timeout`` take a bare number of seconds ("1", "0.5", as iperf3 and
-    perftest do) or a time with a unit ("500ms")."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = parse_time(text, field=flag)
-    if not 0 < seconds < math.inf:
-        raise ConfigError(f"{flag} {text!r}: expected a positive time such as 1 or 500ms")
-    return seconds
 
 
 def register(app: Any) -> None:

@@ -7,11 +7,11 @@ from rich.table import Table
 
 from sdr.cli.sim_options import (
     ALPHA,
-    BANDWIDTH,
     CHUNK,
     DISTANCE,
     DROP_UNIT,
     MTU,
+    RATE,
     RTT,
     SPEED,
     DropUnitName,
@@ -27,7 +27,7 @@ def allreduce_sim(
     dcs: int = typer.Option(..., "--dcs", help="Datacenters in the ring."),
     size: str = typer.Option(..., "--size", help="Allreduce buffer size, e.g. 1GiB."),
     drop: float = typer.Option(1e-3, "--drop", help="Drop probability per --drop-unit."),
-    bandwidth: str = BANDWIDTH,
+    rate: str = RATE,
     rtt: str | None = RTT,
     distance: str | None = DISTANCE,
     speed: float = SPEED,
@@ -46,7 +46,7 @@ def allreduce_sim(
     from sdr.simulator.schemes import SchemeSpec, parse_ec
 
     try:
-        link = link_from_options(bandwidth, rtt, distance, speed, mtu, chunk, alpha)
+        link = link_from_options(rate, rtt, distance, speed, mtu, chunk, alpha)
         k, m = parse_ec(ec)
         results = [
             simulate_ring_allreduce(

@@ -99,7 +99,11 @@ def split_list(text: str) -> list[str]:
 
 
 # Shared option declarations.
-BANDWIDTH = typer.Option("400Gbit/s", "--bandwidth", help="Line rate, e.g. 400Gbit/s.")
+RATE = typer.Option(
+    "400Gbit/s",
+    "--rate",
+    help="Line rate of the link, e.g. 400Gbit/s or 400G (as sdr send's --rate).",
+)
 RTT = typer.Option(None, "--rtt", help="Round-trip time, e.g. 25ms (or give --distance).")
 DISTANCE = typer.Option(
     None,

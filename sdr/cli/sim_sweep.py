@@ -1,4 +1,4 @@
-"""``sdr sweep``: sizes x drops x schemes (x distances, bandwidths) to CSV/JSONL, resumable."""
+"""``sdr sweep``: sizes x drops x schemes (x distances or RTTs, rates) to CSV/JSONL, resumable."""
 
 from __future__ import annotations
 
@@ -40,7 +40,9 @@ def sweep(
     sizes: str = typer.Option(FIG9_SIZES, "--sizes", help="Comma list of write sizes."),
     drops: str = typer.Option(FIG9_DROPS, "--drops", help="Comma list of drop probabilities."),
     schemes: str = typer.Option("sr-rto,sr-nack,ec-mds,ec-xor", "--schemes"),
-    bandwidths: str = typer.Option("400Gbit/s", "--bandwidths", help="Comma list of rates."),
+    rates: str = typer.Option(
+        "400Gbit/s", "--rates", help="Comma list of line rates (e.g. 10Gbit/s,100G)."
+    ),
     distances: str | None = typer.Option(None, "--distances", help="Comma list (default 3750km)."),
     rtts: str | None = typer.Option(
         None, "--rtts", help="Comma list of RTTs (not with distances)."
@@ -75,7 +77,7 @@ def sweep(
     plot: str | None = typer.Option(
         None,
         "--plot",
-        help="PNG of the answer: with more than one RTT or bandwidth, the EC/SR crossover "
+        help="PNG of the answer: with more than one RTT or rate, the EC/SR crossover "
         "size against each swept one; with one path, the speedup heatmaps.",
     ),
     panels: str | None = typer.Option(
@@ -85,7 +87,7 @@ def sweep(
         "for many paths).",
     ),
 ) -> None:
-    """Sweep sizes x drops x schemes (x distances, bandwidths) and write CSV or JSON Lines.
+    """Sweep sizes x drops x schemes (x distances or RTTs, rates) and write CSV or JSON Lines.
 
     Rows are appended to --out as the points finish, so Ctrl-C (exit 130), SIGTERM (exit
     143) or a kill keeps every finished row; run the same command with --resume to evaluate
@@ -115,7 +117,7 @@ def _run_sweep(
     sizes: str,
     drops: str,
     schemes: str,
-    bandwidths: str,
+    rates: str,
     distances: str | None,
     rtts: str | None,
     speed: float,
@@ -159,7 +161,7 @@ def _run_sweep(
             [parse_size(x) for x in split_list(sizes)],
             [float(x) for x in split_list(drops)],
             split_list(schemes),
-            bandwidths=[parse_rate(x) for x in split_list(bandwidths)],
+            bandwidths=[parse_rate(x) for x in split_list(rates)],
             rtts=[parse_time(x) for x in split_list(rtts)] if rtts else None,
             distances=[parse_distance(x) for x in split_list(distances)] if distances else None,
             propagation_speed_mps=speed,
