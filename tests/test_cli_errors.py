@@ -52,7 +52,7 @@ def busy_port() -> Iterator[int]:
         (("coll-plan", "nope"), ("unknown algorithm 'nope'",)),
         (("coll-select", "allreduce", "10QB"), ("'10QB'",)),
         (("coll-run", "--algorithm", "nope", "--world", "2"), ("--algorithm 'nope'",)),
-        (("bitmap-demo", "--drop", "1.5"), ("--drop 1.5",)),
+        (("bitmap-demo", "--loss", "1.5"), ("--loss 1.5",)),
         (("emulate", "relay", "--a", "127.0.0.1:1", "--b", "x:abc"), ("'x:abc'",)),
         (("send", "pyproject.toml", "--to", "127.0.0.1:abc"), ("abc",)),
         (("write-bw", "127.0.0.1", "--interval", "0"), ("--interval",)),

@@ -35,7 +35,8 @@ def test_write_bw_help_names_the_shared_vocabulary() -> None:
     out = _sdr("write-bw", "--help").stdout
     for flag in ("--rate", "--chunk", "-q, --channels", "--interval", "--report-gbits"):
         assert flag in out
-    for gone in ("--rate-limit", "--chunk-size"):
+    assert "--data-port" in out and "--data-port" in _sdr("recv", "--help").stdout
+    for gone in ("--rate-limit", "--chunk-size", "--udp-port"):
         assert gone not in out
     send = _sdr("send", "--help").stdout
     assert "--rate" in send and "--chunk" in send
@@ -69,3 +70,21 @@ def test_send_and_recv_take_a_timeout_with_a_unit(command: str, tmp_path: Path) 
         result = _sdr(*args, "--timeout", "500ms")
         assert result.returncode == 2
         assert "within 0.5 s" in result.stderr, result.stderr
+
+
+def test_a_per_packet_probability_is_loss_everywhere() -> None:
+    """``--loss`` is per packet (send, demo, bitmap-demo); ``--drop`` is the simulator's,
+    per ``--drop-unit``."""
+    for command in ("demo", "bitmap-demo", "send"):
+        assert "--loss" in _sdr(command, "--help").stdout
+    assert "--drop " not in _sdr("bitmap-demo", "--help").stdout
+    old = _sdr("bitmap-demo", "--drop", "0.1")
+    assert old.returncode == 2 and "No such option: --drop" in old.stderr
+    assert "--drop-unit" in _sdr("sim", "--help").stdout
+
+
+def test_the_line_rate_is_rate_in_every_command() -> None:
+    for command in ("sim", "select", "allreduce-sim", "send", "demo", "write-bw"):
+        assert "--rate " in _sdr(command, "--help").stdout, command
+        assert "--bandwidth" not in _sdr(command, "--help").stdout, command
+    assert "--rates " in _sdr("sweep", "--help").stdout

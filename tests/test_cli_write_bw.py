@@ -51,7 +51,7 @@ def test_interval_lines_json_keys_and_bind() -> None:
             "write-bw",
             "--bind",
             "127.0.0.1",
-            "--udp-port",
+            "--data-port",
             "0",
             "--port",
             port,

@@ -43,7 +43,7 @@ def _write_bw(link: VethLink, *client_args: str) -> dict:
 
 
 def test_write_bw_across_namespaces_bit_exact(link: VethLink) -> None:
-    result = _write_bw(link, "-s", "100000", "-n", "40", "-m", "4KiB", "-c", "2", "--verify")
+    result = _write_bw(link, "-s", "100000", "-n", "40", "-m", "4KiB", "-q", "2", "--verify")
     server, client = result["server"], result["client"]
     assert server["completed"] == 40 == client["completed"]
     assert server["mismatched"] == 0
@@ -55,7 +55,7 @@ def test_write_bw_across_namespaces_bit_exact(link: VethLink) -> None:
 
 def test_rate_limited_write_across_namespaces(link: VethLink) -> None:
     result = _write_bw(
-        link, "-s", "256KiB", "-n", "20", "-m", "8KiB", "-r", "500Mbit/s", "--verify"
+        link, "-s", "256KiB", "-n", "20", "-m", "8KiB", "--rate", "500Mbit/s", "--verify"
     )
     server = result["server"]
     assert server["completed"] == 20 and server["mismatched"] == 0

@@ -21,7 +21,7 @@ def _free_port() -> int:
 def _run(*client_args: str) -> tuple[str, str]:
     """Run a server (JSON output) and a client; returns both outputs."""
     port = str(_free_port())
-    server_cmd = [*CLI, "--udp-port", "0", "--port", port, "--timeout", "3s"]
+    server_cmd = [*CLI, "--data-port", "0", "--port", port, "--timeout", "3s"]
     server = subprocess.Popen(
         [*server_cmd, "--json"],
         stdout=subprocess.PIPE,
@@ -38,7 +38,7 @@ def _run(*client_args: str) -> tuple[str, str]:
 
 
 def test_write_bw_prints_perftest_columns_and_counts_every_byte() -> None:
-    client_out, server_out = _run("-s", "70000", "-n", "30", "-m", "8KiB", "--verify", "-R")
+    client_out, server_out = _run("-s", "70000", "-n", "30", "-m", "8KiB", "--verify", "--report-gbits")
     header = " ".join(client_out.split())
     for column in ("#bytes", "#iterations", "BW peak[Gb/sec]", "BW average[Gb/sec]"):
         assert column in header

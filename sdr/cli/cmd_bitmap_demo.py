@@ -37,15 +37,17 @@ def bitmap_demo(
     size: str = typer.Option("8MiB", help="message size"),
     chunk: str = typer.Option("64KiB", help="bitmap chunk size"),
     mtu: str = typer.Option(str(DEFAULT_MTU), help="packet payload size"),
-    drop: float = typer.Option(0.01, help="packet drop probability on the wire"),
+    loss: float = typer.Option(
+        0.01, help="packet loss probability on the wire (per packet, as sdr demo --loss)"
+    ),
     delay: str = typer.Option("5ms", help="one-way delay of the wire"),
     seed: int = typer.Option(1, help="seed of the fault injection"),
 ) -> None:
     """Send one message across a lossy in-process wire and watch the chunk bitmap fill."""
-    if not 0.0 <= drop <= 1.0:
-        raise ConfigError(f"--drop {drop:g}: expected a probability in [0, 1]")
+    if not 0.0 <= loss <= 1.0:
+        raise ConfigError(f"--loss {loss:g}: expected a probability in [0, 1]")
     nbytes = parse_size(size)
-    net = InprocNetwork(seed=seed, drop=drop, delay=parse_time(delay))
+    net = InprocNetwork(seed=seed, drop=loss, delay=parse_time(delay))
     attr = sdr.QPAttr(mtu=mtu, chunk_size=chunk, max_message_size=max(nbytes, parse_size(chunk)),
                       channels=4)  # fmt: skip
     with sdr.Context("inproc", network=net) as a, sdr.Context("inproc", network=net) as b:
@@ -60,7 +62,7 @@ def bitmap_demo(
         stream.send(ms, 0, 0, nbytes)
         console.print(
             f"[bold]SDR demo[/]: {format_size(nbytes)} in {len(rh.bitmap)} chunks of "
-            f"{format_size(attr.chunk_size)}, {attr.channels} channels, drop {drop:g}, "
+            f"{format_size(attr.chunk_size)}, {attr.channels} channels, packet loss {loss:g}, "
             f"one-way delay {delay}"
         )
         start, rounds, quiet_since = time.monotonic(), 0, None

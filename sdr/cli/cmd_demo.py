@@ -71,7 +71,7 @@ def demo(
         )
         from sdr.cli.cmd_bitmap_demo import bitmap_demo
 
-        bitmap_demo(size="8MiB", chunk="64KiB", mtu="4KiB", drop=0.01, delay="5ms", seed=seed)
+        bitmap_demo(size="8MiB", chunk="64KiB", mtu="4KiB", loss=0.01, delay="5ms", seed=seed)
         return
     from sdr.cli.demo_report import (  # SciPy: load late
         lossless_at_receiver,

@@ -120,7 +120,9 @@ def write_bw(
         "to); use 127.0.0.1 for loopback only. Client: UDP source (default: the route's)",
     ),
     udp_port: int | None = typer.Option(
-        None, "--udp-port", help=f"UDP data port (server default {ROCE_PORT}, client any)"
+        None,
+        "--data-port",
+        help=f"UDP data port (server default {ROCE_PORT}, client any; as sdr recv --data-port)",
     ),
     tcp_port: int = typer.Option(
         DEFAULT_TCP_PORT, "--port", "-p", help="TCP port of the out-of-band exchange"
