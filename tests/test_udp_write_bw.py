@@ -38,7 +38,9 @@ def _run(*client_args: str) -> tuple[str, str]:
 
 
 def test_write_bw_prints_perftest_columns_and_counts_every_byte() -> None:
-    client_out, server_out = _run("-s", "70000", "-n", "30", "-m", "8KiB", "--verify", "--report-gbits")
+    client_out, server_out = _run(
+        "-s", "70000", "-n", "30", "-m", "8KiB", "--verify", "--report-gbits"
+    )
     header = " ".join(client_out.split())
     for column in ("#bytes", "#iterations", "BW peak[Gb/sec]", "BW average[Gb/sec]"):
         assert column in header
