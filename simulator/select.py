@@ -51,6 +51,7 @@ class Selection:
     objective: str = "mean"
     ranking: list[dict[str, Any]] = field(default_factory=list, repr=False)
     link: Link | None = field(default=None, repr=False)
+    refused: list[str] = field(default_factory=list, repr=False)  # left out, and why
 
     def to_dict(self) -> dict[str, Any]:
         """The CLI's JSON shape: ``{"scheme", "params", "mean_s", "p999_s"}``."""
@@ -190,4 +191,5 @@ def select_scheme(
         objective=objective,
         ranking=scored,
         link=link.with_chunk(int(best["params"]["chunk_size"])),
+        refused=refused,
     )

@@ -1,12 +1,15 @@
 """The runnable examples in the docs run, so the docs stay true."""
 
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DOCS = ["docs/api.md", "README.md", "docs/simulator.md"]
+DOCS = ["docs/api.md", "README.md", "docs/simulator.md", "docs/quickstart.md"]
 
 
 def python_blocks(path: pathlib.Path) -> list[str]:
@@ -35,9 +38,6 @@ def shell_block(doc: str, needle: str) -> str:
 def test_sweep_grid_recipe_runs_as_printed(tmp_path):
     """docs/simulator.md's grid-file recipe: the file, the sweep, its JSONL and its plot."""
     import json
-    import os
-    import subprocess
-    import sys
 
     script = shell_block("docs/simulator.md", "sdr sweep --grid grid.toml")
     env = dict(os.environ, PATH=f"{pathlib.Path(sys.executable).parent}:{os.environ['PATH']}")
@@ -52,21 +52,16 @@ def test_sweep_grid_recipe_runs_as_printed(tmp_path):
     assert (tmp_path / "fig9.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_torch_backend_script_runs_as_printed(tmp_path):
-    """docs/training.md's DDP script on the ``sdr`` backend, started by its torchrun line."""
-    import os
-    import subprocess
-    import sys
-
+def run_torch_script(tmp_path, needle: str, name: str) -> subprocess.CompletedProcess:
+    """docs/training.md's python block containing ``needle``, saved as ``name`` and started
+    by the doc's own ``torchrun ... name`` line (``torchrun`` of this interpreter)."""
     pytest.importorskip("torch")
     from sdr.backends.shm import free_port
 
-    (script,) = [
-        b for b in python_blocks(ROOT / "docs/training.md") if 'init_process_group("sdr")' in b
-    ]
-    (tmp_path / "train_ddp.py").write_text(script)
-    command = shell_block("docs/training.md", "torchrun --nproc-per-node 2 train_ddp.py")
-    bin_dir = tmp_path / "bin"  # `torchrun` of this interpreter (the one with this sdr)
+    (script,) = [b for b in python_blocks(ROOT / "docs/training.md") if needle in b]
+    (tmp_path / name).write_text(script)
+    command = shell_block("docs/training.md", f"torchrun --nproc-per-node 2 {name}")
+    bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "torchrun").write_text(
         f'#!/bin/sh\nexec {sys.executable} -m torch.distributed.run "$@"\n'
@@ -78,4 +73,17 @@ def test_torch_backend_script_runs_as_printed(tmp_path):
         timeout=240, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_torch_backend_script_runs_as_printed(tmp_path):
+    """docs/training.md's DDP script on the ``sdr`` backend, started by its torchrun line."""
+    proc = run_torch_script(tmp_path, 'init_process_group("sdr")\nrank, world', "train_ddp.py")
     assert "step 30: loss" in proc.stdout and "replicas identical: True" in proc.stdout, proc.stdout
+
+
+def test_deadline_script_runs_as_printed(tmp_path):
+    """docs/training.md's deadline-bounded outer step, started by its torchrun line."""
+    proc = run_torch_script(tmp_path, "allreduce_by(", "outer_step.py")
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("outer ")]
+    assert len(lines) == 3 and all(line.endswith("replicas identical: True") for line in lines)

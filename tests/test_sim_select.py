@@ -110,6 +110,29 @@ def test_select_table_shows_how_far_each_row_is_from_the_best() -> None:
     assert "only with --objective p999" in " ".join(result.stdout.split())
 
 
+def test_select_says_which_candidates_the_model_left_out() -> None:
+    """At 5e-2 per packet the large-chunk candidates are beyond the models; ``sdr select``
+    ranks the rest and says, in one line on stderr, how many it left out and why (it left
+    them out silently: docs/simulator.md promised the line)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    link = Link(10e9, 0.03)
+    choice = select_scheme(link, 1 << 20, 5e-2, drop_unit="packet")
+    assert choice.refused and all(" chunks: " in why for why in choice.refused)
+    ranked = {(r["scheme"], r["params"]["chunk_size"]) for r in choice.ranking}
+    assert not any(f"{s} with {c} B chunks" in why for s, c in ranked for why in choice.refused)
+    assert not select_scheme(link, 1 << 20, 1e-6, drop_unit="packet").refused
+
+    sdr = str(Path(sys.executable).with_name("sdr"))
+    args = ["select", "--size", "1MiB", "--rtt", "30ms", "--rate", "10G", "--loss", "5e-2"]
+    result = subprocess.run([sdr, *args], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    (note,) = result.stderr.splitlines()
+    assert note.startswith(f"note: {len(choice.refused)} candidates left out"), note
+
+
 def test_the_nack_schemes_rto_passed_back_gives_no_spurious_repairs() -> None:
     # select reported rto_rtts = 1.0 for sr-nack (the models' repair delay: a NACK's RTT);
     # passed back as the scheme's RTO it fired before every ACK: ~100 spurious

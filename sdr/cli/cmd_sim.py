@@ -277,6 +277,11 @@ def select(
             vs_best,
         )
     console.print(table)
+    if choice.refused:  # the user sees what was not ranked (the model said why)
+        sys.stderr.write(
+            f"note: {len(choice.refused)} candidates left out, the model refuses them; "
+            f"first: {choice.refused[0]}\n"
+        )
 
 
 def register(app: typer.Typer) -> None:
