@@ -648,12 +648,153 @@ done:
     return result;
 }
 
+/* --- arrivals: one receive's packet and chunk bitmaps (sdr.chunk_bitmap, sdr.recv_table) ---
+ *
+ *   mark_arrivals(packets, counts, expected, chunks, have, fragments, offsets, values,
+ *                 lengths, per_chunk) -> (new, duplicates, imm_only, done)
+ *
+ * The native twin of RecvTable._apply for the rows of one receive, in order: a row with
+ * data sets its packet's bit (a duplicate if set already) and counts it to its chunk; a
+ * chunk whose count reaches its expected count completes (its index goes to ``done``,
+ * int64, ascending); every row's immediate fragment ``values[i]`` is taken at
+ * ``offsets[i] % len(have)`` when none arrived there before (the first arrival wins).
+ * Every offset is checked against the bitmap before anything is written. */
+
+typedef struct {
+    Py_buffer view;
+    int held;
+} Arg;
+
+static int get_arg(PyObject *obj, const char *name, char code, Py_ssize_t itemsize, int writable,
+                   Arg *a, Py_ssize_t *n)
+{
+    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &a->view, flags) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "mark_arrivals: %s must be a C-contiguous %sarray, got %.80s",
+                     name, writable ? "writable " : "", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    a->held = 1;
+    char got = format_code(&a->view);
+    if (code == '?') {
+        const char *f = a->view.format ? a->view.format : "B";
+        got = (f[0] == '?' && f[1] == 0) ? '?' : 0;
+    }
+    int same = got == code || (itemsize == 8 && sizeof(long) == 8 && got == 'l' && code == 'q');
+    if (a->view.ndim != 1 || a->view.itemsize != itemsize || !same) {
+        PyErr_Format(PyExc_TypeError, "mark_arrivals: %s must be a 1-D array of format %c, "
+                     "got format %s with %d dimensions", name, code,
+                     a->view.format ? a->view.format : "B", a->view.ndim);
+        return -1;
+    }
+    if (*n >= 0 && a->view.shape[0] != *n) {
+        PyErr_Format(PyExc_ValueError, "mark_arrivals: %s has %zd values, expected %zd", name,
+                     a->view.shape[0], *n);
+        return -1;
+    }
+    *n = a->view.shape[0];
+    return 0;
+}
+
+static PyObject *mark_arrivals(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[9];
+    Py_ssize_t per_chunk;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOn:mark_arrivals", &o[0], &o[1], &o[2], &o[3], &o[4],
+                          &o[5], &o[6], &o[7], &o[8], &per_chunk))
+        return NULL;
+    Arg a[9] = {{{0}, 0}};
+    PyObject *done = NULL, *result = NULL;
+    Py_ssize_t n_packets = -1, n_chunks = -1, n_frag = -1, rows = -1;
+    if (get_arg(o[0], "packets", '?', 1, 1, &a[0], &n_packets) < 0 ||
+        get_arg(o[1], "counts", 'I', 4, 1, &a[1], &n_chunks) < 0 ||
+        get_arg(o[2], "expected", 'I', 4, 0, &a[2], &n_chunks) < 0 ||
+        get_arg(o[3], "chunks", '?', 1, 1, &a[3], &n_chunks) < 0 ||
+        get_arg(o[4], "have", '?', 1, 1, &a[4], &n_frag) < 0 ||
+        get_arg(o[5], "fragments", 'I', 4, 1, &a[5], &n_frag) < 0 ||
+        get_arg(o[6], "offsets", 'q', 8, 0, &a[6], &rows) < 0 ||
+        get_arg(o[7], "values", 'I', 4, 0, &a[7], &rows) < 0 ||
+        get_arg(o[8], "lengths", 'q', 8, 0, &a[8], &rows) < 0)
+        goto out;
+    if (per_chunk < 1 || n_frag < 1 || n_chunks < (n_packets + per_chunk - 1) / per_chunk) {
+        PyErr_Format(PyExc_ValueError, "mark_arrivals: %zd chunks of %zd packets cannot hold "
+                     "%zd packets (or no fragments: %zd)", n_chunks, per_chunk, n_packets, n_frag);
+        goto out;
+    }
+    const int64_t *off = a[6].view.buf, *len = a[8].view.buf;
+    for (Py_ssize_t i = 0; i < rows; i++)  /* every bound before any write */
+        if (off[i] < 0 || (len[i] != 0 && off[i] >= n_packets)) {
+            PyErr_Format(PyExc_ValueError, "mark_arrivals: row %zd: packet %lld is outside "
+                         "the receive's %zd packets; nothing was marked", i,
+                         (long long)off[i], n_packets);
+            goto out;
+        }
+    done = PyObject_CallFunction(np_empty, "ns", rows, "int64");
+    if (done == NULL)
+        goto out;
+    Py_buffer dv;
+    if (PyObject_GetBuffer(done, &dv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        goto out;
+    uint8_t *pk = a[0].view.buf, *ch = a[3].view.buf, *have = a[4].view.buf;
+    uint32_t *counts = a[1].view.buf, *frags = a[5].view.buf;
+    const uint32_t *expected = a[2].view.buf, *values = a[7].view.buf;
+    int64_t *out = dv.buf;
+    Py_ssize_t fresh = 0, dup = 0, imm_only = 0, k = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        int64_t p = off[i];
+        if (len[i] == 0) {
+            imm_only++;
+        } else if (pk[p]) {
+            dup++;
+        } else {
+            pk[p] = 1;
+            fresh++;
+            Py_ssize_t c = (Py_ssize_t)(p / per_chunk);
+            if (++counts[c] == expected[c]) {
+                ch[c] = 1;
+                out[k++] = c;
+            }
+        }
+        Py_ssize_t f = (Py_ssize_t)(p % n_frag);
+        if (!have[f]) {
+            have[f] = 1;
+            frags[f] = values[i];
+        }
+    }
+    for (Py_ssize_t i = 1; i < k; i++) {  /* ascending (insertion: a batch completes few) */
+        int64_t v = out[i];
+        Py_ssize_t j = i;
+        for (; j > 0 && out[j - 1] > v; j--)
+            out[j] = out[j - 1];
+        out[j] = v;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&dv);
+    PyObject *trimmed = PySequence_GetSlice(done, 0, k);
+    if (trimmed != NULL)
+        result = Py_BuildValue("nnnN", fresh, dup, imm_only, trimmed);
+out:
+    for (int i = 0; i < 9; i++)
+        if (a[i].held)
+            PyBuffer_Release(&a[i].view);
+    Py_XDECREF(done);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"place_batch", (PyCFunction)(void (*)(void))place_batch, METH_VARARGS | METH_KEYWORDS,
      "place_batch(table, generations, remote_offsets, imms, lengths, payloads, "
      "payload_offsets=None)\n--\n\n"
      "Validate and place one batch of received packets, in order; returns uint8 verdicts.\n"
      "The native implementation of sdr.placement.place_batch (same rules, same results)."},
+    {"mark_arrivals", mark_arrivals, METH_VARARGS,
+     "mark_arrivals(packets, counts, expected, chunks, have, fragments, offsets, values, "
+     "lengths, per_chunk)\n--\n\n"
+     "One receive's rows of a batch, in order, on its bitmaps and immediate fragments; "
+     "returns (new, duplicates, imm_only, done chunks). The native RecvTable._apply."},
     {NULL, NULL, 0, NULL},
 };
 

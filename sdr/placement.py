@@ -65,6 +65,7 @@ __all__ = [
     "int64_column",
     "place_batch",
     "place_batch_native",
+    "mark_arrivals_native",
     "place_batch_python",
     "use_datapath",
 ]
@@ -374,6 +375,9 @@ _native, NATIVE_ERROR = load_extension("sdr._placement", _NATIVE_FILE_ENV)
 
 place_batch_native: Any = None if _native is None else _native.place_batch
 """The native place_batch (``sdr._placement``), None where it was not built."""
+mark_arrivals_native: Any = None if _native is None else _native.mark_arrivals
+"""The native twin of the receive table's arrival marking (RecvTable._apply), None where
+``sdr._placement`` was not built; it runs where :data:`DATAPATH` is ``native``."""
 
 DATAPATH = "python"
 """The implementation :func:`place_batch` runs: ``native`` or ``python``."""

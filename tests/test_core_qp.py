@@ -277,14 +277,20 @@ def test_writes_stay_inside_posted_ranges(messages, seed):
         max_size=120,
     )
 )
-def test_row_and_vectorized_paths_agree(rows):
-    """Both receive paths apply the same rules to the same (partly forged) completions."""
-    from sdr import recv_table
+def test_row_vectorized_and_native_paths_agree(rows):
+    """The receive table's three arrival paths (row by row, vectorized, native) apply the
+    same rules to the same (partly forged, duplicated) completions: same counters,
+    bitmaps, immediates and completed-chunk events."""
+    from sdr import placement, recv_table
 
     attr = sdr.QPAttr(mtu=1000, chunk_size=2000, max_message_size=10_000, generations=3)
+    modes = [("python", 10_000), ("python", 0)]
+    if placement.mark_arrivals_native is not None:
+        modes.append(("native", 0))
     results = []
-    for small in (0, 10_000):
+    for datapath, small in modes:
         recv_table.SMALL_BATCH, saved = small, recv_table.SMALL_BATCH
+        previous = placement.use_datapath(datapath)
         try:
             core = sdr.QueuePairCore(attr)
             mr = sdr.MemoryRegion(key=1, view=memoryview(bytearray(20_000)))
@@ -300,19 +306,23 @@ def test_row_and_vectorized_paths_agree(rows):
                 )
                 for msg, pkt, gen, length, honest in rows
             ]
-            core.receive_completions(0.0, CompletionBatch.from_rows(batch[: len(batch) // 2]))
-            core.receive_completions(0.0, CompletionBatch.from_rows(batch[len(batch) // 2 :]))
+            events = []
+            for part in (batch[: len(batch) // 2], batch[len(batch) // 2 :]):
+                done = core.receive_completions(0.0, CompletionBatch.from_rows(part))
+                events.append(sorted((recs.index(r), c.tolist()) for r, c in done.items()))
             results.append(
                 (
                     core.counters.as_dict(),
                     [r.bitmap.packets.tolist() for r in recs],
                     [r.bitmap.chunks.tolist() for r in recs],
                     [r.imm for r in recs],
+                    events,
                 )
             )
         finally:
             recv_table.SMALL_BATCH = saved
-    assert results[0] == results[1]
+            placement.use_datapath(previous)
+    assert all(r == results[0] for r in results[1:])
 
 
 def test_authenticated_setup_refuses_forged_or_unsigned_info():

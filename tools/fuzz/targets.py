@@ -132,6 +132,7 @@ def fuzz_key_table(data: bytes) -> None:
             assert where.offset + length <= bounds[start]
 
 
+import targets_arrivals  # noqa: E402,F401
 import targets_connect  # noqa: E402,F401
 import targets_control  # noqa: E402,F401
 import targets_forward  # noqa: E402,F401

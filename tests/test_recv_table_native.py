@@ -1,0 +1,102 @@
+"""The receive table's native arrival marking (``sdr._placement.mark_arrivals``) against
+the two Python paths (row by row and vectorized): mostly honest traffic with duplicates,
+reordering, immediate-only rows and a few forged ones, in batches of 1 to 200 rows over
+several receives at once. Same counters, bitmaps, immediates and completed-chunk events."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sdr
+from sdr import placement, recv_table
+from sdr.transport import CompletionBatch
+
+needs_native = pytest.mark.skipif(
+    placement.mark_arrivals_native is None, reason="sdr._placement not built"
+)
+ATTR = sdr.QPAttr(mtu=1000, chunk_size=4000, max_message_size=40_000, generations=3)
+SIZES = (39_500, 4_000, 1, 0, 12_345)  # a short last packet, one chunk, one byte, none
+
+
+def traffic(seed: int, recs: list) -> list[list[tuple[int, int, int, int, int]]]:
+    """Batches of (channel, generation, imm, length, remote offset) for ``recs``."""
+    rng = np.random.default_rng(seed)
+    enc, rows = ATTR.layout.encode, []
+    for index, rec in enumerate(recs):
+        size = SIZES[index]
+        n = max(1, -(-size // ATTR.mtu))
+        for pkt in range(n):
+            length = min(ATTR.mtu, size - pkt * ATTR.mtu)
+            row = (0, rec.generation, enc(rec.msg_id, pkt, (pkt * 7 + index) % 16), length,
+                   rec.slot * ATTR.max_message_size + pkt * ATTR.mtu)  # fmt: skip
+            rows.append(row)
+            for _ in range(int(rng.integers(0, 3)) if rng.random() < 0.2 else 0):
+                rows.append(row)  # duplicates
+            if rng.random() < 0.05:  # a forged generation, an immediate-only row
+                rows.append((0, (rec.generation + 1) % 3, *row[2:]))
+                rows.append((0, rec.generation, row[2], 0, row[4]))
+    order = rng.permutation(len(rows))
+    rows = [rows[i] for i in order]
+    batches, at = [], 0
+    while at < len(rows):
+        size = int(rng.choice([1, 2, 5, 31, 48, 49, 200]))
+        batches.append(rows[at : at + size])
+        at += size
+    return batches
+
+
+def run(datapath: str, small: int, seed: int) -> tuple:
+    recv_table.SMALL_BATCH, saved = small, recv_table.SMALL_BATCH
+    previous = placement.use_datapath(datapath)
+    try:
+        core = sdr.QueuePairCore(ATTR)
+        mr = sdr.MemoryRegion(key=1, view=memoryview(bytearray(len(SIZES) * 40_000)))
+        recs = [core.post_recv(0.0, mr, i * 40_000, n) for i, n in enumerate(SIZES)]
+        events = []
+        for batch in traffic(seed, recs):
+            done = core.receive_completions(0.0, CompletionBatch.from_rows(batch))
+            events.append(sorted((recs.index(r), c.dtype.str, c.tolist()) for r, c in done.items()))
+        return (
+            core.counters.as_dict(),
+            [r.bitmap.packets.tolist() for r in recs],
+            [r.bitmap.chunks.tolist() for r in recs],
+            [r.bitmap._counts.tolist() for r in recs],
+            [(r.imm, r.arrived) for r in recs],
+            events,
+        )
+    finally:
+        recv_table.SMALL_BATCH = saved
+        placement.use_datapath(previous)
+
+
+@needs_native
+@pytest.mark.parametrize("seed", range(12))
+def test_native_marking_equals_both_python_paths(seed: int) -> None:
+    rows_path, vector_path, native = run("python", 10**6, seed), run("python", 0, seed), None
+    native = run("native", 0, seed)
+    assert rows_path == vector_path
+    assert native == rows_path
+    counters = native[0]
+    assert counters["duplicates"] > 0 and counters["packets_accepted"] > 0  # exercised
+    assert sum(len(e) for e in native[5]) > 0
+
+
+@needs_native
+def test_an_offset_outside_the_receive_is_refused_before_any_write() -> None:
+    bitmap = sdr.chunk_bitmap.ReceiveBitmap(5_000, 1000, 2000)
+    have, fragments = np.zeros(4, bool), np.zeros(4, np.uint32)
+    before = bitmap.packets.copy()
+    with pytest.raises(ValueError, match="outside the receive's 5 packets; nothing was marked"):
+        placement.mark_arrivals_native(
+            bitmap.packets, bitmap._counts, bitmap._expected, bitmap.chunks, have, fragments,
+            np.array([1, 5], np.int64), np.array([3, 4], np.uint32),
+            np.array([1000, 1000], np.int64), 2,
+        )  # fmt: skip
+    assert (bitmap.packets == before).all() and not have.any() and not bitmap._counts.any()
+    with pytest.raises(TypeError, match="counts must be a 1-D array of format I"):
+        placement.mark_arrivals_native(
+            bitmap.packets, bitmap._counts.astype(np.int64), bitmap._expected, bitmap.chunks,
+            have, fragments, np.array([1], np.int64), np.array([3], np.uint32),
+            np.array([1000], np.int64), 2,
+        )  # fmt: skip
