@@ -305,7 +305,9 @@ def main() -> None:
     p.add_argument("--only", default="a,b,c,d,e", help="comma-separated measurements")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", default="out/congestion_sim.json")
-    p.add_argument("--figures", default=str(ROOT / "docs" / "figures"))
+    p.add_argument(
+        "--figures", default="out", help="where the figures go (docs/figures: the committed ones)"
+    )
     p.add_argument("--no-plots", action="store_true")
     args = p.parse_args()
     only = set(args.only.split(","))

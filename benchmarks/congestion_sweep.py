@@ -145,7 +145,11 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="2 values per axis, 4 s runs")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", default="out/congestion_sweep.json")
-    p.add_argument("--plot", default=str(ROOT / "docs" / "figures" / "congestion_sweep.png"))
+    p.add_argument(
+        "--plot",
+        default="out/congestion_sweep.png",
+        help="committed: docs/figures/congestion_sweep.png",
+    )
     args = p.parse_args()
     grid: dict[str, tuple] = {
         "controller": CONTROLLERS,

@@ -58,7 +58,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--budget", type=float, default=60.0, help="seconds per backend and point")
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--batch", type=int, default=32, help="samples per rank and step")
-    p.add_argument("--out", default="docs/results/train_wan.json")
+    p.add_argument("--out", default="out/train_wan.json", help="JSON (committed: docs/results/)")
     p.add_argument("--plot", default=None, help="PNG: step times against loss, per RTT")
     args = p.parse_args()
     if args.ranks_per_dc < 1 or args.steps <= args.warmup:

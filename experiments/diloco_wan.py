@@ -71,7 +71,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--blackout", type=float, default=None, help="a 2 s blackout at this s")
     p.add_argument("--slow-site", type=float, default=0.0, help="datacenter 1 late by s")
     p.add_argument("--budget", type=float, default=120.0, help="seconds per variant")
-    p.add_argument("--out", default="docs/results/diloco_wan.json")
+    p.add_argument("--out", default="out/diloco_wan.json", help="JSON (committed: docs/results/)")
     p.add_argument("--plot", default=None)
     return p.parse_args()
 
