@@ -127,12 +127,16 @@ def plot(rows: list[dict[str, Any]], grid: dict[str, tuple], path: Path) -> str:
             im = ax.imshow(value, cmap="RdYlGn_r", vmin=0, vmax=1.5)
         for (i, j), t in np.ndenumerate(text):
             ax.text(j, i, t, ha="center", va="center", fontsize=7)
-        ax.set_xticks(range(len(grid["loss"])), [f"{x:g}" for x in grid["loss"]])
+        ticks = ["0" if x == 0 else f"{x:.0e}".replace("e-0", "e-") for x in grid["loss"]]
+        ax.set_xticks(range(len(grid["loss"])), ticks, fontsize=8)
         ax.set_yticks(range(len(labels)), labels, fontsize=7)
         ax.set_xlabel("random loss")
         title = "alone: utilization" if comp == "none" else f"vs {comp}: SDR / max-min fair"
         ax.set_title(title, fontsize=9)
-        fig.colorbar(im, ax=ax, shrink=0.7)
+        bar = fig.colorbar(im, ax=ax, shrink=0.7)
+        bar.set_label(
+            "utilization" if comp == "none" else "|log2(SDR / fair)|: 1 = 2x off", fontsize=8
+        )
     fig.suptitle("One SDR flow on 1 Gbit/s, 25 ms (simulated)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -216,14 +216,19 @@ def _plot(rows: list[dict], args: argparse.Namespace, path: str) -> None:
     import matplotlib.pyplot as plt
 
     done = [r for r in rows if "error" not in r]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 5))
+    done.sort(key=lambda r: (r["bad"], r["controller"], r.get("run", 1)))  # runs side by side
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5))
     names = {"loss": f"loss {args.loss:g}", "delay": "2x RTT", "none": "all good"}
-    labels = [f"{names[r['bad']]}, {r['controller']}" for r in done]
-    ax1.bar(range(len(done)), [r["vs_ideal"] for r in done], color="tab:blue")
+    labels = [f"{names[r['bad']]}, {r['controller']} #{r.get('run', 1)}" for r in done]
+    colours = {c: f"C{i}" for i, c in enumerate(dict.fromkeys(r["controller"] for r in done))}
+    ax1.bar(range(len(done)), [r["vs_ideal"] for r in done],
+            color=[colours[r["controller"]] for r in done])  # fmt: skip
     ax1.axhline(IDEAL_TARGET, color="tab:red", ls="--", label=f"target {IDEAL_TARGET}x")
+    for name, colour in colours.items():
+        ax1.bar([0], [0], color=colour, label=name)  # legend entries only
     ax1.set_xticks(range(len(done)), labels, fontsize=7, rotation=60, ha="right")
     ax1.set_ylabel("completion / ideal over the good paths")
-    ax1.legend()
+    ax1.legend(fontsize=7)
     bottom = [0.0] * len(done)
     for i in range(args.paths):
         share = [r["sent_bytes"][i] / sum(r["sent_bytes"]) for r in done]
@@ -232,7 +237,7 @@ def _plot(rows: list[dict], args: argparse.Namespace, path: str) -> None:
         bottom = [b + s for b, s in zip(bottom, share, strict=True)]
     ax2.set_xticks(range(len(done)), labels, fontsize=7, rotation=60, ha="right")
     ax2.set_ylabel("share of bytes sent")
-    ax2.legend(fontsize=7)
+    ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.suptitle(f"{args.paths} emulated paths of {args.path_rate}, RTT {args.rtt}, {args.size}")
     fig.tight_layout()
     pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -261,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
                     row = run_one(args, bad, controller, source)
+                    row["run"] = repeat + 1
                     if "error" in row:
                         print(f"  failed: {row['error']}", flush=True)
                     rows.append(row)
