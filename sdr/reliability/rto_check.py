@@ -44,10 +44,21 @@ def spurious_repair_warning(
     if spurious < MIN_SPURIOUS or spurious < SPURIOUS_SHARE * sent:
         return None
     rtt, alpha = float(config.rtt), config.alpha  # type: ignore[arg-type]
+    rto = f"the RTO ({format_time(config.rto)} = rtt {format_time(rtt)} x (1 + alpha {alpha:g}))"
+    head = (
+        f"{spurious} of {sent} chunks were queued again by their RTO and then acknowledged "
+        "before the copy left: "
+    )
+    if largest_rtt is not None and largest_rtt < float(config.rto):  # type: ignore[arg-type]
+        # a repaired chunk gives no RTT sample (Karn), so the late ACKs are not among
+        # the samples: the path is fine, the answers came late
+        return (
+            f"{head}{rto} is above every RTT sample (up to {format_time(largest_rtt)}), "
+            "so some ACKs came late: a receiver too loaded to answer in time, or a queue "
+            "that fills now and then; raise alpha, or give each end a core"
+        )
     seen = f" (RTT samples up to {format_time(largest_rtt)})" if largest_rtt else ""
     return (
-        f"{spurious} of {sent} chunks were queued again by their RTO and then acknowledged "
-        f"before the copy left: the RTO ({format_time(config.rto)} = rtt {format_time(rtt)} "
-        f"x (1 + alpha {alpha:g})) is shorter than this path's round trip{seen}; set rtt "
+        f"{head}{rto} is shorter than this path's round trip{seen}; set rtt "
         "to the path's round trip, or raise alpha for a queue that others fill"
     )
