@@ -254,8 +254,9 @@ def _plot(rows: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> N
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
     import numpy as np
+
+    from sdr.simulator.plots import plain_log_axis
 
     rtts = list(dict.fromkeys(r["rtt"] for r in rows))
     fig, axes = plt.subplots(1, len(rtts), figsize=(5.5 * len(rtts), 4), squeeze=False)
@@ -270,11 +271,7 @@ def _plot(rows: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> N
         ax.set_xticks(x, [f"{r['loss']:g}" for r in here])
         ax.set_xlabel("link packet loss")
         ax.set_ylabel("DDP step time (median)")
-        ax.set_yscale("log")
-        in_ms = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v * 1000:.0f} ms")
-        ax.yaxis.set_major_formatter(in_ms)  # not 6x10^-1: the minor ticks read as times too
-        ax.yaxis.set_minor_formatter(in_ms)
-        ax.tick_params(axis="y", which="both", labelsize=7)
+        plain_log_axis(ax, seconds=True)
         ax.set_title(f"{args.rate}, RTT {rtt}, 2 DCs x {args.ranks_per_dc} ranks")
         ax.legend(loc="upper left", bbox_to_anchor=(0.02, 0.98), fontsize="small")
     fig.suptitle(f'init_process_group("sdr") (scheme {args.scheme}) against gloo, same link')

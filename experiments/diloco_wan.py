@@ -224,6 +224,8 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from sdr.simulator.plots import plain_log_axis
+
     points = list(dict.fromkeys((r["rtt"], r["loss"]) for r in rows))
     width = max(6.0, 4.2 * len(points))
     fig, axes = plt.subplots(2, len(points), figsize=(width, 7), squeeze=False)
@@ -235,10 +237,10 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
             axes[0][i].plot(r["step_s"], ".-", color=c, label=r["variant"])
             axes[1][i].plot(r["loss_curve"], color=c, label=r["variant"])
         axes[0][i].axhline(here[0]["deadline_s"], color="k", ls=":", lw=1, label="T")
-        axes[0][i].set_yscale("log")
+        plain_log_axis(axes[0][i], seconds=True)
         axes[0][i].set_title(f"RTT {point[0]}, loss {point[1]:g}")
-        axes[0][i].set_ylabel("outer-step communication, s")
-        axes[1][i].set_yscale("log")
+        axes[0][i].set_ylabel("outer-step communication")
+        plain_log_axis(axes[1][i])
         axes[1][i].set_xlabel("outer step")
         axes[1][i].set_ylabel("evaluation loss (MSE)")
     axes[0][0].legend(fontsize="small")

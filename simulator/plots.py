@@ -20,7 +20,13 @@ import numpy as np
 from sdr.errors import ConfigError
 from sdr.units import format_rate, format_size, format_time
 
-__all__ = ["format_probability", "plot_speedup_heatmaps", "speedup_figure", "speedup_grid"]
+__all__ = [
+    "format_probability",
+    "plain_log_axis",
+    "plot_speedup_heatmaps",
+    "speedup_figure",
+    "speedup_grid",
+]
 
 #: metric -> the row key of its exact analytic value, preferred where a row has one
 _ANALYTIC = {"mean_s": "analytic_mean_s", "p999_s": "analytic_p999_s"}
@@ -54,6 +60,21 @@ def speedup_grid(
             if base is not None and cand:
                 grid[i, j] = base / cand
     return sizes, drops, grid
+
+
+def plain_log_axis(ax: Any, seconds: bool = False) -> None:
+    """A log y axis labelled in plain numbers (``300 ms``, ``0.02``), majors and minors
+    alike, not matplotlib's ``3x10^-1``; ``seconds``: the values are seconds."""
+    import matplotlib.ticker
+
+    ax.set_yscale("log")
+    if seconds:
+        form = matplotlib.ticker.FuncFormatter(lambda v, _: format_time(v))
+    else:
+        form = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(form)
+    ax.yaxis.set_minor_formatter(form)
+    ax.tick_params(axis="y", which="both", labelsize=7)
 
 
 def format_probability(p: float) -> str:
