@@ -375,7 +375,7 @@ _native, NATIVE_ERROR = load_extension("sdr._placement", _NATIVE_FILE_ENV)
 
 place_batch_native: Any = None if _native is None else _native.place_batch
 """The native place_batch (``sdr._placement``), None where it was not built."""
-mark_arrivals_native: Any = None if _native is None else _native.mark_arrivals
+mark_arrivals_native: Any = getattr(_native, "mark_arrivals", None)  # None: an older build
 """The native twin of the receive table's arrival marking (RecvTable._apply), None where
 ``sdr._placement`` was not built; it runs where :data:`DATAPATH` is ``native``."""
 

@@ -251,7 +251,7 @@ class RecvTable:
         rows = np.flatnonzero(~late & ~stale & (bad == PLACED))
         if not len(rows):
             return {}
-        if placement.DATAPATH == "native":
+        if placement.DATAPATH == "native" and placement.mark_arrivals_native is not None:
             return self._apply_native(rows, ids, packets, fragments, lengths)
         if len(rows) <= SMALL_BATCH:
             return self._apply_rows(rows, ids, packets, fragments, lengths)

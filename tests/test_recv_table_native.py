@@ -100,3 +100,11 @@ def test_an_offset_outside_the_receive_is_refused_before_any_write() -> None:
             have, fragments, np.array([1], np.int64), np.array([3], np.uint32),
             np.array([1000], np.int64), 2,
         )  # fmt: skip
+
+
+def test_a_build_without_mark_arrivals_falls_back_to_the_reference(monkeypatch) -> None:
+    """An editable install whose ``sdr._placement`` predates ``mark_arrivals`` (pulled,
+    not rebuilt) imported with an AttributeError; now it runs the Python paths."""
+    monkeypatch.setattr(placement, "mark_arrivals_native", None)
+    with_reference = run("python", 0, seed=3)
+    assert run("native" if placement.place_batch_native else "python", 0, seed=3) == with_reference
