@@ -18,7 +18,10 @@ the same start, on the same data:
   staleness weight), averaged over all;
 - ``no-carry``: ``carry=False``, averaged over what arrived: what missed is dropped (what
   a loss-tolerant transport does);
-- ``gloo``: ``dist.all_reduce`` on a gloo group whose TCP crosses the same link.
+- ``gloo``: ``dist.all_reduce`` on a gloo group whose TCP crosses the same link;
+- ``torchft``: torchft's fault-tolerant manager (quorum, allreduce over gloo, commit)
+  across the same link, one replica group per datacenter (experiments/diloco_torchft.py;
+  needs ``pip install torchft`` and one rank per datacenter).
 
 T (``--deadline auto``): the larger of the model's (:func:`sdr.simulator.deadline.deadline_for`,
 ``q`` = 0.99, for the pseudo-gradient's bytes over this link) and 1.25 x the lossless
@@ -49,7 +52,10 @@ from sdr.backends.shm import free_port  # noqa: E402
 from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces  # noqa: E402
 from sdr.units import parse_rate, parse_time  # noqa: E402
 
-VARIANTS = ("reliable", "deadline", "weighted", "no-carry", "gloo")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from diloco_torchft import missing  # noqa: E402
+
+VARIANTS = ("reliable", "deadline", "weighted", "no-carry", "gloo", "torchft")
 WIDTHS = (128, 1024, 1024, 16)  # 1.2 M parameters: 4.9 MB of float32 per outer step
 TEACHER = (128, 256, 16)
 OUTER_LR, OUTER_MOMENTUM, INNER_LR = 0.7, 0.9, 1e-3
@@ -107,13 +113,19 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
     _batch.teacher = _mlp(TEACHER, 1234)  # type: ignore[attr-defined]
     dist.init_process_group("sdr")
     gloo = dist.new_group(backend="gloo") if job["variant"] == "gloo" else None
+    dc = int(job["env"][rank]["RANK"]) // job["per_dc"]
+    ft = None
+    if job["variant"] == "torchft":
+        from diloco_torchft import TorchftAverager
+
+        ft = TorchftAverager(dc, job["env"][rank]["SDR_HOST"], job["lighthouse"],
+                             job["store_ports"][rank])  # fmt: skip
     model = _mlp(WIDTHS, 0)
     params = list(model.parameters())
     inner = torch.optim.AdamW(params, lr=INNER_LR)
     momentum = [torch.zeros_like(p) for p in params]
     gen = torch.Generator().manual_seed(1000 + rank)
     eval_x, eval_y = _batch(torch.Generator().manual_seed(7), 512)
-    dc = int(job["env"][rank]["RANK"]) // job["per_dc"]
     times, losses, fractions, digests = [], [], [], []
     spent, deadline = 0.0, job["deadline"]
     group = dist.distributed_c10d._get_default_group()
@@ -136,6 +148,8 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
         elif job["variant"] == "gloo":
             dist.all_reduce(delta, op=dist.ReduceOp.AVG, group=gloo)
             fractions.append(1.0)
+        elif ft is not None:  # a step torchft discarded counts as nothing in
+            fractions.append(1.0 if ft.average(delta) else 0.0)
         else:
             carry = {"deadline": 1.0, "weighted": job["carry_weight"]}.get(job["variant"], 0.0)
             # the job's first call sets up (buffers, first round trips) and is 2-3x
@@ -163,6 +177,9 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
         if over.item():
             break
     counters = group.comm.links.counters()
+    if ft is not None:
+        dist.barrier()  # the lighthouse (datacenter 0) outlives every manager
+        ft.close()
     dist.destroy_process_group()
     return {"times": times, "losses": losses, "fractions": fractions, "digests": digests,
             "retransmitted": counters.get("write_chunks_retransmitted", 0)}  # fmt: skip
@@ -188,6 +205,8 @@ def _run(variant: str, rtt: str, loss: float, deadline: float, args: Any) -> dic
             "variant": variant, "outer": args.outer, "inner": args.inner, "batch": args.batch,
             "deadline": deadline, "slices": args.slices, "budget": args.budget,
             "per_dc": per_dc, "slow": args.slow_site, "carry_weight": args.carry_weight,
+            "lighthouse": (link.addr_a, free_port()),
+            "store_ports": [free_port() for _ in range(world)],
         }  # fmt: skip
         spaces = [link.ns_a] * per_dc + [link.ns_b] * per_dc
         ranks = run_ranks(world, lambda r: _rank(r, job), namespaces=spaces, timeout=3600)
@@ -229,7 +248,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     points = list(dict.fromkeys((r["rtt"], r["loss"]) for r in rows))
     width = max(6.0, 4.2 * len(points))
     fig, axes = plt.subplots(2, len(points), figsize=(width, 7), squeeze=False)
-    colors = dict(zip(VARIANTS, ("C0", "C2", "C4", "C3", "C1"), strict=True))
+    colors = dict(zip(VARIANTS, ("C0", "C2", "C4", "C3", "C1", "C5"), strict=True))
     for i, point in enumerate(points):
         here = [r for r in rows if (r["rtt"], r["loss"]) == point]
         for r in here:
@@ -261,6 +280,10 @@ def main() -> int:
     if bad := sorted(set(variants) - set(VARIANTS)):
         print(f"unknown variants {bad}; expected some of {', '.join(VARIANTS)}")
         return 2
+    why = missing() or (args.ranks_per_dc != 1 and "it needs one rank per datacenter")
+    if "torchft" in variants and why:
+        print(f"leaving out the torchft variant: {why}")
+        variants.remove("torchft")
     started, rows = time.time(), []
     for spec in args.points.split(","):
         rtt, loss = spec.split(":")[0], float(spec.split(":")[1])
