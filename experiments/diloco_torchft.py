@@ -6,7 +6,7 @@ a quorum, averages the pseudo-gradient with the manager's fault-tolerant allredu
 over the same emulated link) and asks whether to commit: torchft's unit of failure is
 the whole step, so a step that fails is discarded on every replica (its pseudo-gradient
 zeroed: the outer optimizer sees nothing that step). torchft is not a dependency of SDR:
-``pip install torchft`` (0.2.0 was measured); without it the variant says so.
+``pip install -e '.[torchft]'`` (0.2.0 was measured); without it the variant says so.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def missing() -> str | None:
     try:
         import torchft  # noqa: F401
     except ImportError as exc:
-        return f"torchft is not installed ({exc}); pip install torchft"
+        return f"torchft is not installed ({exc}); pip install -e '.[torchft]'"
     return None
 
 
