@@ -205,11 +205,6 @@ class DirectionScheduler:
         return self.direction.stats
 
     @property
-    def impairments(self) -> LinkSpec:
-        """Deprecated: the direction's :class:`LinkSpec` (use ``spec``)."""
-        return self.spec
-
-    @property
     def last_finish(self) -> float:
         """When the switch's wire is free."""
         return self.direction.last_finish

@@ -136,7 +136,7 @@ class DesQP(KeyTableBindings, TransportQP):
         ends = ((roffs % attr.max_message_size) + lengths) % attr.chunk_size == 0
         ends |= lengths < attr.mtu
         ends[-1] = True
-        if t.direction.impairments.reorder > 0:
+        if t.direction.spec.reorder > 0:
             ends[:] = True
         region, gen = batch.region, batch.generation
         push, order, heap = heapq.heappush, peer._order, peer._data

@@ -16,13 +16,9 @@ import numpy as np
 import pytest
 from test_hier_plans import _run_all
 
+from sdr.backends.collectives.layout import lower, make_layout
 from sdr.collectives import Plan, available_algorithms, build_plan, get_algorithm
 from sdr.collectives.port_plans import build_port_plan
-
-try:  # the collectives' runtime moved to the drivers' side
-    from sdr.backends.collectives.layout import lower, make_layout
-except ImportError:  # pragma: no cover - older checkouts
-    from sdr.collectives.layout import lower, make_layout
 
 MEMORY = available_algorithms("memory")
 PORT = available_algorithms("port")

@@ -29,10 +29,7 @@ def _gpu_available() -> bool:
     try:
         from sdr.backends.gpu.codecs import gpu_available
     except ImportError:
-        try:
-            from sdr.codecs.gpu import gpu_available  # older checkouts
-        except ImportError:
-            return False
+        return False
     return gpu_available()
 
 

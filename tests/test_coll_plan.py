@@ -227,33 +227,30 @@ def test_selection_hands_large_calls_to_nccl_where_it_measured_faster_on_4_gpus(
     assert select_algorithm("allreduce", 4 * mib, 4) != NCCL  # without NCCL: our best plan
 
 
-def test_the_core_imports_no_driver_and_the_old_runtime_paths_still_resolve():
-    """The collectives' runtime and the GPU codec moved to the drivers; the core's old
-    paths import nothing of a driver until a moved name is used, then warn and forward."""
+def test_the_core_imports_no_driver_and_the_moved_paths_are_gone():
+    """The collectives' runtime and the GPU codec live with the drivers; importing the
+    core loads none of them, and the deprecated forwarding stubs are gone (the project
+    never released: no alias layer to keep)."""
     code = """
-import sys, warnings
-import sdr.codecs, sdr.codecs.gpu, sdr.collectives
-import sdr.collectives.dtypes, sdr.collectives.interfaces
-import sdr.collectives.layout, sdr.collectives.selection
+import importlib, sys
+import sdr, sdr.codecs, sdr.collectives, sdr.reliability
 drivers = sorted(m for m in sys.modules if m.startswith("sdr.backends"))
 assert not drivers, drivers
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    from sdr.collectives import select_algorithm
-    from sdr.collectives.dtypes import f32_to_bf16
-    from sdr.collectives.interfaces import Bootstrap
-    from sdr.codecs.gpu import GpuRSCodec
+gone = ["sdr.api", "sdr.codecs.gpu", "sdr.collectives.dtypes", "sdr.collectives.interfaces",
+        "sdr.collectives.layout", "sdr.collectives.selection", "sdr.reliability.auto",
+        "sdr.reliability.handles", "sdr.reliability.reliable_qp", "sdr.deprecation"]
+for name in gone:
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError:
+        continue
+    raise AssertionError(f"{name} still imports")
+for pkg, name in [(sdr.collectives, "select_algorithm"), (sdr.reliability, "ReliableQP")]:
+    assert not hasattr(pkg, name), (pkg.__name__, name)
 import sdr.backends.collectives as runtime, sdr.backends.gpu.codecs as gpu_codecs
-assert select_algorithm is runtime.select_algorithm and Bootstrap is runtime.Bootstrap
-assert GpuRSCodec is gpu_codecs.GpuRSCodec
-assert f32_to_bf16 is sdr.backends.collectives.dtypes.f32_to_bf16
+assert runtime.select_algorithm and runtime.Bootstrap and gpu_codecs.GpuRSCodec
+assert sdr.ReliableQP is sdr.runtime.ReliableQP
 assert {"mds-gpu", "xor-gpu"} <= set(sdr.codecs.available_codecs())
-moved = {str(w.message).split(" is deprecated")[0] for w in caught}
-assert all(w.category is DeprecationWarning for w in caught)
-assert moved == {
-    "sdr.collectives.select_algorithm", "sdr.collectives.dtypes.f32_to_bf16",
-    "sdr.collectives.interfaces.Bootstrap", "sdr.codecs.gpu.GpuRSCodec",
-}, moved
 print("ok")
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import sdr
-from sdr.reliability import ReliabilityConfig, available_schemes, create_scheme, load_config
+from sdr.reliability import ReliabilityConfig, available_schemes, create_scheme
 from sdr.reliability.config import load, loads
 from sdr.reliability.registry import register_scheme
 
@@ -77,21 +77,17 @@ tail = 3
     for cfg in (loads(text), load(path), load(str(path))):
         assert (cfg.scheme, cfg.k, cfg.m, cfg.link_rate) == ("ec-xor", 16, 4, 100e9)
         assert cfg.params == {"tail": 3}
-    with pytest.warns(DeprecationWarning, match="load_config is deprecated"):
-        for source in (text, path, str(path)):
-            assert load_config(source).k == 16
-        assert load_config({"scheme": "sr-nack", "alpha": 1.0}).rto == pytest.approx(0.002)
+    assert not hasattr(sdr.reliability, "load_config")  # the guessing loader is gone
     cfg = ReliabilityConfig.from_mapping({"scheme": "sr-nack", "alpha": 1.0})
     assert cfg.rto == pytest.approx(0.002)
 
 
 def test_load_reads_any_file_name_and_loads_parses_text(tmp_path):
-    """load_config("sdr.conf") parsed the file *name* as TOML; load(path) reads the file."""
+    """load(path) reads the file, whatever its name; loads(text) never takes a name."""
     path = tmp_path / "sdr.conf"
     path.write_text('[reliability]\nscheme = "sr-nack"\nrtt = "25ms"\n')
     assert load(path).scheme == "sr-nack"
-    with pytest.warns(DeprecationWarning):
-        assert load_config(str(path)).rtt == pytest.approx(0.025)  # the file, not its name
+    assert load(str(path)).rtt == pytest.approx(0.025)  # the file, not its name
     with pytest.raises(sdr.ConfigError, match="cannot read"):
         load(tmp_path / "missing.conf")
     with pytest.raises(sdr.ConfigError, match="not valid TOML"):

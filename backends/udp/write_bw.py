@@ -100,25 +100,14 @@ class WriteBwResult:
     intervals: list[dict[str, float]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        """The fields, plus the keys of the previous release as deprecated aliases."""
-        out = asdict(self)
-        for old, new in DEPRECATED_KEYS.items():
-            out[old] = out[new]
-        return out
+        """The fields, by name."""
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WriteBwResult:
-        """Inverse of :meth:`as_dict`; also reads a peer of the previous release."""
-        data = dict(data)
-        for old, new in DEPRECATED_KEYS.items():
-            if old in data:
-                data.setdefault(new, data.pop(old))
+        """Inverse of :meth:`as_dict` (keys it does not know are ignored)."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
-
-
-#: old JSON key -> its replacement (same value, in bits/s); the old keys go in the next release
-DEPRECATED_KEYS = {"bw_peak": "bw_peak_bps", "bw_average": "bw_average_bps"}
 
 
 class IntervalReporter:

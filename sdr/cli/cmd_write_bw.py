@@ -154,8 +154,7 @@ def write_bw(
     as_json: bool = typer.Option(
         False,
         "--json",
-        help="print one JSON object instead; rates in bits/s ('bw_peak_bps', 'bw_average_bps'; "
-        "the old 'bw_peak', 'bw_average' are deprecated aliases, gone next release)",
+        help="print one JSON object instead; rates in bits/s ('bw_peak_bps', 'bw_average_bps')",
     ),
 ) -> None:
     """perftest-style write bandwidth over the UDP (software RoCEv2) backend.

@@ -18,7 +18,6 @@ from sdr.collectives.algorithms import ALGORITHMS, algorithms_for, build_plan
 from sdr.collectives.dsl import Program, RankProgram
 from sdr.collectives.plan import PLAN_SCHEMA, PLAN_VERSION, ChunkRef, Op, Plan
 from sdr.collectives.port_plans import PORT_ALGORITHMS, build_port_plan
-from sdr.deprecation import moved_names
 
 __all__ = [
     "ALGORITHMS",
@@ -38,15 +37,3 @@ __all__ = [
     "get_algorithm",
     "register_algorithm",
 ]
-
-# Deprecated: the collectives' runtime moved to sdr.backends.collectives (imported on use).
-__getattr__ = moved_names(
-    __name__,
-    {
-        **dict.fromkeys(
-            ("Layout", "LoweredOp", "lower", "make_layout", "packet_bytes"),
-            "sdr.backends.collectives.layout",
-        ),
-        **dict.fromkeys(("NCCL", "select_algorithm"), "sdr.backends.collectives.selection"),
-    },
-)

@@ -6,7 +6,6 @@ shell :class:`sdr.ReliableQP` (:mod:`sdr.runtime`) drives that. See
 docs/reliability-schemes.md.
 """
 
-from sdr.deprecation import moved_names
 from sdr.reliability.base import (
     Finished,
     Lane,
@@ -17,11 +16,10 @@ from sdr.reliability.base import (
     SchemeSender,
     SealChunks,
     SendChunks,
-    SendControl,
     SendMessage,
     Status,
 )
-from sdr.reliability.config import ReliabilityConfig, load, load_config, loads
+from sdr.reliability.config import ReliabilityConfig, load, loads
 from sdr.reliability.connection import ReliableConnection
 from sdr.reliability.erasure_coding import ErasureCoding, ErasureCodingMDS, ErasureCodingXOR
 from sdr.reliability.events import (
@@ -71,23 +69,12 @@ __all__ = [
     "SendChunks",
     "SealChunks",
     "ReopenChunks",
-    "SendControl",
     "SendMessage",
     "Status",
     "available_schemes",
     "check_scheme_name",
     "create_scheme",
     "load",
-    "load_config",
     "loads",
     "register_scheme",
 ]
-
-# the blocking shells live in the runtime, a layer above: the old names still resolve
-__getattr__ = moved_names(
-    "sdr.reliability",
-    {
-        name: "sdr.runtime"
-        for name in ("ReliableQP", "WriteHandle", "ReceiveHandle", "drive", "wait_all")
-    },
-)

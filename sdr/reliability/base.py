@@ -43,7 +43,6 @@ __all__ = [
     "Lane",
     "SendChunks",
     "SendMessage",
-    "SendControl",
     "SealChunks",
     "ReopenChunks",
     "Finished",
@@ -81,10 +80,6 @@ class SendMessage:
     :class:`sdr.actions.SendControl` carries encoded bytes to the driver)."""
 
     message: ControlMessage
-
-
-SendControl = SendMessage
-"""Deprecated name of :class:`SendMessage` (it was easy to confuse with the core's)."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -22,7 +22,6 @@ import dataclasses
 import difflib
 import math
 import tomllib
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ from sdr.errors import ConfigError
 from sdr.reliability.registry import check_scheme_name
 from sdr.units import parse_rate, parse_size, parse_time
 
-__all__ = ["ReliabilityConfig", "load", "loads", "load_config"]
+__all__ = ["ReliabilityConfig", "load", "loads"]
 
 _MIN_TIMEOUT_S = 60.0  # a descheduled peer (a GC pause, a loaded host) is not dead
 _MAX_RTT_S = 3600.0  # an hour: beyond any path on Earth or to a satellite
@@ -72,7 +71,7 @@ class ReliabilityConfig:
 
     scheme: registered name: ``sr-rto``, ``sr-nack``, ``ec-mds``, ``ec-xor``, your own, or
         ``auto`` (resolved through the selector when a ReliableQP is built; see
-        :mod:`sdr.reliability.auto`).
+        :mod:`sdr.runtime.auto_scheme`).
     rtt: round-trip time of the link in seconds (the user knows the link).
     alpha: queueing allowance; per-chunk RTO = rtt + alpha * rtt.
     beta: EC fallback margin; FTO = (M + ceil(M/R)) * T_INJ + beta * rtt (default alpha/2).
@@ -304,31 +303,3 @@ def load(path: str | Path) -> ReliabilityConfig:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read reliability config {str(path)!r}: {exc}") from exc
     return loads(text)
-
-
-def load_config(source: str | Path | Mapping[str, Any]) -> ReliabilityConfig:
-    """Deprecated: use :func:`load` (a path), :func:`loads` (TOML text) or
-    :meth:`ReliabilityConfig.from_mapping`.
-
-    Guessed whether a string was a path (a ``.toml`` name without a newline) or TOML text,
-    so ``load_config("sdr.conf")`` parsed the file name as TOML. Kept for one release: a
-    Path, or a string naming an existing file, is read as a file; other strings are text.
-    """
-    warnings.warn(
-        "load_config is deprecated; use sdr.reliability.config.load(path) or loads(text)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    if isinstance(source, Mapping):
-        return _from_document(source)
-    if isinstance(source, Path):
-        return load(source)
-    if isinstance(source, str) and "\n" not in source:
-        path = Path(source)
-        try:
-            is_file = path.is_file()
-        except (OSError, ValueError):  # a name too long, an embedded NUL: not a path
-            is_file = False
-        if path.suffix == ".toml" or is_file:
-            return load(path)
-    return loads(source)

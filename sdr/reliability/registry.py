@@ -12,7 +12,7 @@ distribution through an entry point of the ``sdr.schemes`` group::
     my-scheme = "my_package.scheme:MyScheme"
 
 Besides these, ``"auto"`` names no scheme of its own: it is resolved to one of them
-through the simulator's selector (:mod:`sdr.reliability.auto`).
+through the simulator's selector (:mod:`sdr.runtime.auto_scheme`).
 
 This module imports neither the scheme interface nor the config at run time, so the
 config can check scheme names while it is being validated (no import circle).

@@ -55,11 +55,6 @@ class RecvHandle:
         """:meth:`complete` gave the receive back: its packets are discarded from now on."""
         return self.record.state is RecvState.COMPLETED
 
-    @property
-    def completed(self) -> bool:
-        """Deprecated name of :attr:`released` (it never meant "all data arrived")."""
-        return self.released
-
     def poll(self) -> bool:
         """Progress once; True when every chunk and the immediate have arrived."""
         self.qp.ctx.progress()
