@@ -28,3 +28,57 @@ def test_few_spurious_repairs_say_nothing() -> None:
     assert spurious_repair_warning({**COUNTERS, "write_repairs_spurious": 15}, CONFIG, 0.04) is None
     few = {"write_repairs_spurious": 100, "write_chunks_sent_lane0": 1001}
     assert spurious_repair_warning(few, CONFIG, 0.04) is None
+
+
+def test_the_connection_reports_the_advice_as_an_event_and_warns_nothing(monkeypatch) -> None:
+    """The sans-I/O connection called warnings.warn itself; now it reports RtoAdvice
+    through next_event() (once), and the blocking shell is the one that warns."""
+    import warnings
+
+    import numpy as np
+    from test_reliable_connection import Side, Wire, _payload, _register
+
+    from sdr.reliability import connection
+    from sdr.reliability.events import RtoAdvice, WriteCompleted
+
+    monkeypatch.setattr(connection, "spurious_repair_warning", lambda *a: "the advice")
+    a, b = Side("sr-nack"), Side("sr-nack")
+    wire = Wire(a, b)
+    src = [_payload(70_000, seed=i) for i in range(2)]
+    dst = [np.zeros_like(s) for s in src]
+    for d in dst:
+        b.conn.post_recv(wire.now, _register(d))
+    for s in src:
+        a.conn.post_write(wire.now, _register(s))
+    done: list[object] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the connection itself warns nothing
+        wire.run(
+            lambda: done.extend(a.events()) or sum(isinstance(e, WriteCompleted) for e in done) == 2
+        )
+    assert [e for e in done if isinstance(e, RtoAdvice)] == [RtoAdvice("the advice")]  # once
+
+
+def test_the_reliable_qp_turns_the_advice_into_a_warning_not_a_finished_message() -> None:
+    import pytest
+
+    import sdr
+    from sdr.reliability.events import RtoAdvice
+    from sdr.reliability.rto_check import RtoWarning
+
+    ctx_a, ctx_b = (
+        sdr.Context("udp", host="127.0.0.1", port=0),
+        sdr.Context("udp", host="127.0.0.1", port=0),
+    )
+    try:
+        qa, qb = ctx_a.create_qp(), ctx_b.create_qp()
+        qa.connect(qb.info())
+        qb.connect(qa.info())
+        rqp = sdr.ReliableQP(qa, "sr-nack", rtt="5ms")
+        rqp.connection._events.append(RtoAdvice("raise alpha"))
+        with pytest.warns(RtoWarning, match="raise alpha"):
+            rqp.progress()
+        assert rqp.finished_count == 0
+    finally:
+        ctx_a.close()
+        ctx_b.close()

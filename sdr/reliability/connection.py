@@ -14,7 +14,8 @@ out (the driver):      ``writes_to_send(now, budget)``, ``actions_to_do()`` (bin
 out (the pacer):       ``pacing_rate`` (bits/s, or None: the QP's own ``rate_limit``);
 out (the application): ``next_event()``: :class:`~sdr.reliability.events.WriteCompleted`,
                        :class:`~sdr.reliability.events.ReceiveCompleted`,
-                       :class:`~sdr.reliability.events.MessageFailed`.
+                       :class:`~sdr.reliability.events.MessageFailed`,
+                       :class:`~sdr.reliability.events.RtoAdvice` (advice, once).
 
 The core reports departures (the send table's packet ranges) and newly complete chunks
 (the receive table's events); nothing here polls or diffs their state. Arrivals and
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from collections import Counter, OrderedDict, deque
 
 import numpy as np
@@ -60,7 +60,13 @@ from sdr.reliability.base import (
     earliest,
 )
 from sdr.reliability.config import ReliabilityConfig
-from sdr.reliability.events import Event, MessageFailedEvent, ReceiveCompleted, WriteCompleted
+from sdr.reliability.events import (
+    Event,
+    MessageFailedEvent,
+    ReceiveCompleted,
+    RtoAdvice,
+    WriteCompleted,
+)
 from sdr.reliability.messages import (
     Abort,
     Ack,
@@ -72,7 +78,7 @@ from sdr.reliability.messages import (
 )
 from sdr.reliability.multipath import ChunkPaths
 from sdr.reliability.registry import create_scheme
-from sdr.reliability.rto_check import RtoWarning, spurious_repair_warning
+from sdr.reliability.rto_check import spurious_repair_warning
 from sdr.reliability.rtt_estimator import RttEstimator
 from sdr.reliability.schedule import Schedule
 from sdr.reliability.sr_sender import max_rto
@@ -630,9 +636,9 @@ class ReliableConnection:
             self.counters[f"{kind}_{key}"] += value
         if kind == "write" and not self._warned_rto:
             text = spurious_repair_warning(self.counters, self.config, self._largest_rtt)
-            if text is not None:
+            if text is not None:  # an event, not a warning: this layer does no I/O
                 self._warned_rto = True
-                warnings.warn(text, RtoWarning, stacklevel=2)
+                self._events.append(RtoAdvice(text))
         if error is not None:
             log.info("%s seq %d failed: %s", kind, seq, error)
             self._events.append(MessageFailedEvent(kind, seq, length, error, dict(stats)))

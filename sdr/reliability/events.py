@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from sdr.errors import SDRError
 
-__all__ = ["Event", "WriteCompleted", "ReceiveCompleted", "MessageFailedEvent"]
+__all__ = ["Event", "WriteCompleted", "ReceiveCompleted", "MessageFailedEvent", "RtoAdvice"]
 
 
 @dataclass(frozen=True)
@@ -40,4 +40,14 @@ class MessageFailedEvent:
     stats: dict[str, int] = field(default_factory=dict)
 
 
-Event = WriteCompleted | ReceiveCompleted | MessageFailedEvent
+@dataclass(frozen=True)
+class RtoAdvice:
+    """The finished writes repaired too many chunks for nothing: the RTO is short for this
+    path, or the ACKs came late; ``text`` says which and the fix (once per connection).
+    The connection only reports it; :class:`sdr.runtime.ReliableQP` turns it into an
+    :class:`~sdr.reliability.rto_check.RtoWarning`, another driver may log it."""
+
+    text: str
+
+
+Event = WriteCompleted | ReceiveCompleted | MessageFailedEvent | RtoAdvice

@@ -14,6 +14,7 @@ buffers with the driver, stage GPU regions, hand out handles that block.
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter, deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -23,8 +24,9 @@ from sdr.errors import ConfigError
 from sdr.id_reuse import warn_if_short
 from sdr.reliability.config import ReliabilityConfig
 from sdr.reliability.connection import ReliableConnection
-from sdr.reliability.events import MessageFailedEvent, ReceiveCompleted, WriteCompleted
+from sdr.reliability.events import MessageFailedEvent, ReceiveCompleted, RtoAdvice, WriteCompleted
 from sdr.reliability.registry import create_scheme
+from sdr.reliability.rto_check import RtoWarning
 from sdr.runtime.auto_scheme import resolve_for_qp
 from sdr.runtime.handles import HandleState, ReceiveHandle, WriteHandle
 from sdr.runtime.qp import QP
@@ -220,6 +222,9 @@ class ReliableQP:
                 head.state = HandleState.ACTIVE
             self._pending.popleft()
         while (event := self.connection.next_event()) is not None:
+            if isinstance(event, RtoAdvice):  # advice, not a finished message
+                warnings.warn(event.text, RtoWarning, stacklevel=4)
+                continue
             n += 1
             self.finished_count += 1
             if isinstance(event, WriteCompleted):
