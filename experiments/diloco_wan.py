@@ -21,7 +21,10 @@ the same start, on the same data:
 - ``gloo``: ``dist.all_reduce`` on a gloo group whose TCP crosses the same link;
 - ``torchft``: torchft's fault-tolerant manager (quorum, allreduce over gloo, commit)
   across the same link, one replica group per datacenter (experiments/diloco_torchft.py;
-  needs ``pip install torchft`` and one rank per datacenter).
+  needs ``pip install torchft`` and one rank per datacenter);
+- ``hivemind``: hivemind's decentralized averager (DHT matchmaking, then all-reduce)
+  across the same link (experiments/diloco_hivemind.py; ``pip install hivemind``, one
+  rank per datacenter).
 
 T (``--deadline auto``): the larger of the model's (:func:`sdr.simulator.deadline.deadline_for`,
 ``q`` = 0.99, for the pseudo-gradient's bytes over this link) and 1.25 x the lossless
@@ -41,6 +44,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -53,9 +57,10 @@ from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces  # noqa: E402
 from sdr.units import parse_rate, parse_time  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from diloco_torchft import missing  # noqa: E402
+from diloco_hivemind import missing as hivemind_missing  # noqa: E402
+from diloco_torchft import missing as torchft_missing  # noqa: E402
 
-VARIANTS = ("reliable", "deadline", "weighted", "no-carry", "gloo", "torchft")
+VARIANTS = ("reliable", "deadline", "weighted", "no-carry", "gloo", "torchft", "hivemind")
 WIDTHS = (128, 1024, 1024, 16)  # 1.2 M parameters: 4.9 MB of float32 per outer step
 TEACHER = (128, 256, 16)
 OUTER_LR, OUTER_MOMENTUM, INNER_LR = 0.7, 0.9, 1e-3
@@ -114,14 +119,19 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
     dist.init_process_group("sdr")
     gloo = dist.new_group(backend="gloo") if job["variant"] == "gloo" else None
     dc = int(job["env"][rank]["RANK"]) // job["per_dc"]
-    ft = None
+    model = _mlp(WIDTHS, 0)
+    params = list(model.parameters())
+    ft: Any = None  # another system's averager: torchft's or hivemind's
     if job["variant"] == "torchft":
         from diloco_torchft import TorchftAverager
 
         ft = TorchftAverager(dc, job["env"][rank]["SDR_HOST"], job["lighthouse"],
                              job["store_ports"][rank])  # fmt: skip
-    model = _mlp(WIDTHS, 0)
-    params = list(model.parameters())
+    elif job["variant"] == "hivemind":
+        from diloco_hivemind import HivemindAverager
+
+        ft = HivemindAverager(dc, job["env"][rank]["SDR_HOST"], job["store_ports"][rank],
+                              job["rendezvous"], sum(p.numel() for p in params))  # fmt: skip
     inner = torch.optim.AdamW(params, lr=INNER_LR)
     momentum = [torch.zeros_like(p) for p in params]
     gen = torch.Generator().manual_seed(1000 + rank)
@@ -148,7 +158,7 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
         elif job["variant"] == "gloo":
             dist.all_reduce(delta, op=dist.ReduceOp.AVG, group=gloo)
             fractions.append(1.0)
-        elif ft is not None:  # a step torchft discarded counts as nothing in
+        elif ft is not None:  # a step the other system discarded counts as nothing in
             fractions.append(1.0 if ft.average(delta) else 0.0)
         else:
             carry = {"deadline": 1.0, "weighted": job["carry_weight"]}.get(job["variant"], 0.0)
@@ -207,6 +217,7 @@ def _run(variant: str, rtt: str, loss: float, deadline: float, args: Any) -> dic
             "per_dc": per_dc, "slow": args.slow_site, "carry_weight": args.carry_weight,
             "lighthouse": (link.addr_a, free_port()),
             "store_ports": [free_port() for _ in range(world)],
+            "rendezvous": str(Path(tempfile.mkdtemp(prefix="diloco-")) / "peer"),
         }  # fmt: skip
         spaces = [link.ns_a] * per_dc + [link.ns_b] * per_dc
         ranks = run_ranks(world, lambda r: _rank(r, job), namespaces=spaces, timeout=3600)
@@ -248,7 +259,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     points = list(dict.fromkeys((r["rtt"], r["loss"]) for r in rows))
     width = max(6.0, 4.2 * len(points))
     fig, axes = plt.subplots(2, len(points), figsize=(width, 7), squeeze=False)
-    colors = dict(zip(VARIANTS, ("C0", "C2", "C4", "C3", "C1", "C5"), strict=True))
+    colors = dict(zip(VARIANTS, ("C0", "C2", "C4", "C3", "C1", "C5", "C7"), strict=True))
     for i, point in enumerate(points):
         here = [r for r in rows if (r["rtt"], r["loss"]) == point]
         for r in here:
@@ -280,10 +291,11 @@ def main() -> int:
     if bad := sorted(set(variants) - set(VARIANTS)):
         print(f"unknown variants {bad}; expected some of {', '.join(VARIANTS)}")
         return 2
-    why = missing() or (args.ranks_per_dc != 1 and "it needs one rank per datacenter")
-    if "torchft" in variants and why:
-        print(f"leaving out the torchft variant: {why}")
-        variants.remove("torchft")
+    for other, missing in (("torchft", torchft_missing), ("hivemind", hivemind_missing)):
+        why = missing() or (args.ranks_per_dc != 1 and "it needs one rank per datacenter")
+        if other in variants and why:
+            print(f"leaving out the {other} variant: {why}")
+            variants.remove(other)
     started, rows = time.time(), []
     for spec in args.points.split(","):
         rtt, loss = spec.split(":")[0], float(spec.split(":")[1])
