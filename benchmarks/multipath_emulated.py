@@ -213,6 +213,7 @@ def _plot(rows: list[dict], args: argparse.Namespace, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.patches
     import matplotlib.pyplot as plt
 
     done = [r for r in rows if "error" not in r]
@@ -223,12 +224,11 @@ def _plot(rows: list[dict], args: argparse.Namespace, path: str) -> None:
     colours = {c: f"C{i}" for i, c in enumerate(dict.fromkeys(r["controller"] for r in done))}
     ax1.bar(range(len(done)), [r["vs_ideal"] for r in done],
             color=[colours[r["controller"]] for r in done])  # fmt: skip
-    ax1.axhline(IDEAL_TARGET, color="tab:red", ls="--", label=f"target {IDEAL_TARGET}x")
-    for name, colour in colours.items():
-        ax1.bar([0], [0], color=colour, label=name)  # legend entries only
+    target = ax1.axhline(IDEAL_TARGET, color="tab:red", ls="--", label=f"target {IDEAL_TARGET}x")
+    patches = [matplotlib.patches.Patch(color=c, label=n) for n, c in colours.items()]
     ax1.set_xticks(range(len(done)), labels, fontsize=7, rotation=60, ha="right")
     ax1.set_ylabel("completion / ideal over the good paths")
-    ax1.legend(fontsize=7)
+    ax1.legend(handles=[target, *patches], fontsize=7)
     bottom = [0.0] * len(done)
     for i in range(args.paths):
         share = [r["sent_bytes"][i] / sum(r["sent_bytes"]) for r in done]

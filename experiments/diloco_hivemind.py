@@ -18,20 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HivemindAverager", "missing"]
+__all__ = ["HivemindAverager"]
 
 MATCHMAKING_S = 0.5
 """hivemind's ``min_matchmaking_time``: how long a step looks for its group first (its
 default is 5 s; 0.5 s is the smallest that formed groups reliably over the 100 ms link)."""
-
-
-def missing() -> str | None:
-    """Why the variant cannot run here, or None."""
-    try:
-        import hivemind  # noqa: F401
-    except ImportError as exc:
-        return f"hivemind is not installed ({exc}); pip install -e '.[hivemind]'"
-    return None
 
 
 class HivemindAverager:

@@ -14,16 +14,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["TorchftAverager", "missing"]
-
-
-def missing() -> str | None:
-    """Why the variant cannot run here, or None."""
-    try:
-        import torchft  # noqa: F401
-    except ImportError as exc:
-        return f"torchft is not installed ({exc}); pip install -e '.[torchft]'"
-    return None
+__all__ = ["TorchftAverager"]
 
 
 class TorchftAverager:

@@ -21,10 +21,10 @@ the same start, on the same data:
 - ``gloo``: ``dist.all_reduce`` on a gloo group whose TCP crosses the same link;
 - ``torchft``: torchft's fault-tolerant manager (quorum, allreduce over gloo, commit)
   across the same link, one replica group per datacenter (experiments/diloco_torchft.py;
-  needs ``pip install torchft`` and one rank per datacenter);
+  needs ``pip install -e '.[torchft]'`` and one rank per datacenter);
 - ``hivemind``: hivemind's decentralized averager (DHT matchmaking, then all-reduce)
-  across the same link (experiments/diloco_hivemind.py; ``pip install hivemind``, one
-  rank per datacenter).
+  across the same link (experiments/diloco_hivemind.py; ``pip install -e '.[hivemind]'``,
+  one rank per datacenter).
 
 T (``--deadline auto``): the larger of the model's (:func:`sdr.simulator.deadline.deadline_for`,
 ``q`` = 0.99, for the pseudo-gradient's bytes over this link) and 1.25 x the lossless
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -56,9 +57,9 @@ from sdr.backends.shm import free_port  # noqa: E402
 from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces  # noqa: E402
 from sdr.units import parse_rate, parse_time  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from diloco_hivemind import missing as hivemind_missing  # noqa: E402
-from diloco_torchft import missing as torchft_missing  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # diloco_torchft, diloco_hivemind
+OTHERS = ("torchft", "hivemind")
+"""Variants that run another system's averager; each is an optional extra of the package."""
 
 VARIANTS = ("reliable", "deadline", "weighted", "no-carry", "gloo", "torchft", "hivemind")
 WIDTHS = (128, 1024, 1024, 16)  # 1.2 M parameters: 4.9 MB of float32 per outer step
@@ -202,7 +203,7 @@ def _run(variant: str, rtt: str, loss: float, deadline: float, args: Any) -> dic
     world = 2 * per_dc
     blackouts = ((args.blackout, args.blackout + 2.0),) if args.blackout is not None else ()
     spec = LinkSpec(rate=args.rate, rtt=rtt, loss=loss, seed=1, blackouts=blackouts)
-    with TunLink(spec) as link:
+    with TunLink(spec) as link, tempfile.TemporaryDirectory(prefix="diloco-") as scratch:
         assert link.pair.tun_a is not None and link.pair.tun_b is not None
         port = free_port()
         dc = [(link.addr_a, link.pair.tun_a.name), (link.addr_b, link.pair.tun_b.name)]
@@ -217,7 +218,7 @@ def _run(variant: str, rtt: str, loss: float, deadline: float, args: Any) -> dic
             "per_dc": per_dc, "slow": args.slow_site, "carry_weight": args.carry_weight,
             "lighthouse": (link.addr_a, free_port()),
             "store_ports": [free_port() for _ in range(world)],
-            "rendezvous": str(Path(tempfile.mkdtemp(prefix="diloco-")) / "peer"),
+            "rendezvous": str(Path(scratch) / "peer"),
         }  # fmt: skip
         spaces = [link.ns_a] * per_dc + [link.ns_b] * per_dc
         ranks = run_ranks(world, lambda r: _rank(r, job), namespaces=spaces, timeout=3600)
@@ -291,8 +292,10 @@ def main() -> int:
     if bad := sorted(set(variants) - set(VARIANTS)):
         print(f"unknown variants {bad}; expected some of {', '.join(VARIANTS)}")
         return 2
-    for other, missing in (("torchft", torchft_missing), ("hivemind", hivemind_missing)):
-        why = missing() or (args.ranks_per_dc != 1 and "it needs one rank per datacenter")
+    for other in OTHERS:
+        why = (importlib.util.find_spec(other) is None and f"{other} is not installed "
+               f"(pip install -e '.[{other}]')") or (args.ranks_per_dc != 1 and
+               "it needs one rank per datacenter")  # fmt: skip
         if other in variants and why:
             print(f"leaving out the {other} variant: {why}")
             variants.remove(other)

@@ -74,6 +74,11 @@ class ReceiveBitmap:
         self.chunks[done] = True
         return len(fresh), duplicates, done
 
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(packets, counts, expected, chunks): the arrays a native marking pass updates
+        in place (``sdr._placement.mark_arrivals``), by the rules of :meth:`mark`."""
+        return self.packets, self._counts, self._expected, self.chunks
+
     def mark_one(self, packet: int) -> bool:
         """Record one arrival (offset < n_packets); False when it is a duplicate."""
         if self.packets[packet]:

@@ -103,6 +103,17 @@ class RecvRecord:
             self._fragments[index] = value
             self._have[index] = True
 
+    def mark_native(
+        self, packets: np.ndarray, fragments: np.ndarray, lengths: np.ndarray, per_chunk: int
+    ) -> tuple[int, int, int, np.ndarray]:
+        """This receive's rows in one native call (:data:`sdr.placement.mark_arrivals_native`):
+        (new, duplicates, immediate-only, completed chunks), the effects of the Python
+        paths of :class:`RecvTable`."""
+        return placement.mark_arrivals_native(  # type: ignore[no-any-return]
+            *self.bitmap.arrays(), self._have, self._fragments, packets,
+            fragments.astype(np.uint32, copy=False), lengths, per_chunk,
+        )  # fmt: skip
+
     def _take_fragments(self, index: np.ndarray, values: np.ndarray) -> None:
         fresh = ~self._have[index]
         if fresh.any():
@@ -267,19 +278,15 @@ class RecvTable:
     ) -> dict[RecvRecord, np.ndarray]:
         """:meth:`_apply` in one native call per receive (sdr._placement.mark_arrivals):
         same effects, same counters, same events (tests/test_recv_table_native.py)."""
-        c, mark = self.counters, placement.mark_arrivals_native
-        ppc = self.attr.packets_per_chunk
+        c, ppc = self.counters, self.attr.packets_per_chunk
         at = ids[rows]
         groups = [rows] if (at == at[0]).all() else [rows[at == i] for i in np.unique(at)]
         events: dict[RecvRecord, np.ndarray] = {}
         for mine in groups:
             rec = self._active[int(ids[mine[0]])]
-            bitmap = rec.bitmap
-            new, dup, imm_only, done = mark(
-                bitmap.packets, bitmap._counts, bitmap._expected, bitmap.chunks, rec._have,
-                rec._fragments, packets[mine], fragments[mine].astype(np.uint32, copy=False),
-                lengths[mine], ppc,
-            )  # fmt: skip
+            new, dup, imm_only, done = rec.mark_native(
+                packets[mine], fragments[mine], lengths[mine], ppc
+            )
             c.packets_accepted += new
             c.duplicates += dup
             c.imm_only_packets += imm_only
