@@ -47,6 +47,14 @@ def test_cdf_monotone_and_mean_bounded(n: int, p: float, t: float, r: float) -> 
     assert mean >= n * t + o * p / (1 - p) * (1 - 1e-3) - t
 
 
+def test_cdf_never_exceeds_one_where_the_level_sum_rounds_up() -> None:
+    """A case hypothesis found under load: the log-domain sum rounded to +1.1e-12, so the
+    CDF read 1.0000000000011 (a probability above 1)."""
+    n, p, t = 3044, 0.4020417250847059, 0.001
+    cdf = max_delay_cdf(n * t + np.linspace(0, 40 * t, 200), n, p, t, t)
+    assert cdf.max() <= 1.0 and cdf[-1] == 1.0
+
+
 @given(m_chunks=st.integers(1, 100_000), k=st.integers(1, 128), m=st.integers(1, 64))
 def test_layout_parity_is_ceil_m_over_r(m_chunks: int, k: int, m: int) -> None:
     layout = ECLayout(m_chunks, k, m)
