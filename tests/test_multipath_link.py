@@ -113,9 +113,12 @@ def test_a_multipath_transfer_moves_off_a_lossy_path(tmp_path) -> None:
         )
     assert out.read_bytes() == source.read_bytes()
     sent = [p["sent"] for p in report["multipath"]["paths"]]
-    assert sent[2] < 0.5 * min(sent[:2]), report["multipath"]
-    assert any(path == 2 and not active for _, path, active in report["multipath"]["moves"]), (
-        report["multipath"]
-    )
+    # less than either good path: it was moved off before the end. How much less depends
+    # on wall time before the move (a share of 0.77 with two busy loops beside the
+    # suite, under 0.5 on an idle machine), which a test must not assert
+    assert sent[2] < min(sent[:2]), report["multipath"]
+    moves = [active for _, path, active in report["multipath"]["moves"] if path == 2]
+    assert moves and moves[-1] is False, report["multipath"]  # moved off, and stayed off
+    assert moves.count(True) <= 1, report["multipath"]  # no toggling back and forth
     packets = [s["report"]["a_to_b"]["packets"] for s in link.summaries]
-    assert all(p > 0 for p in packets) and packets[2] < 0.5 * min(packets[:2])
+    assert all(p > 0 for p in packets) and packets[2] < min(packets[:2])
