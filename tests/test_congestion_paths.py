@@ -136,3 +136,81 @@ def test_a_longer_path_is_moved_off_by_its_minimum_rtt_at_once() -> None:
         t = _round(sel, t, [RTT, RTT, RTT, 2 * RTT], [0.0] * 4)
         rounds += 1
     assert rounds <= sel.bad_rounds + 1
+
+
+def _sparse_round(
+    sel: PathSelector, t: float, rtts: list[list[float]], lost: dict[int, int] | None = None
+) -> float:
+    """One round with few samples per path (``rtts[p]``, as on a real transfer: a couple
+    of SACKs per round) and ``lost[p]`` chunks declared lost on path ``p``."""
+    for p, samples in enumerate(rtts):
+        for k, rtt in enumerate(samples):
+            sel.on_ack(t + RTT * (k + 1) / (len(samples) + 1), p, 65536, rtt)
+    for p, n in (lost or {}).items():
+        for _ in range(n):
+            sel.on_loss(t + RTT / 2, p, 65536)
+    return t + RTT * 1.01
+
+
+def test_a_host_stall_on_one_paths_samples_moves_nothing() -> None:
+    # Two busy loops beside a transfer on two cores: the samples taken after the sender
+    # ran again were 10-30x the path's RTT. Before, the smoothed RTT of the path that took
+    # them stayed over 1.5x the others' for four rounds and that good path was moved off
+    sel = PathSelector(3)
+    t = 0.0
+    for _ in range(6):
+        t = _sparse_round(sel, t, [[RTT, RTT]] * 3)
+    t = _sparse_round(sel, t, [[0.3, 0.3], [RTT, RTT], [RTT, RTT]])
+    for _ in range(10):
+        t = _sparse_round(sel, t, [[RTT, RTT]] * 3)
+    assert sel.moves == [] and all(s.active for s in sel.stats)
+
+
+def test_inflated_first_samples_move_nothing() -> None:
+    # a transfer's first samples (a process still starting, slow start's queue) on one
+    # path: before, they seeded its smoothed RTT (and its minimum) far above the others'
+    sel = PathSelector(3)
+    t = _sparse_round(sel, 0.0, [[0.1, 0.12], [RTT, RTT], [RTT, RTT]])
+    for _ in range(10):
+        t = _sparse_round(sel, t, [[RTT, RTT]] * 3)
+    assert sel.moves == []
+
+
+def test_a_slow_path_is_still_moved_off_with_sparse_samples() -> None:
+    sel = PathSelector(3)
+    t = 0.0
+    for _ in range(6):
+        t = _sparse_round(sel, t, [[RTT, RTT]] * 3)
+    rounds = 0
+    while sel.stats[2].active and rounds < 30:  # a standing queue: every sample is high
+        t = _sparse_round(sel, t, [[RTT, RTT], [RTT, RTT], [2 * RTT, 2 * RTT]])
+        rounds += 1
+    assert not sel.stats[2].active and rounds <= 8  # a window of 8 samples, 3 bad rounds
+
+
+def test_a_stall_on_every_path_does_not_stretch_the_rounds() -> None:
+    # after a stall every path's smoothed RTT is several times the path's; rounds as
+    # long as that gave a lossy path too few rounds to be moved off during a transfer
+    sel = PathSelector(3)
+    t = 0.0
+    for _ in range(6):
+        t = _sparse_round(sel, t, [[RTT, RTT]] * 3)
+    t = _sparse_round(sel, t, [[0.5, 0.5]] * 3)
+    start, rounds = t, 0
+    while sel.stats[2].active and rounds < 30:
+        t = _sparse_round(sel, t, [[RTT, RTT]] * 3, lost={2: 1})
+        rounds += 1
+    assert not sel.stats[2].active and t - start < 5 * RTT
+
+
+def test_a_round_that_resolves_nothing_on_a_path_counts_neither_way() -> None:
+    # a lossy path whose chunks resolve every other round: before, each silent round
+    # counted as a good one, reset its count of worse rounds, and it was never moved off
+    sel = PathSelector(3)
+    t = 0.0
+    for _ in range(6):
+        t = _sparse_round(sel, t, [[RTT, RTT]] * 3)
+    for _ in range(10):
+        t = _sparse_round(sel, t, [[RTT, RTT], [RTT, RTT], [RTT]], lost={2: 1})
+        t = _sparse_round(sel, t, [[RTT, RTT], [RTT, RTT], []])
+    assert [m[1:] for m in sel.moves] == [(2, False)]

@@ -98,7 +98,7 @@ def test_a_multipath_transfer_moves_off_a_lossy_path(tmp_path) -> None:
                 "--paths",
                 "3",
                 "--rate",  # under the paths' 3 x 200 Mbit/s, also once one is off: the good
-                "360Mbit/s",  # paths' queues then drop nothing, and only path 2's losses count
+                "120Mbit/s",  # paths' queues then drop nothing, and only path 2's losses count
                 "--rtt",
                 "10ms",
                 "--scheme",

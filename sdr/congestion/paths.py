@@ -8,16 +8,18 @@ fraction per round, and hands out weights and the next path to send on.
 
 PLB (Qureshi et al., "PLB: Congestion Signals are Simple and Effective for Network Load
 Balancing", SIGCOMM 2022) repaths a flow after a few consecutive congested rounds. Here,
-once per round (the best path's smoothed RTT), a path is **worse** when its smoothed or
-its minimum RTT exceeds ``rtt_ratio`` x the reference path's, or the fraction it lost in this round
-exceeds ``loss_ratio`` x the reference's in this round plus ``loss_margin``; the
-reference is the lower median of the measured paths (the best of two, the second best of
-three or four), so congestion drops on the good paths, or one lucky path without any, do
-not make the others look bad, and a burst of drops is one worse round, not the dozen an
-EWMA would remember it for. After ``bad_rounds`` worse rounds in a row it is moved
-off: its weight drops to ``probe_weight`` (it keeps a trickle, so it is still measured).
-It comes back after ``good_rounds`` rounds in a row inside the tighter band
-(``rtt_back``, half the loss margin): the hysteresis. The best path is never moved off.
+once per round (the best path's recent RTT, below), a path is **worse** when its recent
+or its minimum RTT exceeds ``rtt_ratio`` x the reference path's, or the fraction it lost
+in this round exceeds ``loss_ratio`` x the reference's in this round plus
+``loss_margin``; the reference is the lower median of the measured paths (the best of
+two, the second best of three or four), so congestion drops on the good paths, or one
+lucky path without any, do not make the others look bad, and a burst of drops is one
+worse round, not the dozen an EWMA would remember it for. A round in which nothing sent
+on a path was acknowledged or lost tells nothing of it and counts neither way. After
+``bad_rounds`` worse rounds in a row it is moved off: its weight drops to
+``probe_weight`` (it keeps a trickle, so it is still measured). It comes back after
+``good_rounds`` rounds in a row inside the tighter band (``rtt_back``, half the loss
+margin): the hysteresis. The best path is never moved off.
 
 **Liveness**, apart from that comparison (which needs a majority of good paths: with three
 of four paths black-holed, the lower median is a dead path and nothing looks worse than
@@ -35,6 +37,18 @@ brought no ACK, up to ``probe_max_rtos`` (through :meth:`PathSelector.pick` give
 now and then does not swing between dead and a full share. So the last live path is
 never declared dead. A dead path takes no part in the rounds' comparisons.
 
+**Host delay is not path delay.** A descheduled sender, receiver or forwarder delays
+every packet in flight on every path, and the samples taken when it runs again can be ten
+times the path's RTT (two busy loops beside a transfer on two cores showed 0.1-0.5 s on a
+10 ms path). An EWMA of the samples (the smoothed RTT) climbs with each such sample and
+takes a dozen samples to forget it, so whichever path had more samples in a stall looked
+slow for several rounds and was moved off. The delay a path is judged by is therefore
+the **recent RTT**: the smallest of its last ``window`` samples, a minimum filter as in
+BBR's min RTT, which a stall cannot raise unless it covers the whole window, while a
+standing queue or a longer route raises it at once. A path is judged by delay only once
+it has ``window`` samples, and only against paths that have them too: the first samples
+of a transfer (slow start's queue, a process still starting) move nothing.
+
 A single congestion controller per connection can be fed RTT samples from every path
 through :meth:`PathSelector.normalized_rtt`, which removes the difference in propagation
 delay between paths, so a longer path is not read as queueing.
@@ -43,6 +57,7 @@ delay between paths, so a longer path is not read as queueing.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 from sdr.errors import ConfigError
@@ -75,6 +90,13 @@ class PathStats:
     probe_wait: float = 0.0
     """RTOs until the next probe of a dead path (doubles after each unanswered one)."""
     credit: float = field(default=0.0, repr=False)
+    recent: deque[float] = field(default_factory=deque, repr=False)
+    """The last ``window`` RTT samples (see :attr:`PathSelector.window`)."""
+
+    @property
+    def recent_rtt(self) -> float | None:
+        """The smallest of the recent samples: the path's delay without the host's."""
+        return min(self.recent) if self.recent else None
 
 
 class PathSelector:
@@ -97,6 +119,7 @@ class PathSelector:
         dead_losses: int = 2,
         probe_rtos: float = 1.0,
         probe_max_rtos: float = 32.0,
+        window: int = 8,
     ) -> None:
         if isinstance(paths, bool) or not isinstance(paths, int) or not 1 <= paths <= 1 << 16:
             raise ConfigError(f"paths must be an integer in [1, 65536], got {paths!r}")
@@ -114,6 +137,11 @@ class PathSelector:
         for name, value in (("dead_rtos", dead_rtos), ("probe_rtos", probe_rtos)):
             if not (isinstance(value, int | float) and 0 < value < math.inf):
                 raise ConfigError(f"{name} must be a positive number, got {value!r}")
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ConfigError(f"window must be an integer >= 1, got {window!r}")
+        self.window = window
+        """RTT samples a path's recent RTT is the minimum of (and it needs before its
+        delay is judged)."""
         if isinstance(dead_losses, bool) or not isinstance(dead_losses, int) or dead_losses < 1:
             raise ConfigError(f"dead_losses must be an integer >= 1, got {dead_losses!r}")
         self.rto = None if rto is None else float(rto)
@@ -150,6 +178,9 @@ class PathSelector:
             self.liveness.append((now, path, True))
         if rtt_s is not None and rtt_s > 0:
             s.min_rtt = min(s.min_rtt, rtt_s)
+            s.recent.append(rtt_s)
+            if len(s.recent) > self.window:
+                s.recent.popleft()
             s.srtt = rtt_s if s.srtt is None else (1 - self.gain) * s.srtt + self.gain * rtt_s
         self._maybe_round(now)
 
@@ -168,8 +199,8 @@ class PathSelector:
         live path's smoothed RTTs (None before any RTT sample)."""
         if self.rto is not None:
             return self.rto
-        length = self._round_length()
-        return None if length is None else 3.0 * length
+        srtts = [s.srtt for s in self.stats if s.srtt is not None and s.active and s.alive]
+        return 3.0 * min(srtts) if srtts else None
 
     def _check_alive(self, now: float, path: int) -> None:
         s = self.stats[path]
@@ -241,8 +272,15 @@ class PathSelector:
 
     # --- rounds -----------------------------------------------------------------------
     def _round_length(self) -> float | None:
-        rtts = [s.srtt for s in self.stats if s.srtt is not None and s.active and s.alive]
-        return min(rtts) if rtts else None
+        # the best path's recent RTT, not its smoothed one: a host's stalls (which
+        # the smoothed RTT keeps for a dozen samples) would stretch a round to a
+        # large part of a transfer, and no path could have ``bad_rounds`` rounds
+        rtts = [
+            s.recent_rtt if s.recent else s.srtt
+            for s in self.stats
+            if s.srtt is not None and s.active and s.alive
+        ]
+        return min(rtts) if rtts else None  # type: ignore[type-var]
 
     def _maybe_round(self, now: float) -> None:
         length = self._round_length()
@@ -270,25 +308,33 @@ class PathSelector:
         # against the lower median path, not the best: congestion drops on the paths
         # that took a moved path's traffic (or one lucky path with no drop at all) must
         # not make every other path look bad; one bad path among most good ones still is
-        middle = (len(measured) - 1) // 2
-        best_rtt = sorted(s.srtt for s in measured if s.srtt is not None)[middle]
-        best_min = sorted(s.min_rtt for s in measured)[middle]
-        best_loss = sorted(s.loss for s in measured)[middle]
-        fractions = sorted(f for i, f in this_round.items() if self.stats[i].alive)
-        round_ref = fractions[(len(fractions) - 1) // 2] if fractions else 0.0
+        best_loss = _lower_median([s.loss for s in measured])
+        fractions = [f for i, f in this_round.items() if self.stats[i].alive]
+        round_ref = _lower_median(fractions) if fractions else 0.0
+        # delay only between paths with a full window of samples (see the docstring)
+        timed = [s for s in measured if len(s.recent) >= self.window]
+        best_rtt = _lower_median([s.recent_rtt for s in timed]) if len(timed) >= 2 else None
+        best_min = _lower_median([s.min_rtt for s in timed]) if len(timed) >= 2 else None
         for i, s in enumerate(self.stats):
             if s.srtt is None or not s.alive:  # a dead path waits for its probe
                 continue
+            if i not in this_round:  # nothing of it resolved: no evidence either way (a
+                continue  # moved-off path's trickle, a host that sent nothing this round)
             # loss: this round's own (a burst is one bad round, not many: the EWMA
             # remembers it for a dozen rounds), against this round's lower median path
             lossy = this_round.get(i, 0.0) > self.loss_ratio * round_ref + self.loss_margin
-            # delay: smoothed (queueing too), or the minimum (a longer path shows at once,
-            # where the smoothed RTT takes rounds to climb)
-            slow = s.srtt > self.rtt_ratio * best_rtt or s.min_rtt > self.rtt_ratio * best_min
+            # delay: the recent RTT (a standing queue), or the minimum (a longer path)
+            recent = s.recent_rtt if len(s.recent) >= self.window else None
+            slow = (
+                recent is not None
+                and best_rtt is not None
+                and best_min is not None
+                and (recent > self.rtt_ratio * best_rtt or s.min_rtt > self.rtt_ratio * best_min)
+            )
             worse = slow or lossy
             better = (  # never in a worse round: else a path moved off for this round's
                 not worse  # losses could count it among its good rounds and be back at once
-                and s.srtt <= self.rtt_back * best_rtt
+                and (recent is None or best_rtt is None or recent <= self.rtt_back * best_rtt)
                 and s.loss <= self.loss_ratio * best_loss + self.loss_margin / 2
             )
             s.worse_rounds = s.worse_rounds + 1 if worse else 0
@@ -303,3 +349,8 @@ class PathSelector:
             keep = min(self.alive, key=lambda i: self.stats[i].srtt or math.inf)
             self.stats[keep].active = True
             self.moves.append((now, keep, True))
+
+
+def _lower_median(values: list[float]) -> float:
+    """The lower median: the best of two, the second best of three or four."""
+    return sorted(values)[(len(values) - 1) // 2]

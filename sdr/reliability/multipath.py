@@ -6,7 +6,9 @@ the channels in turn. With it, :class:`ChunkPaths` gives every chunk of a data o
 lane one path each time the chunk is (re)transmitted, picked by a
 :class:`~sdr.congestion.PathSelector` (smooth weighted round robin), so a chunk's fate
 tells about one path: the scheme's ``Delivered``/``Lost`` chunks become per-path ACKs
-(with the RTT sample on the path that carried it) and losses, and the selector moves
+(each path's own Karn RTT sample: its newest acknowledged chunk that was sent once, so
+the paths are timed by the same ACK and a host's stall weighs on all of them alike) and
+losses, and the selector moves
 traffic off a path whose loss or delay is worse (PLB-style). Reordering between paths
 costs no bytes (chunks are placed by offset) and no repairs: the sr-nack receiver NACKs
 a hole only after its learned reorder window (:mod:`sdr.reliability.sr_receiver`). A
@@ -31,20 +33,23 @@ class ChunkPaths:
         self.selector = PathSelector(paths, rto=rto)
         self.mtu = mtu
         self.chunk_size = chunk_size
-        self._lanes: dict[object, np.ndarray] = {}
+        self._lanes: dict[object, _LanePaths] = {}
 
     def channels(self, lane: object, n_chunks: int, packets: np.ndarray, now: float) -> np.ndarray:
         """Channels for ``packets`` of ``lane`` (a key: its send record). A packet that
         starts a chunk picks the chunk's path afresh; the others follow their chunk."""
-        paths = self._lanes.get(lane)
-        if paths is None:
-            paths = self._lanes[lane] = np.full(n_chunks, -1, dtype=np.int16)
+        books = self._lanes.get(lane)
+        if books is None:
+            books = self._lanes[lane] = _LanePaths(n_chunks)
+        paths = books.paths
         starts = packets * self.mtu
         chunks = starts // self.chunk_size
         fresh = (starts % self.chunk_size == 0) | (paths[chunks] < 0)
         for chunk in np.unique(chunks[fresh]).tolist():
             # a chunk's first transmission may probe a dead path; a repair never does
             paths[chunk] = self.selector.pick(now, probe=bool(paths[chunk] < 0))
+            books.sends[chunk] += 1
+            books.sent_at[chunk] = now
         channels = paths[chunks].astype(np.int64)
         sent = np.bincount(channels, minlength=len(self.selector.stats)) * self.mtu
         for path in np.flatnonzero(sent).tolist():
@@ -59,25 +64,27 @@ class ChunkPaths:
         rtt_s: float | None,
         sample_chunk: int | None,
     ) -> float | None:
-        """Acknowledged chunks of ``lane``, per path; returns the RTT sample normalized to
+        """Acknowledged chunks of ``lane``, per path, each path with its own Karn sample;
+        returns the connection's sample (``rtt_s``, taken on ``sample_chunk``) normalized to
         the shortest path (what the connection's one controller is fed)."""
-        paths = self._lanes.get(lane)
-        if paths is None or not len(chunks):
+        books = self._lanes.get(lane)
+        if books is None or not len(chunks):
             return rtt_s
+        paths = books.paths
         sample_path = int(paths[sample_chunk]) if sample_chunk is not None else -1
+        samples = books.samples(now, chunks)
         for path, nbytes in self._per_path(paths[chunks]):
-            rtt = rtt_s if path == sample_path else None
-            self.selector.on_ack(now, path, nbytes, rtt)
+            self.selector.on_ack(now, path, nbytes, samples.get(path))
         if rtt_s is None or sample_path < 0:
             return rtt_s
         return self.selector.normalized_rtt(sample_path, rtt_s)
 
     def lost(self, now: float, lane: object, chunks: np.ndarray) -> None:
         """Chunks of ``lane`` declared lost, per path."""
-        paths = self._lanes.get(lane)
-        if paths is None or not len(chunks):
+        books = self._lanes.get(lane)
+        if books is None or not len(chunks):
             return
-        for path, nbytes in self._per_path(paths[chunks]):
+        for path, nbytes in self._per_path(books.paths[chunks]):
             self.selector.on_loss(now, path, nbytes)
 
     def forget(self, lane: object) -> None:
@@ -88,3 +95,25 @@ class ChunkPaths:
         known = paths[paths >= 0].astype(np.int64)
         counts = np.bincount(known, minlength=len(self.selector.stats))
         return [(p, float(counts[p]) * self.chunk_size) for p in np.flatnonzero(counts).tolist()]
+
+
+class _LanePaths:
+    """Per chunk of one lane: the path of its last transmission, how often it was sent
+    and when last."""
+
+    def __init__(self, n_chunks: int) -> None:
+        self.paths = np.full(n_chunks, -1, dtype=np.int16)
+        self.sends = np.zeros(n_chunks, dtype=np.int32)
+        self.sent_at = np.zeros(n_chunks, dtype=np.float64)
+
+    def samples(self, now: float, chunks: np.ndarray) -> dict[int, float]:
+        """Per path, ``now`` minus the send time of its newest chunk among ``chunks`` that
+        was sent once (Karn's rule: a chunk sent twice cannot tell which copy arrived)."""
+        once = chunks[(self.sends[chunks] == 1) & (self.paths[chunks] >= 0)]
+        if not len(once):
+            return {}
+        order = np.argsort(self.sent_at[once], kind="stable")
+        newest: dict[int, float] = {}
+        for chunk in once[order].tolist():  # later sends overwrite: the newest remains
+            newest[int(self.paths[chunk])] = float(self.sent_at[chunk])
+        return {path: now - sent for path, sent in newest.items() if now > sent}
