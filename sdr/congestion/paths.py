@@ -15,7 +15,11 @@ in this round exceeds ``loss_ratio`` x the reference's in this round plus
 two, the second best of three or four), so congestion drops on the good paths, or one
 lucky path without any, do not make the others look bad, and a burst of drops is one
 worse round, not the dozen an EWMA would remember it for. A round in which nothing sent
-on a path was acknowledged or lost tells nothing of it and counts neither way. After
+on an active path was acknowledged or lost tells nothing of it and counts neither way;
+for a moved-off path, whose trickle leaves most rounds silent, a silent round counts
+toward its return when its books are inside the band (no new evidence against it: on
+the emulator, returns that waited for evidence kept a 1% loss path off, and a
+fixed-rate sender then overran the three good paths: 3.2-3.8 s where 2.4-2.6). After
 ``bad_rounds`` worse rounds in a row it is moved off: its weight drops to
 ``probe_weight`` (it keeps a trickle, so it is still measured). It comes back after
 ``good_rounds`` rounds in a row inside the tighter band (``rtt_back``, half the loss
@@ -318,8 +322,8 @@ class PathSelector:
         for i, s in enumerate(self.stats):
             if s.srtt is None or not s.alive:  # a dead path waits for its probe
                 continue
-            if i not in this_round:  # nothing of it resolved: no evidence either way (a
-                continue  # moved-off path's trickle, a host that sent nothing this round)
+            if s.active and i not in this_round:  # nothing of it resolved: no evidence
+                continue  # either way (see the module docstring for a moved-off path)
             # loss: this round's own (a burst is one bad round, not many: the EWMA
             # remembers it for a dozen rounds), against this round's lower median path
             lossy = this_round.get(i, 0.0) > self.loss_ratio * round_ref + self.loss_margin
