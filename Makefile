@@ -24,6 +24,7 @@ demo: $(STAMP)
 test: $(STAMP) system
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python tools/typecheck.py
 	@status=0; \
 	$(BIN)/python -m pytest -q -p no:cacheprovider || status=$$?; \
 	$(MAKE) -s asan-short || { rc=$$?; [ $$status -ne 0 ] || status=$$rc; }; \
@@ -36,8 +37,10 @@ LOAD ?= 2
 test-stress: $(STAMP) system
 	@bash tools/test_stress.sh $(BIN)/python $(N) $(LOAD) $(ARGS)
 
+# ruff, and mypy over the package as installed (sdr, sdr.backends, sdr.simulator).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/python tools/typecheck.py
 
 format: $(STAMP)
 	$(BIN)/ruff format .

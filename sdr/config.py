@@ -6,10 +6,10 @@ Sizes, rates and times accept the units syntax of :mod:`sdr.units` (``"64KiB"``,
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from dataclasses import dataclass
 from typing import Any
+
+import attrs
 
 from sdr.errors import ConfigError
 from sdr.immediate import ImmediateLayout
@@ -31,7 +31,30 @@ def _int_in(name: str, value: object, low: int, high: int) -> int:
     return value
 
 
-@dataclass(frozen=True)
+# attrs converters: the constructor takes a number or a units string, the attribute holds
+# the number (one type per field; a type checker sees both sides)
+def _mtu(value: int | str) -> int:
+    return _int_in("mtu", parse_size(value, field="mtu"), MIN_MTU, MAX_MTU)
+
+
+def _chunk_size(value: int | str) -> int:
+    return parse_size(value, field="chunk_size")
+
+
+def _max_message_size(value: int | str) -> int:
+    return parse_size(value, field="max_message_size")
+
+
+def _rate_limit(value: float | str | None) -> float | None:
+    if value is None:
+        return None
+    rate = parse_rate(value, field="rate_limit")
+    if rate <= 0:
+        raise ConfigError(f"rate_limit must be > 0 or None, got {value!r}; e.g. '10Gbit/s'")
+    return rate
+
+
+@attrs.frozen(slots=False)  # slots=False: the cached layout needs a __dict__
 class QPAttr:
     """Attributes of an SDR queue pair.
 
@@ -49,29 +72,18 @@ class QPAttr:
     id_bits / offset_bits / user_imm_bits: the 32-bit immediate split (10+18+4 default).
     """
 
-    mtu: int | str = 4096
-    chunk_size: int | str = 65536
-    max_message_size: int | str = 8 << 20
+    mtu: int = attrs.field(default=4096, converter=_mtu)
+    chunk_size: int = attrs.field(default=65536, converter=_chunk_size)
+    max_message_size: int = attrs.field(default=8 << 20, converter=_max_message_size)
     max_messages: int = 127
     channels: int = 1
     generations: int = 4
-    rate_limit: float | str | None = None
+    rate_limit: float | None = attrs.field(default=None, converter=_rate_limit)
     id_bits: int = 10
     offset_bits: int = 18
     user_imm_bits: int = 4
 
-    def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        set_(self, "mtu", _int_in("mtu", parse_size(self.mtu, field="mtu"), MIN_MTU, MAX_MTU))
-        set_(self, "chunk_size", parse_size(self.chunk_size, field="chunk_size"))
-        set_(self, "max_message_size", parse_size(self.max_message_size, field="max_message_size"))
-        if self.rate_limit is not None:
-            rate = parse_rate(self.rate_limit, field="rate_limit")
-            if rate <= 0:
-                raise ConfigError(
-                    f"rate_limit must be > 0 or None, got {self.rate_limit!r}; e.g. '10Gbit/s'"
-                )
-            set_(self, "rate_limit", rate)
+    def __attrs_post_init__(self) -> None:
         layout = self.layout  # validates the split
         mtu, chunk = self.mtu, self.chunk_size
         if chunk < mtu or chunk % mtu:
@@ -105,7 +117,7 @@ class QPAttr:
 
     def replace(self, **changes: Any) -> QPAttr:
         """A copy with some attributes changed (validated again)."""
-        return dataclasses.replace(self, **changes)
+        return attrs.evolve(self, **changes)
 
     def wire_dict(self) -> dict[str, Any]:
         """The attributes both ends of a connection must agree on."""
@@ -122,4 +134,4 @@ class QPAttr:
 
     def as_dict(self) -> dict[str, Any]:
         """All attributes as plain values (bytes, bits/s)."""
-        return dataclasses.asdict(self)
+        return attrs.asdict(self)

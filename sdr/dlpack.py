@@ -53,17 +53,21 @@ def is_device_array(obj: object) -> bool:
 
 
 class StagingBuffer(np.ndarray):
-    """Pinned host bytes standing in for a GPU buffer (``gpu``: a CuPy uint8 view of it)."""
+    """Pinned host bytes standing in for a GPU buffer (``gpu``: a CuPy uint8 view of it).
+
+    The copy methods are not named ``to_host``/``to_device``: ``ndarray.to_device`` is
+    numpy's array-API method (move to a device, returning an array), which they would shadow.
+    """
 
     gpu: Any
 
-    def to_host(self, start: int = 0, stop: int | None = None) -> None:
+    def copy_from_device(self, start: int = 0, stop: int | None = None) -> None:
         """Copy device bytes [start, stop) into this buffer (synchronous)."""
         stop = len(self) if stop is None else stop
         if stop > start:
             self.gpu[start:stop].get(out=np.asarray(self)[start:stop])
 
-    def to_device(self, start: int = 0, stop: int | None = None) -> None:
+    def copy_to_device(self, start: int = 0, stop: int | None = None) -> None:
         """Copy bytes [start, stop) of this buffer to the device (synchronous)."""
         stop = len(self) if stop is None else stop
         if stop > start:
@@ -87,7 +91,7 @@ def _staging(obj: object) -> StagingBuffer:
     host = np.frombuffer(pinned, dtype=np.uint8, count=device.size)
     stage = host.view(StagingBuffer)
     stage.gpu = device
-    stage.to_host()  # the region starts with the tensor's bytes
+    stage.copy_from_device()  # the region starts with the tensor's bytes
     return stage
 
 
@@ -97,7 +101,7 @@ def dlpack_byte_view(obj: object) -> memoryview | None:
     CPU tensors are viewed in place; GPU arrays get a pinned :class:`StagingBuffer`.
     """
     if is_device_array(obj):
-        return memoryview(_staging(obj)).cast("B")
+        return _staging(obj).data.cast("B")
     if not hasattr(obj, "__dlpack__"):
         return None
     try:
@@ -108,7 +112,7 @@ def dlpack_byte_view(obj: object) -> memoryview | None:
         raise ConfigError(f"cannot register a non-contiguous {type(obj).__name__}")
     if not arr.flags.writeable:
         raise ConfigError(f"cannot register a read-only {type(obj).__name__}")
-    return memoryview(arr.reshape(-1).view(np.uint8))
+    return arr.reshape(-1).view(np.uint8).data
 
 
 def device_stage(region: Any) -> StagingBuffer | None:
@@ -122,7 +126,7 @@ def to_host(region: Any, offset: int = 0, length: int | None = None) -> None:
     for host memory). Call before sending a GPU region with the plain QP API."""
     stage = device_stage(region)
     if stage is not None:
-        stage.to_host(offset, len(stage) if length is None else offset + length)
+        stage.copy_from_device(offset, len(stage) if length is None else offset + length)
 
 
 def to_device(region: Any, offset: int = 0, length: int | None = None) -> None:
@@ -130,4 +134,4 @@ def to_device(region: Any, offset: int = 0, length: int | None = None) -> None:
     (no-op for host memory). Call after a plain QP receive completes."""
     stage = device_stage(region)
     if stage is not None:
-        stage.to_device(offset, len(stage) if length is None else offset + length)
+        stage.copy_to_device(offset, len(stage) if length is None else offset + length)

@@ -108,7 +108,7 @@ def warn_if_short(
     """Emit a :class:`StragglerWarning` when the bound is not met; returns its text."""
     if not rate_bps:
         return None
-    text = straggler_shortfall(attr, rtt, rate_bps, message_bytes or attr.chunk_size)  # type: ignore[arg-type]
+    text = straggler_shortfall(attr, rtt, rate_bps, message_bytes or attr.chunk_size)
     if text is not None:
         warnings.warn(text, StragglerWarning, stacklevel=3)
     return text

@@ -332,7 +332,7 @@ def _place_rows(
                 continue
             start = int(entries[e, _OFFSET]) + w
             memory[start : start + n] = (
-                payloads[src : src + n] if staged else memoryview(payloads[src])[:n]  # type: ignore[index]
+                payloads[src : src + n] if staged else memoryview(payloads[src])[:n]
             )
         guard[slot, p] = 1
         counts[slot, p // ppc] += 1

@@ -109,7 +109,7 @@ class RecvRecord:
         """This receive's rows in one native call (:data:`sdr.placement.mark_arrivals_native`):
         (new, duplicates, immediate-only, completed chunks), the effects of the Python
         paths of :class:`RecvTable`."""
-        return placement.mark_arrivals_native(  # type: ignore[no-any-return]
+        return placement.mark_arrivals_native(
             *self.bitmap.arrays(), self._have, self._fragments, packets,
             fragments.astype(np.uint32, copy=False), lengths, per_chunk,
         )  # fmt: skip

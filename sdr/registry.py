@@ -71,7 +71,7 @@ class Registry(Generic[T]):
         key = name.lower() if isinstance(name, str) else name
         if key in self._items:
             return self._items[key]
-        target = self._discovered().get(key)  # type: ignore[arg-type]
+        target = self._discovered().get(key)
         if target is None:
             raise self._error(f"unknown {self.kind} {name!r}; expected one of {self.names()}")
         found = [e for e in entry_points(group=self.group) if e.name.lower() == key]

@@ -152,13 +152,14 @@ class CompletionBatch:
         )
 
 
-_COMPLETION_COLUMNS = ("channels", "generations", "imms", "byte_lens", "remote_offsets")
-
-
 def concat_completions(parts: list[CompletionBatch]) -> CompletionBatch:
     """One batch of the rows of ``parts``, in order (validated only if every part is)."""
     return CompletionBatch(
-        *(np.concatenate([getattr(p, f) for p in parts]) for f in _COMPLETION_COLUMNS),
+        channels=np.concatenate([p.channels for p in parts]),
+        generations=np.concatenate([p.generations for p in parts]),
+        imms=np.concatenate([p.imms for p in parts]),
+        byte_lens=np.concatenate([p.byte_lens for p in parts]),
+        remote_offsets=np.concatenate([p.remote_offsets for p in parts]),
         validated=all(p.validated for p in parts),
     )
 

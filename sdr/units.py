@@ -33,7 +33,7 @@ __all__ = [
 _NUMBER = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 _PATTERN = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-z/µμ]*)\s*$")
 
-_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_BINARY: dict[str, float] = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _DECIMAL = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 # Sizes are bytes. A bare prefix is binary, as in perftest and iperf3 (``64K`` = 64 KiB);

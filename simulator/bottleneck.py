@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 __all__ = ["Bottleneck", "BottleneckResult", "PathSpec", "jain"]
 
 _WAKE, _ACK, _RTO = 0, 1, 2
+_Ack = tuple[int, int, float, list[tuple[int, float]] | None]
+"""What an ``_ACK`` event carries: (path, size, sent time, losses it reports or None)."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,7 @@ class Bottleneck:
         self.now = 0.0
         self.sample_s = sample_s
         self._next_sample = [0.0] * len(self.paths)
-        self._heap: list[tuple[float, int, int, int, object]] = []
+        self._heap: list[tuple[float, int, int, int, _Ack | None]] = []
         self._counter = 0
         # (flow, path) -> [(size, sent time)] lost and not yet reported
         self._pending: dict[tuple[int, int], list[tuple[int, float]]] = {}
@@ -169,7 +171,7 @@ class Bottleneck:
         self._wake(index, flow.start)
         return index
 
-    def _push(self, t: float, kind: int, flow: int, data: object) -> None:
+    def _push(self, t: float, kind: int, flow: int, data: _Ack | None) -> None:
         self._counter += 1
         heapq.heappush(self._heap, (t, self._counter, kind, flow, data))
 
@@ -207,7 +209,8 @@ class Bottleneck:
             self.now = t
             flow = flows[index]
             if kind == _ACK:
-                path, size, sent, lost = data  # type: ignore[misc]
+                assert data is not None  # only ACK events carry data, and they all do
+                path, size, sent, lost = data
                 flow.on_ack(t, path, size, t - sent, lost or ())
             elif kind == _WAKE:
                 if t != self._wake_at[index]:

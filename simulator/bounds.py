@@ -36,9 +36,10 @@ def check_samples(samples: object) -> int:
     """``samples`` as an int in [1, MAX_SAMPLES]; ConfigError otherwise."""
     if isinstance(samples, bool) or not isinstance(samples, numbers.Integral):
         raise ConfigError(f"samples must be a whole number, got {samples!r}")
-    if not 1 <= samples <= MAX_SAMPLES:
-        raise ConfigError(f"samples must be in [1, {MAX_SAMPLES:,}], got {samples:,}")
-    return int(samples)
+    count = int(samples)  # exact for an Integral, and comparable (numbers.Integral is not)
+    if not 1 <= count <= MAX_SAMPLES:
+        raise ConfigError(f"samples must be in [1, {MAX_SAMPLES:,}], got {count:,}")
+    return count
 
 
 def check_write_size(size_bytes: object) -> int:

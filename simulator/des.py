@@ -19,7 +19,7 @@ after the other on one pair of QPs, each on a quiet link.
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ import numpy as np
 import sdr
 from sdr.errors import ConfigError
 from sdr.reliability import ReliabilityConfig
-from sdr.runtime import ReliableQP
+from sdr.runtime import ReceiveHandle, ReliableQP, WriteHandle
 from sdr.simulator.des_driver import DesHost, DesSim
 from sdr.simulator.des_encode import with_encode_time
 from sdr.simulator.des_link import PathImpairments
@@ -236,6 +236,12 @@ class _Flow:
     log: LossLog | None = None
 
 
+def _finished(handle: WriteHandle | ReceiveHandle) -> Callable[[], bool]:
+    """``handle.finished`` as a :meth:`DesSim.until` condition, bound to this handle (a
+    waiter can outlive the loop iteration that made it)."""
+    return lambda: handle.finished
+
+
 def _writes(
     sim: DesSim, flow: _Flow, writes: int, rng: np.random.Generator, verify: bool, settle: bool
 ) -> Generator[Any, Any, None]:
@@ -257,11 +263,11 @@ def _writes(
         sim.watch(wh)
         sim.watch(rh)
         flow.a.kick()
-        yield sim.until(lambda wh=wh: wh.finished)
+        yield sim.until(_finished(wh))
         # a receiver that never saw the write has no timer of its own: give it up after
         # its global timeout (the write is counted failed)
         grace = env.timeout(flow.rb.config.timeout_for(rh.length))
-        yield sim.until(lambda rh=rh: rh.finished) | grace
+        yield sim.until(_finished(rh)) | grace
         flow.times.append(sim.finished_at[id(wh)] - start)
         flow.receive_times.append(sim.finished_at.get(id(rh), env.now) - start)
         flow.fell_back.append(rh.stats.get("fallbacks", 0) > 0)

@@ -19,6 +19,7 @@ import numpy as np
 from sdr.simulator import analytic
 from sdr.simulator.des import packet_loss, simulate_writes
 from sdr.simulator.des_paired import expected_protocol_difference, paired_model_time
+from sdr.simulator.ec_model import Fallback
 from sdr.simulator.link import Link
 from sdr.simulator.schemes import SchemeSpec
 
@@ -56,7 +57,7 @@ def des_agreement(
         "des_se_s": se,
         "fallback_fraction": float(np.mean(run.fell_back)) if run.fell_back is not None else None,
     }
-    models = ("protocol", "paper") if spec.is_ec else ("protocol",)
+    models: tuple[Fallback, ...] = ("protocol", "paper") if spec.is_ec else ("protocol",)
     for fallback in models:
         mean = analytic.scheme_mean(link, size_bytes, drop, replace(spec, fallback=fallback))
         out[f"model_{fallback}_s"] = mean

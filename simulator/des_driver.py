@@ -70,7 +70,7 @@ class DesHost:
             self.kick()
         elif when not in self._pending:
             self._pending.add(when)
-            self.env.timeout(when - now).callbacks.append(lambda _e, t=when: self._fire(t))
+            self.env.timeout(when - now).callbacks.append(lambda _e: self._fire(when))
 
     def wake_many(self, times: list[float]) -> None:
         for when in times:

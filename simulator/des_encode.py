@@ -11,10 +11,12 @@ real codec's; only *when* it happens is simulated. Checksums (the DIGEST) stay f
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 from sdr.errors import ConfigError
 from sdr.reliability import ErasureCoding, Scheme, SelectiveRepeatSender
-from sdr.reliability.base import SchemeSender, earliest
+from sdr.reliability.base import earliest
+from sdr.reliability.erasure_coding import ErasureCodingSender
 
 __all__ = ["with_encode_time"]
 
@@ -31,7 +33,10 @@ def with_encode_time(scheme: Scheme, clock: Callable[[], float], seconds_per_byt
     scheme.sender_class = _timed(scheme.sender_class, clock, seconds_per_byte)  # type: ignore[misc]
 
 
-def _timed(base: type[SchemeSender], clock: Callable[[], float], cost: float) -> type[SchemeSender]:
+_EC = TypeVar("_EC", bound=ErasureCodingSender)
+
+
+def _timed(base: type[_EC], clock: Callable[[], float], cost: float) -> type[_EC]:
     class TimedEncodeSender(base):  # type: ignore[valid-type, misc]
         """EC sender whose parity is ready ``cost`` s per data byte after encoding starts."""
 

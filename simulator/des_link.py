@@ -15,7 +15,7 @@ Several senders' packets are merged in time order before they enter the queue (s
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,11 +92,13 @@ class PathImpairments:
         )
 
 
-def _blackouts(value: object) -> tuple[tuple[tuple[float, float], ...], ...]:
+def _blackouts(
+    value: Iterable[Iterable[tuple[float, float]]],
+) -> tuple[tuple[tuple[float, float], ...], ...]:
     """``value`` as per-path tuples of (start, end) seconds, else a one-line ConfigError."""
     example = "e.g. ((), ((0.5, 0.8),)) for path 1 dark from 0.5 s to 0.8 s"
     try:
-        spans = tuple(tuple((float(lo), float(hi)) for lo, hi in path) for path in value)  # type: ignore[union-attr]
+        spans = tuple(tuple((float(lo), float(hi)) for lo, hi in path) for path in value)
     except (TypeError, ValueError):
         raise ConfigError(
             f"blackouts must be, per path, (start, end) pairs in seconds; got {value!r}; " + example

@@ -32,6 +32,8 @@ whose retransmission losses the counts hold.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from sdr.errors import ConfigError
@@ -73,7 +75,9 @@ def paired_model_time(
     zp = np.asarray(parity_losses, dtype=np.int64)
     k, m = spec.k, spec.m
     subs = -(-n // k)
-    ready, parity_total, needs = [], 0, []
+    ready: list[float] = []
+    needs: list[tuple[np.ndarray, int]] = []
+    parity_total = 0
     for s in range(subs):
         data = np.arange(s * k, min(s * k + k, n))
         # the model gives a partial submessage ceil(r*m/k) parity chunks; the SDK sends m
@@ -233,7 +237,8 @@ def _chunk_losses(
     """
     per_packet = float(-np.expm1(np.log1p(-p) / link.packets_per_chunk))
     lost = rng.random((samples, chunks, rounds, link.packets_per_chunk)) < per_packet
-    clean = ~lost.any(axis=3)
-    complete = np.logical_or.accumulate(~lost, axis=2).all(axis=3)
+    # reductions over one axis of a 4-D array are arrays (numpy's stubs allow a scalar)
+    clean = ~cast(np.ndarray, lost.any(axis=3))
+    complete = cast(np.ndarray, np.logical_or.accumulate(~lost, axis=2).all(axis=3))
     clean[:, :, -1] = complete[:, :, -1] = True  # beyond ``rounds``: negligible
     return np.argmax(clean, axis=2), np.argmax(complete, axis=2)

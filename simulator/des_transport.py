@@ -192,7 +192,7 @@ class DesQP(KeyTableBindings, TransportQP):
         parts: list[CompletionBatch] = []
         placed, pop = 0, heapq.heappop
         while heap and heap[0][0] <= now and placed < max_packets:
-            items = []  # what has landed, as many as may still complete
+            items: list[tuple[Any, ...]] = []  # what has landed, as many as may still complete
             while heap and heap[0][0] <= now and len(items) < max_packets - placed:
                 items.append(pop(heap)[2])
             batch = self._place(items)
@@ -204,6 +204,7 @@ class DesQP(KeyTableBindings, TransportQP):
         """The software-NIC step over landed packets, in arrival order: payload is read
         from the sender's region (or not at all without ``copy_payload``)."""
         gens, chans, roffs, imms, regions, srcs, lengths = zip(*items, strict=True)
+        chan = np.array(chans, dtype=np.uint16)
         gen = np.array(gens, dtype=np.int64)
         roff = np.array(roffs, dtype=np.int64)
         imm = np.array(imms, dtype=np.uint32)
@@ -211,7 +212,7 @@ class DesQP(KeyTableBindings, TransportQP):
         payloads = None
         if self.transport.copy_payload:
             payloads = [r.view[s : s + n] for r, s, n in zip(regions, srcs, lengths, strict=True)]
-        return self.keys.receive(chans, gen, roff, imm, length, payloads)
+        return self.keys.receive(chan, gen, roff, imm, length, payloads)
 
     def poll_control(self) -> list[bytes]:
         now = self.transport.now()
@@ -336,7 +337,7 @@ class DesTransport(Transport):
         """Set by the host driver: called with arrival times it must wake up for."""
 
     def now(self) -> float:
-        return self.env.now  # type: ignore[no-any-return]
+        return self.env.now
 
     def register(self, buffer: object) -> MemoryRegion:
         return MemoryRegion(key=next(_region_keys), view=as_byte_view(buffer), owner=buffer)

@@ -47,7 +47,7 @@ class LinkStats:
     def __getitem__(self, name: str) -> int | float:
         if name not in self._names():
             raise KeyError(name)
-        return getattr(self, name)  # type: ignore[no-any-return]
+        return getattr(self, name)
 
     def as_dict(self) -> dict[str, int | float]:
         """The counters as a plain dict (JSON, summaries)."""

@@ -64,9 +64,9 @@ class LinkDirection:
 
     def __init__(self, spec: LinkSpec, rng: np.random.Generator | None = None) -> None:
         self.spec = spec
-        self.rate_bps = float(spec.rate)  # type: ignore[arg-type]
+        self.rate_bps = float(spec.rate)
         self.delay_s = spec.one_way_delay
-        self.queue_bytes = float(spec.queue)  # type: ignore[arg-type]
+        self.queue_bytes = float(spec.queue)
         # each direction owns its loss models' state (one spec may serve both directions)
         self.loss = copy.deepcopy(spec.loss)
         self.control_loss = copy.deepcopy(spec.control_loss)
@@ -136,7 +136,7 @@ class LinkDirection:
             held = (self._reorder_rng.random(n) < spec.reorder) & ok
             k = int(held.sum())
             if k:
-                extra = spec.reorder_delay
+                extra: float | np.ndarray = spec.reorder_delay
                 if spec.reorder_jitter:
                     extra = extra + self._jitter_rng.random(k) * spec.reorder_jitter
                 arrive[held] += extra

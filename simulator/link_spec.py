@@ -5,7 +5,9 @@ Its state machine is :class:`sdr.simulator.link_model.LinkDirection`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Any
+
+import attrs
 
 from sdr.errors import ConfigError
 from sdr.simulator.link import Link
@@ -31,7 +33,58 @@ def _model(name: str, value: LossModel | float | None) -> LossModel | None:
     raise ConfigError(f"{name} must be a loss model or a probability, got {value!r}")
 
 
-@dataclass(frozen=True)
+# attrs converters: the constructor takes numbers or units strings, the attributes hold
+# numbers (one type per field)
+def _rate(value: float | str) -> float:
+    rate = parse_rate(value)
+    if not rate > 0:
+        raise ConfigError(f"link rate must be > 0 bit/s, got {value!r}")
+    return rate
+
+
+def _rtt(value: float | str) -> float:
+    rtt = parse_time(value)
+    if rtt < 0:
+        raise ConfigError(f"RTT must be >= 0 s, got {value!r}")
+    return rtt
+
+
+_ONE_BDP = -1
+"""What ``queue=None`` holds until the rate and RTT give its size."""
+
+
+def _queue(value: float | str | None) -> int:
+    if value is None:
+        return _ONE_BDP
+    queue = parse_size(value) if isinstance(value, str) else value
+    if isinstance(queue, bool) or not isinstance(queue, int | float) or not queue > 0:
+        raise ConfigError(f"link queue must be > 0 bytes, got {value!r}")
+    return int(queue)
+
+
+def _loss(value: LossModel | float | None) -> LossModel | None:
+    return _model("loss", value)
+
+
+def _control_loss(value: LossModel | float | None) -> LossModel | None:
+    return _model("control_loss", value)
+
+
+def _delay(value: float | str) -> float:
+    delay = parse_time(value)
+    if delay < 0:
+        raise ConfigError(f"reorder delay and jitter must be >= 0 s, got {value!r}")
+    return delay
+
+
+def _blackouts(value: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+    spans = tuple((float(lo), float(hi)) for lo, hi in value)
+    if any(not 0 <= lo <= hi for lo, hi in spans):
+        raise ConfigError(f"blackouts must be (start, end) with 0 <= start <= end: {spans}")
+    return spans
+
+
+@attrs.frozen
 class LinkSpec:
     """One direction of a long-haul link. Sizes, rates and times accept units.
 
@@ -52,61 +105,38 @@ class LinkSpec:
         seed: seeds every random draw of the direction.
     """
 
-    rate: float | str = "1Gbit/s"
-    rtt: float | str = "25ms"
-    queue: float | str | None = None
-    loss: LossModel | float | None = 0.0
-    control_loss: LossModel | float | None = None
+    # defaults of the attribute's type (the converter passes them through): attrs types a
+    # field's value as its default's type
+    rate: float = attrs.field(default=1e9, converter=_rate)  # 1 Gbit/s
+    rtt: float = attrs.field(default=0.025, converter=_rtt)  # 25 ms
+    queue: int = attrs.field(default=None, converter=_queue)
+    loss: LossModel | None = attrs.field(factory=lambda: Bernoulli(0.0), converter=_loss)
+    control_loss: LossModel | None = attrs.field(default=None, converter=_control_loss)
     reorder: float = 0.0
-    reorder_delay: float | str = "1ms"
-    reorder_jitter: float | str = 0.0
+    reorder_delay: float = attrs.field(default=0.001, converter=_delay)  # 1 ms
+    reorder_jitter: float = attrs.field(default=0.0, converter=_delay)
     duplicate: float = 0.0
     corrupt: float = 0.0
-    blackouts: tuple[tuple[float, float], ...] = field(default_factory=tuple)
+    blackouts: tuple[tuple[float, float], ...] = attrs.field(default=(), converter=_blackouts)
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        set_(self, "rate", parse_rate(self.rate))
-        set_(self, "rtt", parse_time(self.rtt))
-        set_(self, "reorder_delay", parse_time(self.reorder_delay))
-        set_(self, "reorder_jitter", parse_time(self.reorder_jitter))
-        if not self.rate > 0:
-            raise ConfigError(f"link rate must be > 0 bit/s, got {self.rate!r}")
-        if self.rtt < 0:
-            raise ConfigError(f"RTT must be >= 0 s, got {self.rtt!r}")
-        queue = self.queue
-        if queue is None:
-            queue = int(max(self.rate * self.rtt / 8, _MIN_QUEUE_BYTES))
-        elif isinstance(queue, str):
-            queue = parse_size(queue)
-        if isinstance(queue, bool) or not queue > 0:
-            raise ConfigError(f"link queue must be > 0 bytes, got {self.queue!r}")
-        set_(self, "queue", queue)
-        set_(self, "loss", _model("loss", self.loss))
-        set_(self, "control_loss", _model("control_loss", self.control_loss))
+    def __attrs_post_init__(self) -> None:
+        if self.queue == _ONE_BDP:
+            bdp = int(max(self.rate * self.rtt / 8, _MIN_QUEUE_BYTES))
+            object.__setattr__(self, "queue", bdp)
         for name in ("reorder", "duplicate", "corrupt"):
             _probability(name, getattr(self, name))
-        if self.reorder_delay < 0 or self.reorder_jitter < 0:
-            raise ConfigError(
-                f"reorder delay and jitter must be >= 0 s, got {self.reorder_delay!r} "
-                f"and {self.reorder_jitter!r}"
-            )
         if self.reorder > 0 and self.reorder_delay == 0 and self.reorder_jitter == 0:
             raise ConfigError("reorder > 0 needs a reorder delay or jitter > 0 (how far)")
-        spans = tuple((float(lo), float(hi)) for lo, hi in self.blackouts)
-        if any(not 0 <= lo <= hi for lo, hi in spans):
-            raise ConfigError(f"blackouts must be (start, end) with 0 <= start <= end: {spans}")
-        set_(self, "blackouts", spans)
 
     @classmethod
-    def from_link(cls, link: Link, *, queue: float | None = None, **kwargs: object) -> LinkSpec:
+    def from_link(cls, link: Link, *, queue: float | None = None, **kwargs: Any) -> LinkSpec:
         """One direction of the analytic :class:`~sdr.simulator.link.Link` (its rate and
         RTT; the queue defaults to its switch buffering, ``alpha`` RTTs of line rate)."""
         buffer = link.buffer_bytes if queue is None else queue
-        return cls(rate=link.bandwidth_bps, rtt=link.rtt_s, queue=buffer, **kwargs)  # type: ignore[arg-type]
+        return cls(rate=link.bandwidth_bps, rtt=link.rtt_s, queue=buffer, **kwargs)
 
     @property
     def one_way_delay(self) -> float:
         """Propagation delay of the direction, ``rtt / 2`` seconds."""
-        return self.rtt / 2  # type: ignore[operator]
+        return self.rtt / 2

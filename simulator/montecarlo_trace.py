@@ -19,6 +19,8 @@ Simplifications, stated so results are read correctly:
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from sdr.errors import ConfigError
@@ -40,7 +42,8 @@ def chunk_losses(
     """Chunk-loss indicators ``(streams, chunks)``: a chunk is lost if any packet is."""
     ppc = link.packets_per_chunk
     packets = model.sample(rng, streams, chunks * ppc, link.mtu)
-    return packets.reshape(streams, chunks, ppc).any(axis=2)
+    # a reduction over one axis of a 3-D array is an array (numpy's stubs allow a scalar)
+    return cast(np.ndarray, packets.reshape(streams, chunks, ppc).any(axis=2))
 
 
 def _retry_rounds(
@@ -132,7 +135,8 @@ def _failed(data: np.ndarray, parity: np.ndarray, k: int, m: int, code: str) -> 
     for j in range(k):
         per_group[:, j % m] += data[:, j]
     per_group += parity[:, :groups]
-    return (per_group >= 2).any(axis=1)
+    # a reduction over one axis of a 2-D array is an array (numpy's stubs allow a scalar)
+    return cast(np.ndarray, (per_group >= 2).any(axis=1))
 
 
 def _nth_smallest(values: np.ndarray, need: np.ndarray) -> np.ndarray:

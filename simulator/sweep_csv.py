@@ -283,25 +283,27 @@ def sweep_to_csv(
     else:
         fh = stream  # type: ignore[assignment]
         fieldnames = None
-    state: dict[str, Any] = {"writer": None, "written": 0}
+    writer: csv.DictWriter[str] | None = None
+    written = 0
 
     def write(rows: list[dict[str, Any]]) -> None:
+        nonlocal writer, written
         if live == "jsonl":
             fh.writelines(_json_row(row) + "\n" for row in rows)
         else:
-            if state["writer"] is None:
+            if writer is None:
                 names = fieldnames or list(rows[0])
                 if names != list(rows[0]):
                     raise ConfigError(
                         f"cannot resume: the columns of {path} differ from this sweep's"
                     )
-                state["writer"] = csv.DictWriter(fh, fieldnames=names)
+                writer = csv.DictWriter(fh, fieldnames=names)
                 if not fieldnames:
-                    state["writer"].writeheader()
+                    writer.writeheader()
             for row in rows:
-                state["writer"].writerow({k: "" if v is None else v for k, v in row.items()})
+                writer.writerow({k: "" if v is None else v for k, v in row.items()})
         fh.flush()
-        state["written"] += len(rows)
+        written += len(rows)
 
     progress = run_kwargs.get("progress")
     try:
@@ -309,7 +311,7 @@ def sweep_to_csv(
             progress(len(points) - len(todo))
         new = run_sweep(todo, on_rows=write, **run_kwargs) if todo else []
     except KeyboardInterrupt:
-        raise SweepInterrupted(len(earlier) + state["written"], len(points), path) from None
+        raise SweepInterrupted(len(earlier) + written, len(points), path) from None
     finally:
         if path is not None:
             fh.close()

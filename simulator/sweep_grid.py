@@ -89,18 +89,20 @@ class SweepGrid(Sequence[SweepPoint]):
             yield self._point(index)
 
     def _point(self, index: int) -> SweepPoint:
-        picked = []
+        picked = []  # each axis's position, ``schemes`` first (it varies fastest)
         rest = index
         for axis in reversed(self._axes):
             rest, i = divmod(rest, len(axis))
-            picked.append(axis[i])
-        scheme, drop, size, (rtt, dist), bw = picked
+            picked.append(i)
+        i_scheme, i_drop, i_size, i_path, i_bw = picked
+        bandwidths, paths, sizes, drops, schemes = self._axes
+        rtt, dist = paths[i_path]
         point_seed = int(np.random.SeedSequence([self._seed, index]).generate_state(1)[0])
         return SweepPoint(
-            scheme=scheme,  # type: ignore[arg-type]
-            size_bytes=size,  # type: ignore[arg-type]
-            drop=drop,  # type: ignore[arg-type]
-            bandwidth_bps=bw,  # type: ignore[arg-type]
+            scheme=schemes[i_scheme],
+            size_bytes=sizes[i_size],
+            drop=drops[i_drop],
+            bandwidth_bps=bandwidths[i_bw],
             rtt_s=rtt,
             distance_m=dist,
             seed=point_seed,

@@ -88,14 +88,17 @@ class GpuCommunicator:
         self.executor.launch(prepared, x.data.ptr, out.data.ptr, dtype)
         return out
 
-    def _choose(self, collective: str, nbytes: int, algorithm: str | None, root: int = 0):
+    def _choose(
+        self, collective: str, nbytes: int, algorithm: str | None, root: int = 0
+    ) -> Plan | NcclComm:
+        """The plan that runs ``collective``, or the NCCL communicator where NCCL does."""
         name = algorithm or select_algorithm(
             collective, nbytes, self.world_size, nccl_available=self.nccl is not None
         )
         if name == NCCL:
             if self.nccl is None:
                 raise ConfigError("algorithm 'nccl' asked for, but NCCL is not available")
-            return None
+            return self.nccl
         plan = build_plan(name, self.world_size, root)
         if plan.collective != collective:
             raise ConfigError(f"algorithm {name!r} implements {plan.collective}, not {collective}")
@@ -119,8 +122,8 @@ class GpuCommunicator:
         out = self.cp.empty_like(x) if out is None else out
         self._check(x, out, x.size, "allreduce")
         plan = self._choose("allreduce", x.nbytes, algorithm)
-        if plan is None:
-            self.nccl.allreduce(x, out, dt, self._stream())
+        if isinstance(plan, NcclComm):
+            plan.allreduce(x, out, dt, self._stream())
             return out
         return self.run_plan(plan, x, out, dt)
 
@@ -133,8 +136,8 @@ class GpuCommunicator:
         out = self.cp.empty(x.size * n, x.dtype) if out is None else out
         self._check(x, out, x.size * n, "allgather")
         plan = self._choose("allgather", out.nbytes, algorithm)
-        if plan is None:
-            self.nccl.allgather(x, out, dt, self._stream())
+        if isinstance(plan, NcclComm):
+            plan.allgather(x, out, dt, self._stream())
             return out
         return self.run_plan(plan, x, out, dt)
 
@@ -149,8 +152,8 @@ class GpuCommunicator:
         out = self.cp.empty(k, x.dtype) if out is None else out
         self._check(x, out, k, "reduce_scatter")
         plan = self._choose("reduce_scatter", x.nbytes, algorithm)
-        if plan is None:
-            self.nccl.reduce_scatter(x, out, dt, self._stream())
+        if isinstance(plan, NcclComm):
+            plan.reduce_scatter(x, out, dt, self._stream())
             return out
         return self.run_plan(plan, x, out, dt)
 
@@ -160,8 +163,8 @@ class GpuCommunicator:
         """``root``'s ``x`` on every rank, in place."""
         dt = dtype_name(x.dtype, dtype)
         plan = self._choose("broadcast", x.nbytes, algorithm, root)
-        if plan is None:
-            self.nccl.broadcast(x, root, dt, self._stream())
+        if isinstance(plan, NcclComm):
+            plan.broadcast(x, root, dt, self._stream())
             return x
         return self.run_plan(plan, x, x, dt)
 

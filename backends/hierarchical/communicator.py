@@ -25,6 +25,7 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
@@ -93,7 +94,7 @@ def _repairs(counters: dict[str, int]) -> int:
     return sum(v for k, v in counters.items() if "retransmitted" in k or "repaired" in k)
 
 
-def _array_module(x: object) -> object:
+def _array_module(x: object) -> ModuleType:
     """NumPy, or CuPy for a CuPy array (imported only then)."""
     if type(x).__module__.startswith("cupy"):
         import cupy  # noqa: PLC0415 - optional dependency
@@ -181,7 +182,8 @@ class HierarchicalCommunicator:
         padded = xp.zeros(-(-n // local) * local, x.dtype)
         padded[:n] = x.reshape(-1)
         shard = self._intra("reduce_scatter", padded, dt) if local > 1 else padded
-        host = np.ascontiguousarray(shard.get() if xp is not np else shard)  # only the shard
+        # only the shard crosses to host memory (a CuPy shard copies down with .get())
+        host = np.ascontiguousarray(shard if isinstance(shard, np.ndarray) else shard.get())
         self._wan(f"allreduce_{self.algorithm}", host, host, dt)
         shard = host if xp is np else xp.asarray(host)
         full = self._intra("allgather", shard, dt) if local > 1 else shard

@@ -96,11 +96,13 @@ def _gpu_intra(comm: HierarchicalCommunicator) -> bool:
     return type(comm.intra).__module__.startswith("sdr.backends.gpu")
 
 
-def _done(state: SdrHookState, grads: torch.Tensor, start: float) -> torch.futures.Future:
+def _done(
+    state: SdrHookState, grads: torch.Tensor, start: float
+) -> torch.futures.Future[torch.Tensor]:
     state.buckets += 1
     state.bytes += grads.numel() * grads.element_size()
     state.seconds += time.perf_counter() - start
-    fut = torch.futures.Future()
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(grads)
     return fut
 

@@ -128,7 +128,7 @@ class DeadlineExchange:
             # done early only when both directions are: our receives landed and our
             # writes were acknowledged (cancelling a write still on its way would cut the
             # peer's window short)
-            everything = [h for p in peers for h in recvs[p]]
+            everything: list[ReceiveHandle | WriteHandle] = [h for p in peers for h in recvs[p]]
             everything += [h for p in peers for h in writes[p]]
             probes = [
                 (p, writes[p][i]) for p in peers for i, s in enumerate(order) if s not in held
@@ -173,8 +173,8 @@ class DeadlineExchange:
                 for h in agreement:
                     h._check()
             for p in peers:
-                for handle in recvs[p]:
-                    self.links.rqps[p].cancel(handle)
+                for recv in recvs[p]:
+                    self.links.rqps[p].cancel(recv)
         arrived = np.zeros((d, d, slices), bool)
         arrived[self.me] = mine.astype(bool)
         for p in peers:

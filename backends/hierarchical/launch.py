@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from sdr.backends.hierarchical.communicator import HierarchicalCommunicator, Topology
 from sdr.backends.hierarchical.links import SdrLinkOptions, SdrLinks
 from sdr.backends.shm import ShmCommunicator, TcpBootstrap
 from sdr.errors import ConfigError
+
+if TYPE_CHECKING:  # imported at run time only for a GPU rank (it needs CuPy then)
+    from sdr.backends.gpu.communicator import GpuCommunicator
 
 __all__ = ["connect", "connect_from_env"]
 
@@ -52,7 +56,7 @@ def connect(
         raise ConfigError(f"world_size {world_size} is not a multiple of local_size {local_size}")
     topo = Topology(world_size // local_size, local_size, rank)
     world = TcpBootstrap(rank, world_size, port, host=master, timeout=timeout)
-    intra = None
+    intra: ShmCommunicator | GpuCommunicator | None = None
     try:
         if local_size > 1:
             boot = TcpBootstrap(

@@ -15,11 +15,17 @@ import multiprocessing as mp
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from sdr.errors import TimeoutError, TransportError
 
+if TYPE_CHECKING:  # named only in a cast (the fork contexts exist only on POSIX)
+    from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
+
 __all__ = ["run_ranks"]
+
+#: multiprocessing's start methods (POSIX); each context of them has ``Process``.
+StartMethod = Literal["fork", "spawn", "forkserver"]
 
 
 def _child(fn: Callable[[int], Any], rank: int, namespace: str | None, queue: Any) -> None:
@@ -39,14 +45,16 @@ def run_ranks(
     *,
     namespaces: Sequence[str | None] | None = None,
     timeout: float = 300.0,
-    start_method: str = "fork",
+    start_method: StartMethod = "fork",
 ) -> list[Any]:
     """``[fn(0), ..., fn(world - 1)]``, each computed in its own process.
 
     ``start_method="spawn"`` for processes that use CUDA after the parent touched it
     (``fn`` must then be picklable: a module-level function or a partial of one).
     """
-    ctx = mp.get_context(start_method)
+    # a StartMethod's context is one of these (typeshed types get_context of a union of the
+    # names as BaseContext, which has no Process)
+    ctx = cast("ForkContext | SpawnContext | ForkServerContext", mp.get_context(start_method))
     queue = ctx.Queue()
     spaces = list(namespaces) if namespaces is not None else [None] * world
     procs = [ctx.Process(target=_child, args=(fn, r, spaces[r], queue)) for r in range(world)]

@@ -51,6 +51,13 @@ def _expected(plan: Plan, sender: int, receiver: int, layout: Layout) -> tuple[t
     return tuple(puts), tuple(bounds)
 
 
+def _dst(op: LoweredOp) -> Span:
+    """The destination of a data op (lower() gives every put/copy/reduce one)."""
+    if op.dst is None:
+        raise ConfigError(f"lowered {op.kind} op has no destination")
+    return op.dst
+
+
 class PortExecutor:
     """Executes port plans for one datacenter rank ``rank`` over ``channels`` (by port rank).
 
@@ -106,16 +113,20 @@ class PortExecutor:
         for op in _lowered(plan, self.rank, layout):
             kind = op.kind
             if kind == "put":
-                self._channel(op.peer).put(op.dst.offset, read(op.srcs[0], op.nbytes), 0, op.nbytes)
+                self._channel(op.peer).put(
+                    _dst(op).offset, read(op.srcs[0], op.nbytes), 0, op.nbytes
+                )
             elif kind == "copy":
                 data = read(op.srcs[0], op.nbytes)
-                local[op.dst.buffer][op.dst.offset : op.dst.offset + op.nbytes] = data
+                dst = _dst(op)
+                local[dst.buffer][dst.offset : dst.offset + op.nbytes] = data
             elif kind == "reduce":
                 acc = to_f32(read(op.srcs[0], op.nbytes), dt).copy()
                 for s in op.srcs[1:]:
                     acc += to_f32(read(s, op.nbytes), dt)
                 res = from_f32(acc, dt).view(np.uint8)
-                local[op.dst.buffer][op.dst.offset : op.dst.offset + op.nbytes] = res
+                dst = _dst(op)
+                local[dst.buffer][dst.offset : dst.offset + op.nbytes] = res
             elif kind == "signal":
                 self._channel(op.peer).signal()
             elif kind == "wait":

@@ -34,6 +34,8 @@ from sdr.transport import (
 __all__ = ["InprocTransport", "InprocQP"]
 
 _EMPTY = CompletionBatch.empty()
+Packet = tuple[int, int, int, int, bytes]
+"""A data packet in an inbox: (generation, channel, remote offset, immediate, payload)."""
 
 _DEFAULT_NETWORK: InprocNetwork | None = None
 
@@ -104,7 +106,7 @@ class InprocQP(KeyTableBindings, TransportQP):
         parts: list[CompletionBatch] = []
         placed = 0
         while inbox and placed < max_packets:
-            items = []  # the next packets, as many as may still complete
+            items: list[Packet] = []  # the next packets, as many as may still complete
             while inbox and len(items) < max_packets - placed:
                 item = inbox.popleft()
                 if isinstance(item, bytes):  # control message
@@ -120,7 +122,7 @@ class InprocQP(KeyTableBindings, TransportQP):
             return _EMPTY
         return parts[0] if len(parts) == 1 else concat_completions(parts)
 
-    def _place(self, items: list[tuple[int, int, int, int, bytes]]) -> CompletionBatch:
+    def _place(self, items: list[Packet]) -> CompletionBatch:
         """The software-NIC step over packets taken from the wire, in arrival order."""
         gens, chans, roffs, imms, payloads = zip(*items, strict=True)
         gen, roff, imm = int64_column(gens), int64_column(roffs), int64_column(imms)
@@ -128,7 +130,8 @@ class InprocQP(KeyTableBindings, TransportQP):
         wild = (imm < 0) | (imm > 0xFFFFFFFF)  # no 32-bit immediate: refused as out of range
         if wild.any():
             roff[wild] = -1
-        return self.keys.receive(chans, gen, roff, imm.astype(np.uint32), lengths, payloads)
+        channels = np.asarray(chans, dtype=np.uint16)
+        return self.keys.receive(channels, gen, roff, imm.astype(np.uint32), lengths, payloads)
 
     def send_control(self, data: bytes) -> None:
         if len(data) > MAX_CONTROL_SIZE:
@@ -140,7 +143,7 @@ class InprocQP(KeyTableBindings, TransportQP):
     def poll_control(self) -> list[bytes]:
         inbox = self.network.inbox(self.eid)
         # control messages are taken in order; data stays queued for poll_completions
-        kept = []
+        kept: list[Packet] = []
         while inbox:
             item = inbox.popleft()
             (self._control if isinstance(item, bytes) else kept).append(item)

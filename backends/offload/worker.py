@@ -25,11 +25,14 @@ import mmap
 import select
 import sys
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdr.backends.offload.engine import ChannelEngine, drain
 from sdr.backends.offload.shared_state import QPLayout, QPShared, attach_segment
 from sdr.backends.offload.wire import PacketSource, make_source
+
+if TYPE_CHECKING:
+    from _typeshed import HasFileno
 
 __all__ = ["worker_main"]
 
@@ -115,7 +118,8 @@ class _Worker:
         full = any(eng.room() == 0 for eng, _ in pairs)
         timeout = 0.0 if busy else (_RING_FULL_S if full else _IDLE_S)
         try:
-            readable, _, _ = select.select([conn, *waiting], [], [], timeout)
+            watch: list[HasFileno] = [conn, *waiting]
+            readable, _, _ = select.select(watch, [], [], timeout)
         except (OSError, ValueError):
             readable = [conn]
         if conn in readable:

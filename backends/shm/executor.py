@@ -10,6 +10,13 @@ from sdr.backends.shm.memory import Region, ShmMemoryChannel, read_packets
 from sdr.errors import ConfigError
 
 
+def _dst(op: LoweredOp) -> Span:
+    """The destination of a data op (lower() gives every put/get/copy/reduce one)."""
+    if op.dst is None:
+        raise ConfigError(f"lowered {op.kind} op has no destination")
+    return op.dst
+
+
 class ShmExecutor:
     """Interprets lowered ops for one rank; ``seq`` numbers calls (flags and parity)."""
 
@@ -46,22 +53,26 @@ class ShmExecutor:
             if kind == "put":
                 ch = self._channel(op.peer)
                 src = read(op.srcs[0], op.nbytes)
-                if op.dst.buffer == "packets":
-                    ch.put_packets(op.dst.offset, src, 0, op.nbytes, flag)
+                dst = _dst(op)
+                if dst.buffer == "packets":
+                    ch.put_packets(dst.offset, src, 0, op.nbytes, flag)
                 else:
-                    ch.put(op.dst.offset, src, 0, op.nbytes)
+                    ch.put(dst.offset, src, 0, op.nbytes)
             elif kind == "get":
-                dst = local[op.dst.buffer]
-                self._channel(op.peer).get(dst, op.dst.offset, op.srcs[0].offset, op.nbytes)
+                dst = _dst(op)
+                into = local[dst.buffer]
+                self._channel(op.peer).get(into, dst.offset, op.srcs[0].offset, op.nbytes)
             elif kind == "copy":
                 data = read(op.srcs[0], op.nbytes)
-                local[op.dst.buffer][op.dst.offset : op.dst.offset + op.nbytes] = data
+                dst = _dst(op)
+                local[dst.buffer][dst.offset : dst.offset + op.nbytes] = data
             elif kind == "reduce":
                 acc = to_f32(read(op.srcs[0], op.nbytes), dtype).copy()
                 for s in op.srcs[1:]:
                     acc += to_f32(read(s, op.nbytes), dtype)
                 res = from_f32(acc, dtype).view(np.uint8)
-                local[op.dst.buffer][op.dst.offset : op.dst.offset + op.nbytes] = res
+                dst = _dst(op)
+                local[dst.buffer][dst.offset : dst.offset + op.nbytes] = res
             elif kind == "signal":
                 self._channel(op.peer).signal()
             elif kind == "wait":

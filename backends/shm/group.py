@@ -15,13 +15,19 @@ import logging
 import multiprocessing as mp
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from sdr.backends.shm.bootstrap import TcpBootstrap, free_port
 from sdr.backends.shm.communicator import ShmCommunicator
 from sdr.errors import ConfigError, TransportError
 
+if TYPE_CHECKING:  # named only in a cast (the fork contexts exist only on POSIX)
+    from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
+
 log = logging.getLogger(__name__)
+
+#: multiprocessing's start methods (POSIX); each context of them has ``Process``.
+StartMethod = Literal["fork", "spawn", "forkserver"]
 
 
 def _worker(rank: int, conn: Any) -> None:
@@ -45,10 +51,12 @@ def _worker(rank: int, conn: Any) -> None:
 class LocalGroup:
     """``max_ranks`` worker processes; :meth:`run` executes a function on the first few."""
 
-    def __init__(self, max_ranks: int, start_method: str = "fork") -> None:
+    def __init__(self, max_ranks: int, start_method: StartMethod = "fork") -> None:
         if max_ranks < 1:
             raise ConfigError(f"max_ranks {max_ranks}; expected >= 1")
-        ctx = mp.get_context(start_method)
+        # a StartMethod's context is one of these (typeshed types get_context of a union of
+        # the names as BaseContext, which has no Process)
+        ctx = cast("ForkContext | SpawnContext | ForkServerContext", mp.get_context(start_method))
         self._conns = []
         self._procs = []
         self._ports: dict[int, int] = {}

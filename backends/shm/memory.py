@@ -59,9 +59,10 @@ class Region:
         size = self._sem_bytes + 2 * scratch + 2 * packets
         self.shm = shared_memory.SharedMemory(name=name, create=create, size=max(size, 64))
         if not create:
-            # Python < 3.13 tracks attached segments too and would unlink them at exit.
+            # Python < 3.13 tracks attached segments too and would unlink them at exit. The
+            # tracker keys on the private _name (with its leading slash), which typeshed omits.
             with contextlib.suppress(Exception):
-                resource_tracker.unregister(self.shm._name, "shared_memory")  # noqa: SLF001
+                resource_tracker.unregister(self.shm._name, "shared_memory")  # type: ignore[attr-defined]  # noqa: SLF001
         self.owner = create
         self.buf = np.ndarray((self.shm.size,), np.uint8, self.shm.buf)
         if create:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import struct
 from collections import deque
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -39,12 +39,18 @@ class ReceivingQP(Protocol):
     pending: int
 
 
-class QPHost(Protocol):
+QP_contra = TypeVar("QP_contra", contravariant=True)
+"""The QP class a host takes back in its calls (``QPHost[UdpQP]``): the QP module names it
+without this module importing it."""
+
+
+class QPHost(Protocol[QP_contra]):
     """What a QP uses of its transport (:class:`sdr.backends.udp.transport.UdpTransport`)."""
 
     rng: np.random.Generator
     host: str
     port: int
+    ports: list[int]
     local_ip: int
     gso: bool
     control_port: int
@@ -56,13 +62,13 @@ class QPHost(Protocol):
 
     def now(self) -> float: ...
 
-    def new_qpn(self, qp: ReceivingQP, generation: int, channel: int) -> int: ...
+    def new_qpn(self, qp: QP_contra, generation: int, channel: int) -> int: ...
 
-    def new_control_id(self, qp: ReceivingQP) -> int: ...
+    def new_control_id(self, qp: QP_contra) -> int: ...
 
-    def endpoints_changed(self, qp: ReceivingQP | None = None) -> None: ...
+    def endpoints_changed(self, qp: QP_contra | None = None) -> None: ...
 
-    def forget(self, qp: ReceivingQP) -> None: ...
+    def forget(self, qp: QP_contra) -> None: ...
 
     def pump(self, max_packets: int) -> int: ...
 

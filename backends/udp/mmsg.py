@@ -15,6 +15,7 @@ import errno
 import os
 import select
 import socket
+from collections.abc import Callable
 
 import numpy as np
 
@@ -28,26 +29,33 @@ _MMSG = 64
 _SOCKADDR = 16
 _SEND_RETRY_S = 0.01
 
+
+def _missing(*_args: object) -> int:  # pragma: no cover - not Linux
+    raise TransportError("sendmmsg/recvmmsg are not available here (Linux only)")
+
+
+_sendmmsg: Callable[..., int] = _missing
+_recvmmsg: Callable[..., int] = _missing
 try:
     _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    _sendmmsg = _libc.sendmmsg
-    _recvmmsg = _libc.recvmmsg
-    _sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
-    _recvmmsg.argtypes = [
+    _send, _receive = _libc.sendmmsg, _libc.recvmmsg
+    _send.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
+    _receive.argtypes = [
         ctypes.c_int,
         ctypes.c_void_p,
         ctypes.c_uint,
         ctypes.c_int,
         ctypes.c_void_p,
     ]
-    _sendmmsg.restype = _recvmmsg.restype = ctypes.c_int
+    _send.restype = _receive.restype = ctypes.c_int
+    _sendmmsg, _recvmmsg = _send, _receive
 except (OSError, AttributeError):  # pragma: no cover - not Linux
-    _sendmmsg = _recvmmsg = None
+    pass
 
 
 def available() -> bool:
     """True where sendmmsg/recvmmsg exist (Linux with glibc or musl)."""
-    return _sendmmsg is not None and ctypes.sizeof(ctypes.c_void_p) == 8
+    return _sendmmsg is not _missing and ctypes.sizeof(ctypes.c_void_p) == 8
 
 
 def address_of(view: memoryview) -> int:
@@ -123,7 +131,7 @@ class RecvRing:
         self.msgs[:, 0] = self.names.ctypes.data + rows * np.uint64(_SOCKADDR)
         self.msgs[:, 2] = self.iov.ctypes.data + rows * np.uint64(_IOV)
         self.msgs[:, 3] = 1
-        self.view = memoryview(self.slots).cast("B")
+        self.view = self.slots.data.cast("B")
 
     def receive(self, sock: socket.socket, max_count: int) -> int:
         """Datagrams now in slots 0..n-1 (n = return value, 0 when none was waiting)."""

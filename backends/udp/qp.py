@@ -76,7 +76,6 @@ _BATCH_S = 0.002
 _GSO_SEGMENTS = 64  # the kernel's UDP_MAX_SEGMENTS
 _UDP_PAYLOAD = 65507  # IPv4: 65535 - 20 - 8
 
-_COMPLETION_FIELDS = ("channels", "generations", "imms", "byte_lens", "remote_offsets")
 _EMPTY = CompletionBatch.empty()
 _U32 = (1 << 32) - 1
 INFO_FIELDS = ("host", "port", "control_port", "control_id", "qpns", "rkeys")
@@ -89,7 +88,12 @@ _MAX_PORTS = 64
 
 def _rows(batch: CompletionBatch, start: int, stop: int) -> CompletionBatch:
     return CompletionBatch(
-        *(getattr(batch, f)[start:stop] for f in _COMPLETION_FIELDS), validated=batch.validated
+        channels=batch.channels[start:stop],
+        generations=batch.generations[start:stop],
+        imms=batch.imms[start:stop],
+        byte_lens=batch.byte_lens[start:stop],
+        remote_offsets=batch.remote_offsets[start:stop],
+        validated=batch.validated,
     )
 
 
@@ -102,7 +106,7 @@ COUNTER_NAMES = WIRE_DISCARDS + DISCARD_REASONS
 class UdpQP(KeyTableBindings, TransportQP):
     """One QP's endpoints on a :class:`UdpTransport` (created by ``create_qp``)."""
 
-    def __init__(self, transport: QPHost, attr: QPAttr) -> None:
+    def __init__(self, transport: QPHost[UdpQP], attr: QPAttr) -> None:
         self.transport = transport
         self.attr = attr
         self.keys = KeyTable(attr)
@@ -147,7 +151,7 @@ class UdpQP(KeyTableBindings, TransportQP):
         self._records = self._ring.headers.view(HEADER_DTYPE).reshape(_SEND_BATCH)
         self._records["opcode"] = UC_RDMA_WRITE_ONLY_IMM
         self._records["pkey"] = DEFAULT_PKEY
-        self._header_view = memoryview(self._ring.headers).cast("B")
+        self._header_view = self._ring.headers.data.cast("B")
         self._peer_qpn_array: list[np.ndarray] = []
         self._peer_ip = 0
         self._gso_segments = max(1, min(_GSO_SEGMENTS, _UDP_PAYLOAD // wire_length(attr.mtu)))
@@ -163,7 +167,7 @@ class UdpQP(KeyTableBindings, TransportQP):
             "control_id": self.control_id,
             "qpns": self.qpns,
             "rkeys": self.rkeys,
-        } | ({"ports": list(t.ports)} if len(getattr(t, "ports", ())) > 1 else {})
+        } | ({"ports": list(t.ports)} if len(t.ports) > 1 else {})
 
     def connect(self, remote: dict[str, Any]) -> None:
         """Connect to the peer's :meth:`info`; every field is validated first (ProtocolError
@@ -204,7 +208,7 @@ class UdpQP(KeyTableBindings, TransportQP):
         # cost of a progress round is shared by many packets
         burst = self._burst_bits(rate)
         self.pacer.burst_bits = burst
-        batch_bits = _WAKE_PACKETS * self.packet_bits
+        batch_bits: float = _WAKE_PACKETS * self.packet_bits
         if rate is not None:
             batch_bits = min(batch_bits, max(self.packet_bits, rate * _BATCH_S))
         self._wake_bits = min(burst, batch_bits)

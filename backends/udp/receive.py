@@ -14,6 +14,7 @@ ICRC computed for the forger's own address, a right QPN and rkey would not be en
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -65,18 +66,25 @@ class Receiver:
             (_RING,), dtype=HEADER_DTYPE, buffer=self.ring.slots, strides=(_SLOT,)
         )
         self._prefixes: dict[int, IcrcPrefix] = {}
-        self._endpoints: list[tuple[UdpQP, int, int]] = []
+        self._table: Mapping[int, tuple[UdpQP, int, int]] | None = None
+        """The transport's endpoint table when it reports what changed (``touched``)."""
+        self._endpoints: list[tuple[UdpQP, int, int] | None] = []  # None: a free slot
+        self._slot_of: dict[int, int] = {}  # QPN -> endpoint slot
+        self._free_slots: list[int] = []
         self._qpns = np.zeros(0, dtype=np.int64)
         self._order = np.zeros(0, dtype=np.int64)
         self._rkeys = np.zeros(0, dtype=np.int64)
         self._gens = np.zeros(0, dtype=np.uint8)
         self._chans = np.zeros(0, dtype=np.uint16)
         self._owner = np.zeros(0, dtype=np.int64)
-        self._qps: list[UdpQP] = []
+        self._qps: list[UdpQP | None] = []  # None: a free QP slot
+        self._qp_slot: dict[UdpQP, int] = {}
+        self._qp_refs: list[int] = []  # endpoints per QP slot
+        self._free_qps: list[int] = []
         self._peers: list[tuple[str, int] | None] = []
         self._peer_sources = np.zeros(0, dtype=np.int64)
 
-    def set_endpoints(self, endpoints: dict[int, tuple[UdpQP, int, int]]) -> None:
+    def set_endpoints(self, endpoints: Mapping[int, tuple[UdpQP, int, int]]) -> None:
         """Update the QPN table after QPs are created, closed or connected.
 
         ``endpoints`` maps QPN -> (QP, generation, channel). When it also lists what
@@ -115,7 +123,7 @@ class Receiver:
             if slot >= len(self._endpoints):  # grow every column to twice its size
                 size = max(16, 2 * len(self._endpoints))
                 more = size - len(self._endpoints)
-                self._endpoints.extend([None] * more)  # type: ignore[list-item]
+                self._endpoints.extend([None] * more)
                 self._rkeys = np.concatenate([self._rkeys, np.zeros(more, np.int64)])
                 self._gens = np.concatenate([self._gens, np.zeros(more, np.uint8)])
                 self._chans = np.concatenate([self._chans, np.zeros(more, np.uint16)])
@@ -128,11 +136,11 @@ class Receiver:
             self._owner[slot] = index
             self._slot_of[qpn] = slot
 
-        if touched is None or getattr(self, "_table", None) is not endpoints:
+        if touched is None or self._table is not endpoints:
             self._table = None if touched is None else endpoints
             items = sorted(endpoints.items())
             size = max(16, len(items))
-            self._endpoints = [None] * size  # type: ignore[list-item]
+            self._endpoints = [None] * size
             self._slot_of, self._free_slots = {}, list(range(size - 1, len(items) - 1, -1))
             self._rkeys, self._owner = np.zeros(size, np.int64), np.zeros(size, np.int64)
             self._gens, self._chans = np.zeros(size, np.uint8), np.zeros(size, np.uint16)
@@ -147,40 +155,42 @@ class Receiver:
                 touched.clear()
             return
         for qpn in dict.fromkeys(touched):
-            ep, slot = endpoints.get(qpn), self._slot_of.get(qpn)
-            if slot is not None and ep != self._endpoints[slot]:  # closed (or reused)
+            entry, at = endpoints.get(qpn), self._slot_of.get(qpn)
+            if at is not None and entry != self._endpoints[at]:  # closed (or reused)
                 del self._slot_of[qpn]
-                index = int(self._owner[slot])
+                index = int(self._owner[at])
                 self._qp_refs[index] -= 1
                 if not self._qp_refs[index]:
-                    del self._qp_slot[self._qps[index]]
-                    self._qps[index] = None  # type: ignore[call-overload]
+                    owner = self._qps[index]
+                    if owner is not None:  # always: a QP slot with endpoints holds its QP
+                        del self._qp_slot[owner]
+                    self._qps[index] = None
                     self._peer_sources[index] = -1
                     self._free_qps.append(index)
-                self._endpoints[slot] = None  # type: ignore[call-overload]
-                self._free_slots.append(slot)
+                self._endpoints[at] = None
+                self._free_slots.append(at)
                 pos = int(np.searchsorted(self._qpns, qpn))
                 self._qpns, self._order = np.delete(self._qpns, pos), np.delete(self._order, pos)
-                slot = None
-            if ep is None:
+                at = None
+            if entry is None:
                 continue
-            if slot is None:  # a new endpoint
-                slot = self._free_slots.pop() if self._free_slots else len(self._endpoints)
-                place(slot, qpn, ep)
+            if at is None:  # a new endpoint
+                at = self._free_slots.pop() if self._free_slots else len(self._endpoints)
+                place(at, qpn, entry)
                 pos = int(np.searchsorted(self._qpns, qpn))
                 self._qpns = np.insert(self._qpns, pos, qpn)
-                self._order = np.insert(self._order, pos, slot)
+                self._order = np.insert(self._order, pos, at)
             else:  # its QP connected: new peer address (and keys)
-                qp, gen, _ = ep
-                self._rkeys[slot] = qp.rkeys[gen]
-                self._peer_sources[self._owner[slot]] = source_of(qp)
+                qp, gen, _ = entry
+                self._rkeys[at] = qp.rkeys[gen]
+                self._peer_sources[self._owner[at]] = source_of(qp)
         touched.clear()
 
     def _sources_of_peers(self) -> np.ndarray:
         """Each QP's peer address as (IPv4 << 16 | port), -1 before it is connected."""
-        if getattr(self, "_table", None) is not None:
+        if self._table is not None:
             return self._peer_sources  # kept current by set_endpoints (the table reports connects)
-        peers = [qp.peer for qp in self._qps]
+        peers = [None if qp is None else qp.peer for qp in self._qps]
         if peers != self._peers:
             self._peers = peers
             self._peer_sources = np.asarray(
@@ -284,7 +294,11 @@ class Receiver:
             counters[:] = 0
         discards = self._discards
         for index in np.flatnonzero(discards.any(axis=1)).tolist():
-            qstats = self._qps[index].discards
+            qp = self._qps[index]
+            if qp is None:  # closed since: its last discards go with it
+                discards[index] = 0
+                continue
+            qstats = qp.discards
             for name, value in zip(native.DISCARDS, discards[index].tolist(), strict=True):
                 qstats[name] = qstats.get(name, 0) + value
             discards[index] = 0

@@ -169,7 +169,7 @@ def icrc_of(prefix_state: int, header: bytes | bytearray | memoryview, payload: 
     The payload is followed by its pad bytes (zeros), which the ICRC covers as well.
     """
     value = crc32(_masked_header(header), prefix_state)
-    value = crc32(payload, value)  # type: ignore[arg-type]
+    value = crc32(payload, value)
     pad = -len(memoryview(payload)) & 3  # type: ignore[arg-type]
     return crc32(b"\0" * pad, value) if pad else value
 

@@ -134,4 +134,4 @@ def _madvise() -> Callable[[int, int, int], int] | None:
         return None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
+    return fn

@@ -24,10 +24,12 @@ import numpy as np
 
 import sdr
 from sdr.backends.oob import DEFAULT_PORT, recv_obj, send_obj
+from sdr.backends.udp.qp import UdpQP
 from sdr.backends.udp.roce import ROCE_PORT
 from sdr.backends.udp.transport import UdpTransport
 from sdr.errors import ConfigError, ProtocolError, TransportError
 from sdr.errors import TimeoutError as SDRTimeoutError
+from sdr.runtime.qp import QP
 
 __all__ = [
     "DEFAULT_BIND",
@@ -192,6 +194,12 @@ def peak_bandwidth(
     return float(counts.max()) * size * 8 / interval
 
 
+def _datapath_stats(qp: QP) -> dict[str, int]:
+    """The UDP datapath's own counters of ``qp`` (packets, GSO sends ...)."""
+    udp = qp.transport_qp
+    return dict(udp.stats) if isinstance(udp, UdpQP) else {}
+
+
 def _summarise(res: WriteBwResult, stamps: list[float], start: float) -> WriteBwResult:
     res.completed = len(stamps)
     res.bytes = res.completed * res.size
@@ -278,7 +286,8 @@ def run_server(
         pending = [
             qp.post_recv(regions[i], 0, params.size) for i in range(min(depth, params.iterations))
         ]
-        posted, stamps, start = len(pending), [], None
+        posted, start = len(pending), None
+        stamps: list[float] = []
         last_change = ctx.now()
         base = qp.counters()["packets_accepted"]
         while pending:
@@ -310,7 +319,7 @@ def run_server(
         _summarise(res, stamps, start if start is not None else ctx.now())
         ticker.finish(stamps[-1] if stamps else ctx.now(), len(stamps))
         res.intervals = ticker.rows
-        res.counters = {**qp.counters(), **qp.transport_qp.stats}
+        res.counters = {**qp.counters(), **_datapath_stats(qp)}
         client_reply = _recv_within(conn, idle_limit + 30, "result")
         client = WriteBwResult.from_dict(client_reply["result"])
         send_obj(conn, {"result": res.as_dict()})
@@ -374,7 +383,7 @@ def run_client(
         _summarise(res, stamps, start)
         ticker.finish(stamps[-1] if stamps else ctx.now(), len(stamps))
         res.intervals = ticker.rows
-        res.counters = {**qp.counters(), **qp.transport_qp.stats}
+        res.counters = {**qp.counters(), **_datapath_stats(qp)}
         end = time.monotonic() + 0.2
         while time.monotonic() < end:  # answer late CTSs so the server is not left waiting
             if ctx.progress() == 0:

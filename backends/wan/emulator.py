@@ -21,11 +21,12 @@ TUN offloads for the native forwarder (``"auto"``, ``"on"``, ``"off"``; None rea
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import multiprocessing as mp
 import os
 from typing import Any
+
+import attrs
 
 from sdr.backends.wan.forwarder import Forwarder, Port
 from sdr.backends.wan.namespaces import NamespacePair
@@ -47,7 +48,7 @@ _STOP_TIMEOUT_S = 5.0
 
 def reverse_of(spec: LinkSpec) -> LinkSpec:
     """The other direction: same link, independent random draws."""
-    return dataclasses.replace(spec, seed=spec.seed + 1)
+    return attrs.evolve(spec, seed=spec.seed + 1)
 
 
 def _serve(

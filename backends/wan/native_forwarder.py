@@ -26,7 +26,6 @@ one flow back into one GSO write. Only this forwarder reads such devices.
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import logging
 import os
@@ -34,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 from sdr.backends.wan.forwarder import LATE_AFTER_S, Port, direction_report
@@ -177,9 +177,7 @@ class _Decider:
     reorder holds."""
 
     def __init__(self, spec: LinkSpec) -> None:
-        shadow = dataclasses.replace(
-            spec, rate=_SHADOW_RATE, rtt=0.0, queue=_SHADOW_RATE, blackouts=()
-        )
+        shadow = attrs.evolve(spec, rate=_SHADOW_RATE, rtt=0.0, queue=_SHADOW_RATE, blackouts=())
         self.model = LinkDirection(shadow)
         self.loss_code = 2 if isinstance(spec.loss, GilbertElliott) else 1
         self.chunk = _MIN_CHUNK
@@ -222,8 +220,8 @@ def _slots(specs: Sequence[LinkSpec], max_packet: int) -> int:
     """Packet slots for what can be in flight: queue + delay line of both directions."""
     held = 0.0
     for spec in specs:
-        hold = spec.one_way_delay + float(spec.reorder_delay) + float(spec.reorder_jitter)  # type: ignore[arg-type]
-        held += float(spec.queue) + float(spec.rate) * hold / 8  # type: ignore[arg-type]
+        hold = spec.one_way_delay + float(spec.reorder_delay) + float(spec.reorder_jitter)
+        held += float(spec.queue) + float(spec.rate) * hold / 8
     return int(min(max(2 * held / min(max_packet, 9000) + 8192, 16), 1 << 22))
 
 
@@ -257,9 +255,9 @@ class NativeForwarder:
         self._deciders = (_Decider(a_to_b), _Decider(b_to_a))
         self._loop: Any = _forward.Loop(  # type: ignore[union-attr]
             [_port_tuple(p) for p in self.ports],
-            (float(a_to_b.rate), float(b_to_a.rate)),  # type: ignore[arg-type]
+            (float(a_to_b.rate), float(b_to_a.rate)),
             (a_to_b.one_way_delay, b_to_a.one_way_delay),
-            (float(a_to_b.queue), float(b_to_a.queue)),  # type: ignore[arg-type]
+            (float(a_to_b.queue), float(b_to_a.queue)),
             [list(a_to_b.blackouts), list(b_to_a.blackouts)],
             corrupt_skip,
             max_packet,

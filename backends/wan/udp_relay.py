@@ -57,9 +57,10 @@ class RelayEnd:
             except BlockingIOError:
                 break
             if self.reseal and self.peer is not None:
-                packet = self._reseal(packet, sender)
-                if packet is None:
+                resealed = self._reseal(packet, sender)
+                if resealed is None:
                     continue
+                packet = resealed
             out.append(packet)
         return out
 

@@ -280,7 +280,7 @@ class AdaptiveReceiver:
         have = np.zeros(len(self.gaps[0].landed), dtype=bool)
         self._actions.append(SendMessage(Sack.build(self.seq, have, digest_ok=False)))
         self.own_stats["digest_requests"] = self.own_stats.get("digest_requests", 0) + 1
-        self._ask_at = now + self.config.rtt  # type: ignore[operator]
+        self._ask_at = now + self.config.rtt
 
     def _fail(self, error: SDRError) -> None:
         self._actions.append(SendMessage(Ack(self.seq, failed=True)))

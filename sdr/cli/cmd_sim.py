@@ -147,8 +147,8 @@ def sim(
                     parse_size(size),
                     drop,
                     spec,
-                    drop_unit=drop_unit.value,  # type: ignore[arg-type]
-                    method=method.value,  # type: ignore[arg-type]
+                    drop_unit=drop_unit.value,
+                    method=method.value,
                     samples=samples,
                     seed=seed,
                 )
@@ -229,8 +229,8 @@ def select(
             link,
             parse_size(size),
             drop,
-            drop_unit=drop_unit.value,  # type: ignore[arg-type]
-            objective=objective.value,  # type: ignore[arg-type]
+            drop_unit=drop_unit.value,
+            objective=objective.value,
             schemes=split_list(schemes),
         )
     except SDRError as exc:

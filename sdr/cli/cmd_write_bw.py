@@ -165,10 +165,9 @@ def write_bw(
     period = parse_seconds(interval, field="--interval") if interval is not None else None
     wait = parse_seconds(timeout or DEFAULT_TIMEOUT, field="--timeout")
     side = load_side(relay, "a" if server else "b", wait) if relay else None
-    through = {} if side is None else {
-        "transport": side.transport(),
-        "rewrite_peer": lambda info: side.rewrite(info, None),
-    }  # fmt: skip
+    # through the relay: its side's transport, and the peer's address rewritten to it
+    transport = side.transport() if side is not None else None
+    rewrite_peer = None if side is None else lambda info: side.rewrite(info, None)
     if server is None:
         host = bind or DEFAULT_BIND
         udp = ROCE_PORT if udp_port is None else udp_port
@@ -191,7 +190,8 @@ def write_bw(
             timeout=parse_seconds(timeout, field="--timeout") if timeout is not None else None,
             interval=period,
             on_interval=None if as_json else _interval_printer("server", gbits),
-            **through,
+            transport=transport,
+            rewrite_peer=rewrite_peer,
         )
     else:
         params = WriteBwParams(
@@ -213,7 +213,8 @@ def write_bw(
             udp_port or 0,
             interval=period,
             on_interval=None if as_json else _interval_printer("client", gbits),
-            **through,
+            transport=transport,
+            rewrite_peer=rewrite_peer,
         )
     _report(mine, peer, gbits, as_json)
 

@@ -10,10 +10,8 @@ the emulator share the CPU, and the larger packet halves their per-packet work.
 
 from __future__ import annotations
 
-import dataclasses
-
 from sdr.config import QPAttr
 
 __all__ = ["DEFAULT_MTU"]
 
-DEFAULT_MTU: int = int(next(f.default for f in dataclasses.fields(QPAttr) if f.name == "mtu"))
+DEFAULT_MTU: int = QPAttr().mtu

@@ -84,8 +84,12 @@ def late_run(summary: dict[str, object], completion_s: float) -> bool:
 
 def run_drops(summary: dict[str, object]) -> int:
     """Packets the link's loss process dropped, both directions."""
-    return sum(
-        int(summary[side]["loss_drops"])  # type: ignore[index]
-        for side in ("a_to_b", "b_to_a")
-        if side in summary
-    )
+    drops = 0
+    for side in ("a_to_b", "b_to_a"):
+        if side not in summary:
+            continue
+        counters = summary[side]
+        if not isinstance(counters, dict):
+            raise TypeError(f"summary[{side!r}] must be a dict of counters, got {counters!r}")
+        drops += int(counters["loss_drops"])
+    return drops

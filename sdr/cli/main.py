@@ -16,16 +16,19 @@ import pkgutil
 import platform
 import re
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
 import sdr
 import sdr.cli
 from sdr.crc import CRC32_IMPLEMENTATION
 from sdr.errors import SDRError
+
+if TYPE_CHECKING:  # Typer 0.29 builds its commands from its own copy of click's classes
+    from typer._click import Command, Context, Parameter
 
 #: exit status of a user error (bad value, busy port, missing permission), as click's usage errors
 USER_ERROR_EXIT = 2
@@ -59,7 +62,7 @@ def show_warning(
         _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
 
 
-def _tidy_help(command: click.Command) -> None:
+def _tidy_help(command: Command) -> None:
     """Plain-text help for ``command`` and everything under it: RST ``literals`` become
     'literals' (help is not rendered as reStructuredText)."""
     for attr in ("help", "short_help"):
@@ -67,11 +70,11 @@ def _tidy_help(command: click.Command) -> None:
         if text:
             setattr(command, attr, _RST_LITERAL.sub(r"'\1'", text))
     for param in command.params:
-        if getattr(param, "help", None):
-            param.help = _RST_LITERAL.sub(r"'\1'", param.help)  # type: ignore[attr-defined]
+        if isinstance(param, TyperArgument | TyperOption) and param.help:  # typer's have help
+            param.help = _RST_LITERAL.sub(r"'\1'", param.help)
         if param.metavar is None and not getattr(param, "is_flag", False):
             param.metavar = _metavar(param)
-            if param.param_type_name == "argument":  # typer would add "<str>" after the name
+            if isinstance(param, TyperArgument):  # typer would add "<str>" after the name
                 param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
     for sub in getattr(command, "commands", {}).values():
         _tidy_help(sub)
@@ -89,7 +92,7 @@ _METAVARS = (  # (words in the parameter's name, what its value is), first match
 )
 
 
-def _metavar(param: click.Parameter) -> str:
+def _metavar(param: Parameter) -> str:
     """A metavar that says what the value is (RATE, TIME, SIZE ...), not its Python type."""
     if param.param_type_name == "argument":
         return (param.name or "value").upper()
@@ -101,8 +104,8 @@ def _metavar(param: click.Parameter) -> str:
     for keys, metavar in _METAVARS:
         if words & set(keys):
             return metavar
-    kind = getattr(getattr(param, "type", None), "name", "")
-    return {"integer": "N", "float": "NUMBER", "choice": "CHOICE"}.get(kind, "VALUE")
+    type_name = getattr(getattr(param, "type", None), "name", "")
+    return {"integer": "N", "float": "NUMBER", "choice": "CHOICE"}.get(type_name, "VALUE")
 
 
 try:  # Typer 0.29 parses with its own copy of click: its UsageError is another class
@@ -120,7 +123,7 @@ class SDRGroup(TyperGroup):
         super().__init__(*args, **kwargs)
         _tidy_help(self)
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:
         """Run the sub-command; a user error ends it with one line instead of a traceback,
         and SDR's own warnings print as one line each (``warning: <message>``)."""
         try:

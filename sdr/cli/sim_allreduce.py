@@ -48,38 +48,40 @@ def allreduce_sim(
     try:
         link = link_from_options(rate, rtt, distance, speed, mtu, chunk, alpha)
         k, m = parse_ec(ec)
-        results = [
+        runs = [
             simulate_ring_allreduce(
                 link,
                 parse_size(size),
                 dcs,
                 drop,
                 SchemeSpec(name, k=k, m=m),
-                drop_unit=drop_unit.value,  # type: ignore[arg-type]
+                drop_unit=drop_unit.value,
                 samples=samples,
                 seed=seed,
-            ).to_dict()
+            )
             for name in split_list(schemes)
         ]
     except SDRError as exc:
         raise fail(exc) from None
     if as_json:
+        results = [r.to_dict() for r in runs]
         emit_json({"dcs": dcs, "size_bytes": parse_size(size), "drop": drop, "results": results})
         return
     table = Table(title=f"ring allreduce of {size} over {dcs} DCs, drop {drop:g}/{drop_unit.value}")
     for col in ("scheme", "mean", "p99.9", "p99.9 95% CI", "bound", "slowdown p99.9"):
         table.add_column(col, justify="right")
-    for r in results:
-        p999_text, ci_text = quantile_cells(r["p999_s"], r["p999_ci_s"], samples)
-        slowdown = f"{r['slowdown_p999']:.2f}"
+    for r in runs:
+        p999, p999_ci = r.summary.quantiles["p999"], r.summary.quantile_cis["p999"]
+        p999_text, ci_text = quantile_cells(p999, p999_ci, samples)
+        slowdown = f"{p999 / r.ideal_s:.2f}"
         if p999_text.startswith(">= "):
-            slowdown = f">= {r['p999_ci_s'][0] / r['ideal_s']:.2f}"
+            slowdown = f">= {p999_ci[0] / r.ideal_s:.2f}"
         table.add_row(
-            r["scheme"],
-            format_time(r["mean_s"]),
+            r.scheme,
+            format_time(r.summary.mean),
             p999_text,
             ci_text,
-            format_time(r["lower_bound_s"]),
+            format_time(r.lower_bound_s),
             slowdown,
         )
     console.print(table)

@@ -59,14 +59,22 @@ def link_from_options(
 ) -> Link:
     if rtt is not None and distance is not None:
         raise ConfigError("give either --rtt or --distance, not both")
-    common = dict(mtu=parse_size(mtu), chunk_size=parse_size(chunk), alpha=alpha)
+    mtu_bytes, chunk_bytes = parse_size(mtu), parse_size(chunk)
     if rtt is not None:
-        return Link(parse_rate(bandwidth), parse_time(rtt), **common)  # type: ignore[arg-type]
+        return Link(
+            parse_rate(bandwidth),
+            parse_time(rtt),
+            mtu=mtu_bytes,
+            chunk_size=chunk_bytes,
+            alpha=alpha,
+        )
     return Link.from_distance(
         parse_distance(distance or "3750km"),
         parse_rate(bandwidth),
         propagation_speed_mps=speed,
-        **common,  # type: ignore[arg-type]
+        mtu=mtu_bytes,
+        chunk_size=chunk_bytes,
+        alpha=alpha,
     )
 
 

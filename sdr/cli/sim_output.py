@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -43,7 +43,7 @@ def finite(value: float | None) -> bool:
 
 
 def quantile_cells(
-    value: float | None, ci: list[float | None] | None, n: int | None
+    value: float | None, ci: Sequence[float | None] | None, n: int | None
 ) -> tuple[str, str]:
     """Table cells (value, CI) for one quantile, honest about intervals that are open.
 

@@ -147,15 +147,22 @@ def plan(opts: TransferOptions, size: int) -> tuple[ReliabilityConfig, Any]:
         size_bytes=piece,
         drop=check_drop(drop),
         mtu=parse_size(opts.mtu),
-        chunk_sizes=(int(config.chunk_size),),  # type: ignore[arg-type]
+        chunk_sizes=(_chunk_size(config),),
     )
+
+
+def _chunk_size(config: ReliabilityConfig) -> int:
+    """The config's chunk size: :func:`merged_config` always sets one (:data:`DEFAULTS`)."""
+    if config.chunk_size is None:
+        raise ConfigError("the reliability config has no chunk_size; e.g. chunk_size = '64KiB'")
+    return config.chunk_size
 
 
 def qp_attr(opts: TransferOptions, config: ReliabilityConfig) -> sdr.QPAttr:
     message = parse_size(opts.message_size)
     return sdr.QPAttr(
         mtu=opts.mtu,
-        chunk_size=config.chunk_size,
+        chunk_size=_chunk_size(config),
         max_message_size=message,
         max_messages=63,  # odd: see sdr.id_reuse
         channels=max(opts.channels, check_paths(opts.paths)),
@@ -183,7 +190,7 @@ def check_lanes(scheme: Any, attr: sdr.QPAttr, size: int) -> None:
     """ConfigError, in the user's terms, when a message's lane (EC's parity) would not fit
     ``--message-size`` (before, the receiver failed mid-transfer with "raise
     QPAttr.max_message_size", which ``sdr send`` has no flag for)."""
-    message = int(attr.max_message_size)  # type: ignore[call-overload]
+    message = attr.max_message_size
     piece = min(message, max(size, 1))
     largest = max(scheme.lanes(piece))
     if largest <= message:

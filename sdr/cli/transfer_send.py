@@ -6,8 +6,9 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
+
+import attrs
 
 import sdr
 from sdr.backends import oob
@@ -189,7 +190,7 @@ def _multipath_report(rqp: ReliableQP, start: float) -> dict[str, Any] | None:
 
 
 def _config_dict(config: ReliabilityConfig) -> dict[str, Any]:
-    return {k: v for k, v in asdict(config).items() if v is not None}
+    return {k: v for k, v in attrs.asdict(config).items() if v is not None}
 
 
 def _transport(host: str, paths: int) -> UdpTransport:

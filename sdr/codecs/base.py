@@ -27,6 +27,9 @@ import numpy as np
 
 from sdr.errors import ConfigError, MessageFailed
 
+Present = Sequence[bool] | np.ndarray
+"""One flag per chunk of a submessage: a sequence of bools or a boolean array."""
+
 #: Anything exposing a C-contiguous byte buffer: ``np.ndarray``, ``memoryview``,
 #: ``bytearray``, ``bytes`` (read-only: fine for inputs, refused where we must write).
 Buffer = Any
@@ -174,7 +177,7 @@ class Codec(ABC):
         return missing
 
     @abstractmethod
-    def can_recover(self, present: Sequence[bool]) -> bool:
+    def can_recover(self, present: Present) -> bool:
         """Whether the data of a submessage can be rebuilt from the chunks flagged present.
 
         ``present`` has one flag per chunk, ``k'`` data then ``m`` parity, as in

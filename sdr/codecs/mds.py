@@ -24,12 +24,10 @@ few losses go through ``ECDriver.reconstruct`` (per missing fragment), more thro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 from pyeclib.ec_iface import ECDriver, ECDriverError
 
-from sdr.codecs.base import Codec, TooManyLosses
+from sdr.codecs.base import Codec, Present, TooManyLosses
 from sdr.errors import ConfigError
 
 #: liberasurecode's fragment header size (``sizeof(fragment_header_t)``).
@@ -63,7 +61,7 @@ class MDSCodec(Codec):
         self._zeros = np.zeros(chunk_size, dtype=np.uint8)
         self._headers = self._header_templates()
 
-    def can_recover(self, present: Sequence[bool]) -> bool:
+    def can_recover(self, present: Present) -> bool:
         """True when at most ``m`` of the submessage's chunks are missing."""
         return sum(1 for p in present if not p) <= self.m
 
@@ -125,8 +123,8 @@ class MDSCodec(Codec):
 
     def _fragment(self, header: bytes, chunk: np.ndarray) -> bytes:
         if chunk.size == self.chunk_size:
-            return b"".join((header, chunk))
-        return b"".join((header, chunk, bytes(self.chunk_size - chunk.size)))
+            return b"".join((header, chunk.data))
+        return b"".join((header, chunk.data, bytes(self.chunk_size - chunk.size)))
 
     def _header_templates(self) -> list[bytes]:
         """Fragment headers for this geometry, taken from one encode of zeros.
@@ -146,7 +144,7 @@ class MDSCodec(Codec):
     def _encode_payload(self, payload: np.ndarray) -> list[bytes]:
         """pyeclib's encode; it reads a NumPy array in place but refuses memoryviews."""
         try:
-            return self._driver.encode(payload)
+            return self._driver.encode(payload)  # type: ignore[arg-type]  # hints say bytes
         except ECDriverError:
             return self._driver.encode(payload.tobytes())  # a pyeclib that wants bytes only
 

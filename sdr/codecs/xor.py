@@ -7,11 +7,9 @@ MDS: two losses in one group fail even when other groups lost nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from sdr.codecs.base import Codec
+from sdr.codecs.base import Codec, Present
 
 
 class XORCodec(Codec):
@@ -19,7 +17,7 @@ class XORCodec(Codec):
 
     name = "xor"
 
-    def can_recover(self, present: Sequence[bool]) -> bool:
+    def can_recover(self, present: Present) -> bool:
         """True when every group lost at most one data chunk and, if it lost one, not its parity."""
         k_real = len(present) - self.m
         for g in range(self.m):

@@ -23,6 +23,7 @@ and computes, with the same code, the same answer:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -53,7 +54,8 @@ def agree(arrived: np.ndarray) -> np.ndarray:
     d = arrived.shape[0]
     views = arrived.copy()
     views[np.arange(d), np.arange(d)] = True
-    return views.all(axis=0)
+    # ndim == 3 is checked above, so reducing axis 0 leaves a (D, S) array, never a scalar.
+    return cast(np.ndarray, views.all(axis=0))
 
 
 def combine(

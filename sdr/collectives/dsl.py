@@ -183,6 +183,13 @@ def _insert_barriers(ops: list[Op]) -> list[Op]:
     return out
 
 
+def _peer(op: Op) -> int:
+    """The peer of a put/get/signal/wait/flush; validate_plan rejects such an op without one."""
+    if op.peer is None:
+        raise ConfigError(f"{op.kind} op has no peer; run validate_plan first")
+    return op.peer
+
+
 def check_plan(plan: Plan) -> None:
     """Happens-before and matching checks over the whole plan (see module docs)."""
     n = plan.world_size
@@ -195,23 +202,23 @@ def check_plan(plan: Plan) -> None:
     own_writes: dict[tuple[int, ChunkRef], dict[int, int]] = {}
     for r, ops in enumerate(plan.ranks):
         for op in ops:
-            writes_own = op.kind in ("copy", "reduce", "get") and op.dst is not None
-            if writes_own and op.dst.buffer == "scratch":
+            writes_own = op.kind in ("copy", "reduce", "get")
+            if writes_own and op.dst is not None and op.dst.buffer == "scratch":
                 own_writes[(r, op.dst)] = {
                     q: signals[(r, q)] + 1 for q in range(plan.world_size) if q != r
                 }
             if op.kind == "signal":
-                signals[(r, op.peer)] += 1
+                signals[(r, _peer(op))] += 1
             elif op.kind == "put" and op.dst is not None:
-                key = (op.peer, op.dst)
+                key = (_peer(op), op.dst)
                 if op.dst.buffer == "packets":
                     packet_writes[key] += 1
                 else:
-                    scratch_writes[key] = (r, signals[(r, op.peer)] + 1)
+                    scratch_writes[key] = (r, signals[(r, _peer(op))] + 1)
     for r, ops in enumerate(plan.ranks):
         for op in ops:
             if op.kind == "wait":
-                waits[(op.peer, r)] += 1
+                waits[(_peer(op), r)] += 1
     for pair in set(signals) | set(waits):
         if signals[pair] != waits[pair]:
             a, b = pair
@@ -236,7 +243,7 @@ def _check_reads(
         waited: Counter[int] = Counter()
         for i, op in enumerate(ops):
             if op.kind == "wait":
-                waited[op.peer] += 1
+                waited[_peer(op)] += 1
             if op.kind not in ("copy", "reduce", "put"):
                 continue
             for src in op.srcs:
@@ -270,7 +277,7 @@ def _check_remote_reads(plan: Plan, own_writes: dict[tuple[int, ChunkRef], dict[
         waited: Counter[int] = Counter()
         for i, op in enumerate(ops):
             if op.kind == "wait":
-                waited[op.peer] += 1
+                waited[_peer(op)] += 1
             for src in op.srcs if op.kind == "reduce" else ():
                 if src.rank is None:
                     continue
@@ -296,11 +303,11 @@ def _check_two_way(plan: Plan, n: int) -> None:
     for r, ops in enumerate(plan.ranks):
         for op in ops:
             if op.kind == "put":
-                writes.add((r, op.peer))
+                writes.add((r, _peer(op)))
                 if op.dst is not None and op.dst.buffer == "packets":
-                    hears[op.peer].add(r)
+                    hears[_peer(op)].add(r)
             elif op.kind == "signal":
-                hears[op.peer].add(r)
+                hears[_peer(op)].add(r)
     for writer, target in sorted(writes):
         reached, todo = set(), [writer]
         while todo:

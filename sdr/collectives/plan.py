@@ -229,14 +229,15 @@ def validate_plan(plan: Plan) -> None:
                         f"{where}: chunks [{ref.index}, {ref.index + ref.count}) of "
                         f"{ref.buffer!r} outside its {total} chunks"
                     )
-            if op.kind in ("put", "get", "copy", "reduce") and (op.dst is None or not op.srcs):
-                raise ConfigError(f"{where}: needs dst and src")
-            if op.kind == "put" and op.dst.buffer not in REMOTE_BUFFERS:
-                raise ConfigError(f"{where}: put writes a peer's {op.dst.buffer!r}")
-            if op.kind == "get" and op.srcs[0].buffer != "scratch":
-                raise ConfigError(f"{where}: get reads a peer's {op.srcs[0].buffer!r}")
-            if op.kind in ("copy", "reduce", "get") and op.dst.buffer == "packets":
-                raise ConfigError(f"{where}: only put writes packets (to a peer)")
+            if op.kind in ("put", "get", "copy", "reduce"):
+                if op.dst is None or not op.srcs:
+                    raise ConfigError(f"{where}: needs dst and src")
+                if op.kind == "put" and op.dst.buffer not in REMOTE_BUFFERS:
+                    raise ConfigError(f"{where}: put writes a peer's {op.dst.buffer!r}")
+                if op.kind == "get" and op.srcs[0].buffer != "scratch":
+                    raise ConfigError(f"{where}: get reads a peer's {op.srcs[0].buffer!r}")
+                if op.kind in ("copy", "reduce", "get") and op.dst.buffer == "packets":
+                    raise ConfigError(f"{where}: only put writes packets (to a peer)")
             for ref in refs:
                 if ref.rank is None:
                     continue

@@ -317,7 +317,7 @@ class PathSelector:
         round_ref = _lower_median(fractions) if fractions else 0.0
         # delay only between paths with a full window of samples (see the docstring)
         timed = [s for s in measured if len(s.recent) >= self.window]
-        best_rtt = _lower_median([s.recent_rtt for s in timed]) if len(timed) >= 2 else None
+        best_rtt = _lower_median([min(s.recent) for s in timed]) if len(timed) >= 2 else None
         best_min = _lower_median([s.min_rtt for s in timed]) if len(timed) >= 2 else None
         for i, s in enumerate(self.stats):
             if s.srtt is None or not s.alive:  # a dead path waits for its probe

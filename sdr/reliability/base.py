@@ -38,6 +38,7 @@ from sdr.reliability.config import ReliabilityConfig
 from sdr.reliability.geometry import MessageGeometry
 from sdr.reliability.integrity import fingerprint
 from sdr.reliability.messages import ControlMessage
+from sdr.reliability.rtt_estimator import RttEstimator
 
 __all__ = [
     "Lane",
@@ -217,6 +218,10 @@ class Machine(ABC):
 class SchemeSender(Machine):
     """Sender side of one message."""
 
+    rtt: RttEstimator | None = None
+    """The sender's RTT estimator, if it samples RTTs (Selective Repeat): the connection
+    hands each new write the one its other writes measured."""
+
     @abstractmethod
     def start(self, now: float) -> None:
         """The receiver is ready (its CTS arrived): begin sending."""
@@ -257,7 +262,7 @@ class Scheme(ABC):
         if config.chunk_size is None:
             raise SDRError("a Scheme needs a resolved config (chunk_size set)")
         self.config = config
-        self.chunk_size: int = config.chunk_size  # type: ignore[assignment]
+        self.chunk_size: int = config.chunk_size
         self.fingerprint = fingerprint(self.describe())
 
     @property

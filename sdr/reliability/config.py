@@ -18,14 +18,14 @@ Example ``sdr.toml``::
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import math
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 from sdr.congestion.registry import check_congestion_name
 from sdr.errors import ConfigError
@@ -65,7 +65,47 @@ def _integer(name: str, value: object, low: int, high: int) -> int:
     return value
 
 
-@dataclass(frozen=True)
+# attrs converters: the constructor takes numbers or units strings, the attributes hold
+# seconds, bytes and bits/s (one type per field)
+def _rtt(value: float | str) -> float:
+    rtt = parse_time(value, field="rtt")
+    if not 0 < rtt <= _MAX_RTT_S:
+        raise ConfigError(f"rtt must be in (0, 1 h] (e.g. '25ms'), got {value!r}")
+    return rtt
+
+
+def _chunk_size(value: int | str | None) -> int | None:
+    if value is None:
+        return None
+    size = parse_size(value, field="chunk_size")
+    if not 1 <= size <= _MAX_CHUNK:
+        raise ConfigError(f"chunk_size must be in [1 B, 1 TiB], got {value!r}; e.g. '64KiB'")
+    return size
+
+
+def _link_rate(value: float | str | None) -> float | None:
+    if value is None:
+        return None
+    rate = parse_rate(value, field="link_rate")
+    if rate < _MIN_RATE:
+        raise ConfigError(f"link_rate must be >= 1 kbit/s, got {value!r}; e.g. '10Gbit/s'")
+    return rate
+
+
+def _ack_interval(value: float | str | None) -> float | None:
+    return None if value is None else parse_time(value, field="ack_interval")
+
+
+def _global_timeout(value: float | str | None) -> float | None:
+    if value is None:
+        return None
+    seconds = parse_time(value, field="global_timeout")
+    if seconds <= 0:
+        raise ConfigError(f"global_timeout must be > 0 s, got {value!r}; e.g. '30s'")
+    return seconds
+
+
+@attrs.frozen
 class ReliabilityConfig:
     """Parameters of a reliability scheme (see docs/reliability-schemes.md).
 
@@ -100,57 +140,32 @@ class ReliabilityConfig:
     """
 
     scheme: str = "sr-rto"
-    rtt: float | str = 0.001
+    rtt: float = attrs.field(default=0.001, converter=_rtt)
     alpha: float = 2.0
     beta: float | None = None
     k: int = 32
     m: int = 8
-    chunk_size: int | str | None = None
-    link_rate: float | str | None = None
-    ack_interval: float | str | None = None
-    global_timeout: float | str | None = None
+    chunk_size: int | None = attrs.field(default=None, converter=_chunk_size)
+    link_rate: float | None = attrs.field(default=None, converter=_link_rate)
+    ack_interval: float | None = attrs.field(default=None, converter=_ack_interval)
+    global_timeout: float | None = attrs.field(default=None, converter=_global_timeout)
     max_in_flight: int = 16
     max_queued: int | None = None
     congestion: str = "fixed"
-    congestion_params: Mapping[str, Any] = field(default_factory=dict)
+    congestion_params: Mapping[str, Any] = attrs.field(factory=dict)
     multipath: bool = False
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any] = attrs.field(factory=dict)
 
-    def __post_init__(self) -> None:
+    def __attrs_post_init__(self) -> None:
         set_ = object.__setattr__
         if not isinstance(self.scheme, str) or not self.scheme:
             raise ConfigError(f"scheme must be a scheme name like 'sr-rto', got {self.scheme!r}")
-        # bounded so that every derived timer (RTO, FTO, global timeout) stays finite
-        rtt = parse_time(self.rtt, field="rtt")
-        if not 0 < rtt <= _MAX_RTT_S:
-            raise ConfigError(f"rtt must be in (0, 1 h] (e.g. '25ms'), got {self.rtt!r}")
-        set_(self, "rtt", rtt)
+        # rtt is bounded (its converter) so that every derived timer stays finite
         set_(self, "alpha", _number("alpha", self.alpha, 0.0, _MAX_RTTS))
         if self.beta is not None:
             set_(self, "beta", _number("beta", self.beta, 0.0, _MAX_RTTS))
         set_(self, "k", _integer("k", self.k, 1, 255))
         set_(self, "m", _integer("m", self.m, 1, 255))
-        if self.chunk_size is not None:
-            size = parse_size(self.chunk_size, field="chunk_size")
-            if not 1 <= size <= _MAX_CHUNK:
-                raise ConfigError(
-                    f"chunk_size must be in [1 B, 1 TiB], got {self.chunk_size!r}; e.g. '64KiB'"
-                )
-            set_(self, "chunk_size", size)
-        if self.link_rate is not None:
-            rate = parse_rate(self.link_rate, field="link_rate")
-            if rate < _MIN_RATE:
-                raise ConfigError(
-                    f"link_rate must be >= 1 kbit/s, got {self.link_rate!r}; e.g. '10Gbit/s'"
-                )
-            set_(self, "link_rate", rate)
-        for name in ("ack_interval", "global_timeout"):
-            value = getattr(self, name)
-            if value is not None:
-                seconds = parse_time(value, field=name)
-                if name == "global_timeout" and seconds <= 0:
-                    raise ConfigError(f"global_timeout must be > 0 s, got {value!r}; e.g. '30s'")
-                set_(self, name, seconds)
         set_(self, "max_in_flight", _integer("max_in_flight", self.max_in_flight, 1, 1 << 16))
         if self.max_queued is not None:
             set_(self, "max_queued", _integer("max_queued", self.max_queued, 0, 1 << 30))
@@ -170,36 +185,36 @@ class ReliabilityConfig:
     @property
     def rto(self) -> float:
         """Per-chunk retransmission timeout: rtt + alpha * rtt."""
-        return self.rtt * (1.0 + self.alpha)  # type: ignore[operator]
+        return self.rtt * (1.0 + self.alpha)
 
     @property
     def beta_value(self) -> float:
         """beta, defaulting to alpha / 2 as in the paper."""
-        return self.alpha / 2 if self.beta is None else self.beta  # type: ignore[return-value]
+        return self.alpha / 2 if self.beta is None else self.beta
 
     @property
     def ack_delay(self) -> float:
         """Longest a receiver holds back a SACK."""
         if self.ack_interval is not None:
-            return self.ack_interval  # type: ignore[return-value]
-        return self.rtt / 10  # type: ignore[operator]
+            return self.ack_interval
+        return self.rtt / 10
 
     @property
     def t_inj(self) -> float:
         """Injection time of one chunk at link_rate (0 when the rate is unknown)."""
         if self.link_rate is None or self.chunk_size is None:
             return 0.0
-        return self.chunk_size * 8 / self.link_rate  # type: ignore[operator]
+        return self.chunk_size * 8 / self.link_rate
 
     def fto(self, data_chunks: int, parity_chunks: int) -> float:
         """EC fallback timeout, armed at the first chunk: (M + P) * T_INJ + beta * rtt."""
-        return (data_chunks + parity_chunks) * self.t_inj + self.beta_value * self.rtt  # type: ignore[operator]
+        return (data_chunks + parity_chunks) * self.t_inj + self.beta_value * self.rtt
 
     def timeout_for(self, length: int) -> float:
         """Global (no-progress) timeout of one message of ``length`` bytes."""
         if self.global_timeout is not None:
-            return self.global_timeout  # type: ignore[return-value]
-        tx = length * 8 / self.link_rate if self.link_rate else 0.0  # type: ignore[operator]
+            return self.global_timeout
+        tx = length * 8 / self.link_rate if self.link_rate else 0.0
         return max(_MIN_TIMEOUT_S, _TIMEOUT_RTOS * self.rto) + _TIMEOUT_TX * tx
 
     @property
@@ -212,7 +227,7 @@ class ReliabilityConfig:
 
     def replace(self, **changes: Any) -> ReliabilityConfig:
         """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)
+        return attrs.evolve(self, **changes)
 
     def resolved(self, chunk_size: int, rate_limit: float | None) -> ReliabilityConfig:
         """Fill chunk_size and link_rate from the QP; ConfigError if chunk_size disagrees."""
@@ -247,7 +262,7 @@ class ReliabilityConfig:
 
         The scheme must be registered or ``auto`` (ConfigError listing the known names).
         """
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in attrs.fields(cls)}
         unknown = sorted(set(table) - known)
         if unknown:
             near = {k: difflib.get_close_matches(str(k), known, n=1, cutoff=0.7) for k in unknown}

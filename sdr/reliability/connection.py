@@ -367,12 +367,12 @@ class ReliableConnection:
         # has no actions to give (events, timers and work make them)
         self._check_rto()
         for seq in self._send_schedule.due(now):
-            out = self._sending.get(seq)
-            if out is not None:
-                self._run(now, out.machine)
-                self._carry_out_sender(now, out)
+            due = self._sending.get(seq)
+            if due is not None:
+                self._run(now, due.machine)
+                self._carry_out_sender(now, due)
                 if seq in self._sending:
-                    self._send_schedule.ran(seq, out.machine)
+                    self._send_schedule.ran(seq, due.machine)
         for seq in self._recv_schedule.due(now):
             inc = self._receiving.get(seq)
             if inc is not None and inc.machine is not None:
@@ -417,7 +417,7 @@ class ReliableConnection:
                 seq, region, offset, length, self.scheme, self.core, self._register, now,
                 self.config.rto,
             )  # fmt: skip
-            if isinstance(getattr(out.machine, "rtt", None), RttEstimator):
+            if out.machine.rtt is not None:
                 out.machine.rtt = self.rtt  # a new write starts from what the others measured
             self._sending[seq] = out
             self._send_schedule.touch(seq)
@@ -488,7 +488,7 @@ class ReliableConnection:
         else:
             nbytes = float(out.lanes[0].settle(signal.chunks, delivered))
         out.cc_bytes -= nbytes
-        if delivered:
+        if isinstance(signal, Delivered):
             cc.on_ack(now, nbytes, rtt)
         elif nbytes:
             cc.on_loss(now, nbytes, None, signal.sent_at)

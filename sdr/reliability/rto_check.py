@@ -43,13 +43,13 @@ def spurious_repair_warning(
     sent = counters.get("write_chunks_sent_lane0", 0)
     if spurious < MIN_SPURIOUS or spurious < SPURIOUS_SHARE * sent:
         return None
-    rtt, alpha = float(config.rtt), config.alpha  # type: ignore[arg-type]
+    rtt, alpha = float(config.rtt), config.alpha
     rto = f"the RTO ({format_time(config.rto)} = rtt {format_time(rtt)} x (1 + alpha {alpha:g}))"
     head = (
         f"{spurious} of {sent} chunks were queued again by their RTO and then acknowledged "
         "before the copy left: "
     )
-    if largest_rtt is not None and largest_rtt < float(config.rto):  # type: ignore[arg-type]
+    if largest_rtt is not None and largest_rtt < float(config.rto):
         # a repaired chunk gives no RTT sample (Karn), so the late ACKs are not among
         # the samples: the path is fine, the answers came late
         return (

@@ -86,7 +86,7 @@ class SelectiveRepeatSender(SchemeSender):
         self.progress_at = -np.inf
         """When a chunk was last newly acknowledged (or the message started)."""
         self.max_rto = max(max_rto(self.timeout), self.config.rto)
-        self.rtt = RttEstimator(self.config.rto, self.max_rto)
+        self.rtt: RttEstimator = RttEstimator(self.config.rto, self.max_rto)
 
     @property
     def rto(self) -> float:

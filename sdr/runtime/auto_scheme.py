@@ -123,7 +123,7 @@ def resolve(
         size_bytes=max(1, parse_size(size_hint, field="size_hint")),
         drop=check_drop(drop),
         mtu=mtu,
-        drop_unit=drop_unit,  # type: ignore[arg-type]
+        drop_unit=drop_unit,
     )
     return concrete
 
@@ -143,9 +143,9 @@ def resolve_for_qp(
     fields = dict(overrides)
     options = {name: fields.pop(name) for name in AUTO_OPTIONS if name in fields}
     coerced = ReliabilityConfig.coerce(config, **fields)
-    resolved = coerced.resolved(attr.chunk_size, attr.rate_limit)  # type: ignore[arg-type]
+    resolved = coerced.resolved(attr.chunk_size, attr.rate_limit)
     if not is_auto(resolved):
         return resolved
     options.setdefault("size_hint", resolved.params.get("size_hint", attr.max_message_size))
-    concrete = resolve(resolved, mtu=attr.mtu, **options)  # type: ignore[arg-type]
-    return concrete.resolved(attr.chunk_size, attr.rate_limit)  # type: ignore[arg-type]
+    concrete = resolve(resolved, mtu=attr.mtu, **options)
+    return concrete.resolved(attr.chunk_size, attr.rate_limit)

@@ -65,7 +65,7 @@ class Context:
         """Create an SDR queue pair with these attributes (defaults: the paper's)."""
         attr = attr or QPAttr()
         # at the rate limit, one-chunk messages, the longest RTT of the design range
-        warn_if_short(attr, DESIGN_RTT, attr.rate_limit)  # type: ignore[arg-type]
+        warn_if_short(attr, DESIGN_RTT, attr.rate_limit)
         qp = QP(self, attr)
         self._qps.append(qp)
         return qp

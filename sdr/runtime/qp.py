@@ -209,9 +209,9 @@ class QP:
             tqp.set_pacing_rate(now, rate)
             self._paced_at = rate
         budget = tqp.send_budget(now)
-        for batch in protocol.writes_to_send(now, budget):  # no budget: only CTS deadlines
-            tqp.post_writes(batch)
-            work += len(batch)
+        for writes in protocol.writes_to_send(now, budget):  # no budget: only CTS deadlines
+            tqp.post_writes(writes)
+            work += len(writes)
         return work + self._carry_out()
 
     def next_timer(self) -> float | None:

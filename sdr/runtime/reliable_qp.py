@@ -65,7 +65,7 @@ class ReliableQP:
         # the QP's chunk size and rate fill the config; "auto" goes through the selector
         # (keywords drop=, drop_unit=, size_hint=: see sdr.runtime.auto_scheme)
         self.config = resolve_for_qp(config, attr, overrides)
-        warn_if_short(attr, self.config.rtt, self.config.link_rate)  # type: ignore[arg-type]
+        warn_if_short(attr, self.config.rtt, self.config.link_rate)
         self.adaptive = adaptive
         scheme: Scheme
         if adaptive is None:
@@ -208,7 +208,7 @@ class ReliableQP:
             return float("inf")
         wait = self.qp.pacer_wait()
         if wait is None or wait <= 0:
-            return self.qp.attr.chunk_size * 8 / rate  # type: ignore[operator]
+            return self.qp.attr.chunk_size * 8 / rate
         return wait
 
     def _collect(self) -> int:

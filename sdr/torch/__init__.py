@@ -68,7 +68,7 @@ def allreduce_by(
         tensor, deadline, slices=slices, key=key, withhold=withhold, average=average, carry=carry
     )
     work.wait()
-    return work.get_future().value()[0]  # type: ignore[no-any-return]
+    return work.get_future().value()[0]
 
 
 def _create(store: object, rank: int, world_size: int, timeout: object) -> ProcessGroupSDR:

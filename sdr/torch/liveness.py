@@ -86,7 +86,8 @@ class Liveness:
         """Connect to every lower rank, accept every higher one; each side says its rank."""
         socks: dict[int, socket.socket] = {}
         for peer in range(self.rank):
-            sock = socket.create_connection(tuple(addrs[peer]), timeout=timeout)
+            host, port = addrs[peer]
+            sock = socket.create_connection((host, port), timeout=timeout)
             sock.sendall(struct.pack("!I", self.rank))
             socks[peer] = sock
         server.settimeout(timeout)

@@ -116,7 +116,9 @@ class ProcessGroupSDR(dist.ProcessGroup):
     """
 
     def __init__(self, store: Any, rank: int, world_size: int, timeout: timedelta) -> None:
-        super().__init__(rank, world_size)
+        # torch's stubs list only the (store, rank, size) constructor; the C++ class also
+        # has (rank, size), the one a backend that keeps its own store uses
+        super().__init__(rank, world_size)  # type: ignore[call-arg]
         self._timeout_s = timeout.total_seconds()
         job_size = os.environ.get("WORLD_SIZE")
         if job_size is not None and job_size.isdigit() and int(job_size) != world_size:
@@ -233,7 +235,9 @@ class ProcessGroupSDR(dist.ProcessGroup):
         """The group's description, as torch set it."""
         return getattr(self, "_desc", "")
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SdrWork:
+    # torch calls a Python backend's collectives in their (tensors, opts) form only; the
+    # stubs' other overloads are conveniences of the C++ class, not what a backend overrides
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SdrWork:  # type: ignore[override]
         """Reduce every tensor of ``tensors`` over all ranks, in place."""
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
 
@@ -285,7 +289,7 @@ class ProcessGroupSDR(dist.ProcessGroup):
 
         return self._submit(f"allreduce_by of {_describe([tensor])} within {deadline:g} s", run)
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> SdrWork:
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> SdrWork:  # type: ignore[override]
         """Copy rank ``opts.rootRank``'s tensors to every rank."""
         root = opts.rootRank if opts is not None else 0
 
@@ -296,7 +300,7 @@ class ProcessGroupSDR(dist.ProcessGroup):
 
         return self._submit(f"broadcast of {_describe(tensors)} from rank {root}", run)
 
-    def allgather(
+    def allgather(  # type: ignore[override]  # (tensors, opts) form only: see allreduce
         self,
         output_tensors: list[list[torch.Tensor]],
         input_tensors: list[torch.Tensor],
@@ -351,7 +355,7 @@ class ProcessGroupSDR(dist.ProcessGroup):
 
         return self._submit(f"reduce_scatter_tensor of {_describe([input])}", run)
 
-    def reduce_scatter(
+    def reduce_scatter(  # type: ignore[override]  # (tensors, opts) form only: see allreduce
         self,
         output_tensors: list[torch.Tensor],
         input_tensors: list[list[torch.Tensor]],
@@ -372,7 +376,8 @@ class ProcessGroupSDR(dist.ProcessGroup):
 
     # torch 2.13 names the two tensor forms *_single (the *_base names are the older ones)
     all_gather_single = _allgather_base
-    reduce_scatter_single = _reduce_scatter_base
+    # torch passes these positionally; the stubs name the parameters outputTensor/inputTensor
+    reduce_scatter_single = _reduce_scatter_base  # type: ignore[assignment]
 
     def barrier(self, opts: Any = None) -> SdrWork:
         """Every rank of the group meets."""

@@ -31,6 +31,9 @@ from sdr.units import parse_size
 __all__ = ["TensorOps"]
 
 R = dist.ReduceOp.RedOpType
+# The members are read as ReduceOp.SUM etc. (the same objects as RedOpType.SUM): torch's
+# stubs declare them on ReduceOp and leave the RedOpType enum empty.
+Op = dist.ReduceOp
 _SUMMED = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _VIEW = {torch.float32: torch.float32, torch.float16: torch.float16, torch.bfloat16: torch.int16}
 
@@ -40,13 +43,13 @@ def _bitwise(fn: Callable) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 _REDUCE: dict[R, Callable[[torch.Tensor], torch.Tensor]] = {
-    R.SUM: lambda s: functools.reduce(torch.add, s.unbind(0)),
-    R.PRODUCT: lambda s: functools.reduce(torch.mul, s.unbind(0)),
-    R.MIN: lambda s: torch.amin(s, dim=0),
-    R.MAX: lambda s: torch.amax(s, dim=0),
-    R.BAND: _bitwise(torch.bitwise_and),
-    R.BOR: _bitwise(torch.bitwise_or),
-    R.BXOR: _bitwise(torch.bitwise_xor),
+    Op.SUM: lambda s: functools.reduce(torch.add, s.unbind(0)),
+    Op.PRODUCT: lambda s: functools.reduce(torch.mul, s.unbind(0)),
+    Op.MIN: lambda s: torch.amin(s, dim=0),
+    Op.MAX: lambda s: torch.amax(s, dim=0),
+    Op.BAND: _bitwise(torch.bitwise_and),
+    Op.BOR: _bitwise(torch.bitwise_or),
+    Op.BXOR: _bitwise(torch.bitwise_xor),
 }
 
 
@@ -73,20 +76,20 @@ class TensorOps:
     def allreduce(self, t: torch.Tensor, op: object) -> None:
         """``t`` becomes the reduction of every rank's ``t`` (in place)."""
         kind = red_op_type(op)
-        if kind == R.AVG and not t.dtype.is_floating_point:
+        if kind == Op.AVG and not t.dtype.is_floating_point:
             raise ConfigError(f"ReduceOp.AVG of {t.dtype}; expected a floating-point tensor")
-        if t.dtype in _SUMMED and kind in (R.SUM, R.AVG):
+        if t.dtype in _SUMMED and kind in (Op.SUM, Op.AVG):
             self._sum(t)
-            if kind == R.AVG:
+            if kind == Op.AVG:
                 t.div_(self.world_size)
             return
-        if kind not in _REDUCE and kind != R.AVG:
+        if kind not in _REDUCE and kind != Op.AVG:
             raise ConfigError(f"reduce op {kind}; expected SUM, AVG, MIN, MAX, PRODUCT or B*")
-        if t.dtype.is_complex or t.dtype == torch.bool and kind in (R.SUM, R.PRODUCT):
+        if t.dtype.is_complex or t.dtype == torch.bool and kind in (Op.SUM, Op.PRODUCT):
             raise ConfigError(f"reduce op {kind.name} of {t.dtype} is not supported")
         stacked = self.allgather(t)
-        if kind == R.AVG:  # float64 and other floats the communicator does not sum
-            t.copy_(_REDUCE[R.SUM](stacked).div_(self.world_size))
+        if kind == Op.AVG:  # float64 and other floats the communicator does not sum
+            t.copy_(_REDUCE[Op.SUM](stacked).div_(self.world_size))
         else:
             t.copy_(_REDUCE[kind](stacked))
 

@@ -9,13 +9,12 @@ bottleneck. Importing this module needs neither CuPy nor a GPU; constructing a c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from sdr.backends.gpu.codecs.device import GpuRSCodec, GpuXORCodec
-from sdr.codecs.base import Codec
+from sdr.codecs.base import Codec, Present
 from sdr.codecs.xor import XORCodec
 
 __all__ = ["GpuMDSHostCodec", "GpuXORHostCodec"]
@@ -68,7 +67,7 @@ class GpuMDSHostCodec(_HostAdapter, Codec):
         Codec.__init__(self, k, m, chunk_size)
         self.gpu = GpuRSCodec(k, m, chunk_size)
 
-    def can_recover(self, present: Sequence[bool]) -> bool:
+    def can_recover(self, present: Present) -> bool:
         """True when at most ``m`` chunks are missing."""
         return sum(1 for p in present if not p) <= self.m
 
