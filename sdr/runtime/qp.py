@@ -18,8 +18,9 @@ from sdr.config import QPAttr
 from sdr.errors import ConfigError, ProtocolError, SDRError, TransportError
 from sdr.peer_info import check_int, check_keys, field_int, field_str, require_object
 from sdr.queue_pair import QueuePairCore
+from sdr.recv_table import RecvRecord
 from sdr.runtime.qp_handles import RecvHandle, SendHandle, SendStream
-from sdr.send_table import DEFAULT_CTS_TIMEOUT
+from sdr.send_table import DEFAULT_CTS_TIMEOUT, SendRecord
 from sdr.transport import CompletionBatch, MemoryRegion, WriteBatch
 
 if TYPE_CHECKING:
@@ -175,6 +176,32 @@ class QP:
         out = list(self.core.upper_control)
         self.core.upper_control.clear()
         return out
+
+    # --- what the handles ask of their QP ------------------------------------------------
+    def release_recv(self, record: RecvRecord) -> None:
+        """Give a receive back (early completion allowed): later packets are discarded."""
+        self.core.complete_recv(self.ctx.now(), record)
+        self._carry_out()
+
+    def seal_chunks(self, record: RecvRecord, chunks: object) -> None:
+        """These chunks of a receive are final: the driver refuses their later packets."""
+        self.core.seal_chunks(self.ctx.now(), record, chunks)
+        self._carry_out()
+
+    def reopen_chunks(self, record: RecvRecord, chunks: object) -> None:
+        """These chunks failed a check: clear their bits and accept their packets again."""
+        self.core.reopen_chunks(self.ctx.now(), record, chunks)
+        self._carry_out()
+
+    def stream_send(
+        self, record: SendRecord, mr: MemoryRegion, src_offset: int, dst_offset: int, length: int
+    ) -> None:
+        """Queue ``mr[src_offset:+length]`` of a streaming send at remote ``dst_offset``."""
+        self.core.stream_send(self.ctx.now(), record, mr, src_offset, dst_offset, length)
+
+    def stream_end(self, record: SendRecord) -> None:
+        """No more ranges for a streaming send."""
+        self.core.stream_end(self.ctx.now(), record)
 
     def counters(self) -> dict[str, int]:
         """Core counters plus the driver's discards (summed where both count)."""

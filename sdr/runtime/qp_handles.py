@@ -67,20 +67,17 @@ class RecvHandle:
 
     def complete(self) -> None:
         """Release the receive (early completion allowed): later packets are discarded."""
-        self.qp.core.complete_recv(self.qp.ctx.now(), self.record)
-        self.qp._carry_out()
+        self.qp.release_recv(self.record)
 
     def seal(self, chunks: object) -> None:
         """Declare these chunks final (e.g. verified against a checksum): the driver refuses
         every later packet for them, so their bytes can no longer change."""
-        self.qp.core.seal_chunks(self.qp.ctx.now(), self.record, chunks)
-        self.qp._carry_out()
+        self.qp.seal_chunks(self.record, chunks)
 
     def reopen(self, chunks: object) -> None:
         """These chunks failed a check: clear their bits and accept their packets again
         (a retransmission repairs them; the bits set again when it has landed)."""
-        self.qp.core.reopen_chunks(self.qp.ctx.now(), self.record, chunks)
-        self.qp._carry_out()
+        self.qp.reopen_chunks(self.record, chunks)
 
     def chunk_ranges(self, chunks: object) -> np.ndarray:
         """Byte ranges [start, stop) of chunk indices or a chunk mask (bitmap_chunk_expand)."""
@@ -131,8 +128,8 @@ class SendStream(_SendBase):
 
     def send(self, mr: MemoryRegion, src_offset: int, dst_offset: int, length: int) -> None:
         """Write mr[src_offset:+length] to remote bytes [dst_offset, dst_offset+length)."""
-        self.qp.core.stream_send(self.qp.ctx.now(), self.record, mr, src_offset, dst_offset, length)
+        self.qp.stream_send(self.record, mr, src_offset, dst_offset, length)
 
     def end(self) -> None:
         """No more ranges; the stream completes when what is queued is sent."""
-        self.qp.core.stream_end(self.qp.ctx.now(), self.record)
+        self.qp.stream_end(self.record)
