@@ -2,25 +2,23 @@
 
 One instance per rank, made by ``dist.init_process_group("sdr")`` (``import sdr.torch``
 registers the backend). Set-up goes through the job's c10d store: the rank map from the
-environment (:mod:`sdr.torch.topology`), a control connection to every peer
-(:mod:`sdr.torch.liveness`), the memory channels of this rank's datacenter and its SDR
-links to the other datacenters (:mod:`sdr.backends.hierarchical`).
+environment (:mod:`sdr.torch.topology`, settings: :mod:`sdr.torch.env_settings`), a
+control connection to every peer (:mod:`sdr.torch.liveness`), the memory channels of this
+rank's datacenter and its SDR links to the other datacenters
+(:mod:`sdr.backends.hierarchical`, watched by :mod:`sdr.torch.watched_links`).
 
 Every operation is queued to one worker thread per group, in call order (every rank
 issues collectives in the same order, as torch requires), and returns an
 :class:`~sdr.torch.work.SdrWork` at once; a synchronous call is torch waiting on it. The
 first failure (an operation's error, its timeout, or a peer gone) fails every pending
 and later operation of the group with the same one-line error: no rank carries on with
-results the others did not get.
+results the others did not get (:mod:`sdr.torch.operation_queue`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import queue
-import socket
-import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -28,80 +26,21 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from sdr.backends.hierarchical import HierarchicalCommunicator, SdrLinkOptions, SdrLinks
+from sdr.backends.hierarchical import HierarchicalCommunicator
 from sdr.backends.shm import ShmCommunicator
 from sdr.errors import ConfigError, SDRError
+from sdr.torch.env_settings import default_host, link_options_from_env, seconds_from_env
 from sdr.torch.liveness import Liveness
+from sdr.torch.operation_queue import OperationQueue
 from sdr.torch.store_bootstrap import StoreBootstrap
 from sdr.torch.tensor_ops import TensorOps
 from sdr.torch.topology import rank_map_from_env
+from sdr.torch.watched_links import WatchedLinks
 from sdr.torch.work import SdrWork
 
 __all__ = ["ProcessGroupSDR", "link_options_from_env"]
 
 log = logging.getLogger(__name__)
-
-
-def link_options_from_env(timeout: float) -> SdrLinkOptions:
-    """SdrLinkOptions from SDR_SCHEME, SDR_RATE, SDR_RTT, SDR_LOSS, SDR_SIZE_HINT and
-    SDR_MAX_MESSAGE_SIZE; every wait bounded by the group's ``timeout`` (seconds)."""
-    env = os.environ
-    fields = {
-        "scheme": "SDR_SCHEME",
-        "rate": "SDR_RATE",
-        "rtt": "SDR_RTT",
-        "size_hint": "SDR_SIZE_HINT",
-        "max_message_size": "SDR_MAX_MESSAGE_SIZE",
-    }
-    changes: dict[str, Any] = {k: env[v] for k, v in fields.items() if env.get(v)}
-    if env.get("SDR_LOSS"):
-        try:
-            changes["loss"] = float(env["SDR_LOSS"])
-        except ValueError:
-            raise ConfigError(f"SDR_LOSS={env['SDR_LOSS']!r}; expected a number") from None
-    return SdrLinkOptions(timeout=timeout).replace(**changes)
-
-
-def _default_host() -> str:
-    """The local address that routes to MASTER_ADDR (what other datacenters reach)."""
-    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((socket.gethostbyname(master), 9))
-            return probe.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"
-
-
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r}; expected seconds as a number") from None
-
-
-class _WatchedLinks(SdrLinks):
-    """SDR links whose every wait also stops, with its error, when a peer is gone."""
-
-    def __init__(self, liveness: Liveness, *args: Any, **kwargs: Any) -> None:
-        self.liveness = liveness
-        self.closing = False
-        super().__init__(*args, **kwargs)
-
-    def drive(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
-        """Progress the QPs until ``condition()``; raise PeerGone as soon as a peer is
-        (while closing, a peer that left on purpose is not an error: it drained first)."""
-
-        def done() -> bool:
-            error = self.liveness.error
-            if error is not None and not (self.closing and error.left):
-                raise error
-            return condition()
-
-        super().drive(done, timeout, what)
 
 
 class ProcessGroupSDR(dist.ProcessGroup):
@@ -131,12 +70,12 @@ class ProcessGroupSDR(dist.ProcessGroup):
         topo = rmap.topology(rank)
         self.rank_map = rmap
         self.datacenter = topo.datacenter
-        host = os.environ.get("SDR_HOST") or _default_host()
+        host = os.environ.get("SDR_HOST") or default_host()
         self.liveness = Liveness(
             StoreBootstrap(store, rank, world_size, "sdr/live"),
             host,
-            interval=_env_float("SDR_HEARTBEAT_S", 0.5),
-            silence=_env_float("SDR_PEER_SILENCE_S", 5.0),
+            interval=seconds_from_env("SDR_HEARTBEAT_S", 0.5),
+            silence=seconds_from_env("SDR_PEER_SILENCE_S", 5.0),
             names=lambda r: f"rank {r} (datacenter {rmap.datacenter(r)})",
             connect_timeout=self._timeout_s,
         )
@@ -150,18 +89,13 @@ class ProcessGroupSDR(dist.ProcessGroup):
             intra = ShmCommunicator(local, timeout=self._timeout_s)  # type: ignore[arg-type]
         # the datacenter's ranks cross the link at once: each paces at its share of it
         options = link_options_from_env(self._timeout_s).replace(sharers=topo.local_size)
-        links = _WatchedLinks(self.liveness, world, topo.wan_peers(), host, options)
+        links = WatchedLinks(self.liveness, world, topo.wan_peers(), host, options)
         self._links = links
         slices = int(os.environ.get("SDR_SLICES", "4"))
         self.comm = HierarchicalCommunicator(topo, intra, links, slices=slices)
         self.ops = TensorOps(self.comm, rmap, rank)
-        self._pending: set[SdrWork] = set()
-        self._lock = threading.Lock()
-        self._failure: BaseException | None = None
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._worker = threading.Thread(target=self._serve, daemon=True, name="sdr-pg-worker")
-        self._worker.start()
-        self.liveness.on_failure(self._fail)
+        self._operations = OperationQueue()
+        self.liveness.on_failure(self._operations.fail)
         log.info(
             "sdr process group: rank %d of %d, datacenter %d of %d, WAN scheme %s",
             rank,
@@ -170,49 +104,6 @@ class ProcessGroupSDR(dist.ProcessGroup):
             topo.datacenters,
             links.scheme,
         )
-
-    # --- the worker --------------------------------------------------------------------
-    def _serve(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            work, fn = item
-            if self._failure is not None:
-                work.settle(error=self._failure)
-                continue
-            try:
-                result = fn()
-            except BaseException as exc:  # noqa: BLE001 - settles the work
-                self._fail(_one_line(work.what, exc))
-            else:
-                work.settle(result)
-            with self._lock:
-                self._pending.discard(work)
-
-    def _fail(self, error: BaseException) -> None:
-        """Record the group's first failure and fail every pending operation with it."""
-        with self._lock:
-            if self._failure is None:
-                self._failure = error
-            pending = list(self._pending)
-            self._pending.clear()
-        if pending:
-            log.error("%s", error)
-        for work in pending:
-            work.settle(error=self._failure)
-
-    def _submit(self, what: str, fn: Callable[[], Any]) -> SdrWork:
-        work = SdrWork(what)
-        with self._lock:
-            failure = self._failure
-            if failure is None:
-                self._pending.add(work)
-        if failure is not None:
-            work.settle(error=failure)
-        else:
-            self._queue.put((work, fn))
-        return work
 
     # --- torch's ProcessGroup API ------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
@@ -246,7 +137,7 @@ class ProcessGroupSDR(dist.ProcessGroup):
                 _in_place(t, lambda host: self.ops.allreduce(host, op))
             return tensors
 
-        return self._submit(f"allreduce of {_describe(tensors)}", run)
+        return self._operations.submit(f"allreduce of {_describe(tensors)}", run)
 
     def allreduce_by(
         self,
@@ -287,7 +178,9 @@ class ProcessGroupSDR(dist.ProcessGroup):
             _in_place(tensor, one)
             return reports
 
-        return self._submit(f"allreduce_by of {_describe([tensor])} within {deadline:g} s", run)
+        return self._operations.submit(
+            f"allreduce_by of {_describe([tensor])} within {deadline:g} s", run
+        )
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> SdrWork:  # type: ignore[override]
         """Copy rank ``opts.rootRank``'s tensors to every rank."""
@@ -298,7 +191,7 @@ class ProcessGroupSDR(dist.ProcessGroup):
                 _in_place(t, lambda host: self.ops.broadcast(host, root))
             return tensors
 
-        return self._submit(f"broadcast of {_describe(tensors)} from rank {root}", run)
+        return self._operations.submit(f"broadcast of {_describe(tensors)} from rank {root}", run)
 
     def allgather(  # type: ignore[override]  # (tensors, opts) form only: see allreduce
         self,
@@ -317,7 +210,7 @@ class ProcessGroupSDR(dist.ProcessGroup):
                     out.copy_(stacked[r].reshape(out.shape))
             return output_tensors
 
-        return self._submit(f"allgather of {_describe(input_tensors)}", run)
+        return self._operations.submit(f"allgather of {_describe(input_tensors)}", run)
 
     def _allgather_base(
         self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
@@ -333,7 +226,7 @@ class ProcessGroupSDR(dist.ProcessGroup):
             output.copy_(self.ops.allgather(_host(input)).reshape(output.shape))
             return [output]
 
-        return self._submit(f"all_gather_into_tensor of {_describe([input])}", run)
+        return self._operations.submit(f"all_gather_into_tensor of {_describe([input])}", run)
 
     def _reduce_scatter_base(
         self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
@@ -353,7 +246,7 @@ class ProcessGroupSDR(dist.ProcessGroup):
             output.copy_(whole.view(-1)[self.rank() * n : (self.rank() + 1) * n].view(output.shape))
             return [output]
 
-        return self._submit(f"reduce_scatter_tensor of {_describe([input])}", run)
+        return self._operations.submit(f"reduce_scatter_tensor of {_describe([input])}", run)
 
     def reduce_scatter(  # type: ignore[override]  # (tensors, opts) form only: see allreduce
         self,
@@ -372,7 +265,7 @@ class ProcessGroupSDR(dist.ProcessGroup):
                 out.copy_(whole[self.rank() * n : (self.rank() + 1) * n].view(out.shape))
             return output_tensors
 
-        return self._submit(f"reduce_scatter of {_describe(output_tensors)}", run)
+        return self._operations.submit(f"reduce_scatter of {_describe(output_tensors)}", run)
 
     # torch 2.13 names the two tensor forms *_single (the *_base names are the older ones)
     all_gather_single = _allgather_base
@@ -386,7 +279,7 @@ class ProcessGroupSDR(dist.ProcessGroup):
             self.ops.barrier()
             return []
 
-        return self._submit("barrier", run)
+        return self._operations.submit("barrier", run)
 
     # --- shutdown ----------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -395,21 +288,20 @@ class ProcessGroupSDR(dist.ProcessGroup):
         if getattr(self, "_closed", False):
             return
         self._closed = True
-        self._queue.put(None)
         # after a failure the worker leaves an SDR wait at its next check of the peers, but
         # a shared-memory wait only at its timeout: wait a little, not for that
-        self._worker.join(timeout=self._timeout_s if self._failure is None else 5.0)
+        self._operations.stop(timeout=self._timeout_s if self._operations.failure is None else 5.0)
         self._links.closing = True
         self.drained = False
         """Whether shutdown drained the SDR links collectively (False after a failure)."""
-        if self._worker.is_alive():
+        if self._operations.running:
             # it still uses the SDR context or polls the shared memory: freeing either under
             # it crashes this process (SIGSEGV); both go with the process
             log.warning("sdr process group: an operation still waits; links left open")
             self.liveness.close(drained=False)
             return
         gone = self.liveness.error
-        healthy = self._failure is None and (gone is None or gone.left)
+        healthy = self._operations.failure is None and (gone is None or gone.left)
         try:
             try:
                 self.comm.links.close(drain=healthy)
@@ -424,25 +316,8 @@ class ProcessGroupSDR(dist.ProcessGroup):
 
     def abort(self) -> None:
         """Give up at once (no drain)."""
-        self._fail(SDRError("sdr process group aborted"))
+        self._operations.fail(SDRError("sdr process group aborted"))
         self.shutdown()
-
-
-def _one_line(what: str, exc: BaseException) -> BaseException:
-    """The error as users see it: which operation, and the first line of why."""
-    if isinstance(exc, SDRError) and str(exc).startswith("sdr process group"):
-        return exc
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    error: BaseException = SDRError(
-        f"sdr process group: {what} failed: {type(exc).__name__}: {first}"
-    )
-    if isinstance(exc, SDRError):
-        try:  # keep the kind (TimeoutError, ConfigError, ...) for callers that catch it
-            error = type(exc)(f"sdr process group: {what} failed: {first}")
-        except TypeError:
-            pass
-    error.__cause__ = exc
-    return error
 
 
 def _describe(tensors: list[torch.Tensor]) -> str:
