@@ -1,7 +1,7 @@
 /* The software NIC's receive step in C: sdr.placement.place_batch, natively.
  *
  * Same signature, same rules, same order and same results as the Python reference
- * (sdr/placement.py, place_batch_python); tests/test_placement_seam.py and
+ * (sdr/placement_reference.py, place_batch_python); tests/test_placement_seam.py and
  * tests/test_placement_native.py hold the two equal.
  *
  *   place_batch(table, generations, remote_offsets, imms, lengths, payloads,
