@@ -4,6 +4,8 @@ Each (generation, channel) is its own transport QP with a random 24-bit QPN; eac
 generation has its own random rkey. A packet's generation is the QPN that carried it, and
 its RETH virtual address is the remote offset in the receiver's zero-based key space
 (slot * max_message_size + offset), which the receiver resolves through its KeyTable.
+The info a QP publishes and the checks on its peer's are in ``qp_info``; its pacer, which
+lets a paced sender go a batch at a time, in ``batch_pacing``.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ from typing import Any
 import numpy as np
 
 from sdr.backends.udp import native
+from sdr.backends.udp.batch_pacing import BatchPacer
 from sdr.backends.udp.contracts import CONTROL_HEADER, QPN_MAX, QPN_MIN, QPHost
 from sdr.backends.udp.mmsg import SendRing, address_of
+from sdr.backends.udp.qp_info import INFO_FIELDS, info_of, parse_peer_info
+from sdr.backends.udp.qp_info import OPTIONAL_INFO_FIELDS as OPTIONAL_INFO_FIELDS
 from sdr.backends.udp.roce import (
     DEFAULT_PKEY,
     HEADER_DTYPE,
@@ -33,18 +38,6 @@ from sdr.backends.udp.roce import (
 from sdr.config import QPAttr
 from sdr.errors import ProtocolError, ResourceBusy, TransportError
 from sdr.key_table import KeyTable, KeyTableBindings
-from sdr.pacing import TokenBucket
-from sdr.peer_info import (
-    check_int_grid,
-    check_int_list,
-    check_keys,
-    check_list,
-    check_port,
-    field_host,
-    field_int,
-    field_port,
-    require_object,
-)
 from sdr.placement import DISCARD_REASONS
 from sdr.queue_pair import MAX_QUEUED_CONTROL
 from sdr.transport import (
@@ -64,26 +57,10 @@ _PSN_MASK = 0xFFFFFF
 _RESV8_ONES = 0xFF000000
 _ZEROS = bytes(4)
 _SEND_BATCH = 256
-# A paced sender wakes when a batch of _BATCH_S (at most _WAKE_PACKETS) may go, and the
-# bucket holds _BURST_S: twice the batch, so a wake-up up to one batch late loses no
-# tokens (rate). 2 ms batches against 1 ms: 8-12% less CPU per byte at each end, 256 MiB
-# over 1 Gbit/s 2.23-2.27 s against 2.30 s, no queue drops at 5 Gbit/s (docs/benchmarks.md
-# "The receiver's prefault"). The largest burst a queue must absorb: max(16 packets, 4 ms).
-_BURST_S = 0.004
-_BURST_PACKETS = 16
-_WAKE_PACKETS = 64
-_BATCH_S = 0.002
 _GSO_SEGMENTS = 64  # the kernel's UDP_MAX_SEGMENTS
 _UDP_PAYLOAD = 65507  # IPv4: 65535 - 20 - 8
 
 _EMPTY = CompletionBatch.empty()
-_U32 = (1 << 32) - 1
-INFO_FIELDS = ("host", "port", "control_port", "control_id", "qpns", "rkeys")
-"""The fields of a UDP QP's transport info (:meth:`UdpQP.info`)."""
-OPTIONAL_INFO_FIELDS = ("ports",)
-"""Fields a UDP QP's info may carry: ``ports``, the peer's data ports, one per path
-(``UdpTransport(paths=...)``; absent: the one ``port``)."""
-_MAX_PORTS = 64
 
 
 def _rows(batch: CompletionBatch, start: int, stop: int) -> CompletionBatch:
@@ -134,8 +111,7 @@ class UdpQP(KeyTableBindings, TransportQP):
         self.peer_ports: list[int] = []
         """The peer's data ports, one per path (one unless its transport has ``paths``)."""
         self.packet_bits = (wire_length(attr.mtu) + IP_UDP_OVERHEAD) * 8
-        self.pacer = TokenBucket(attr.rate_limit, self._burst_bits(attr.rate_limit))
-        self._shape_batches(attr.rate_limit)
+        self.pacer = BatchPacer(attr.rate_limit, self.packet_bits)
         self.completions: deque[CompletionBatch] = deque()
         self.pending = 0  # packets in ``completions``
         self.control_in: deque[bytes] = deque()
@@ -159,32 +135,12 @@ class UdpQP(KeyTableBindings, TransportQP):
 
     # --- connection set-up ----------------------------------------------------------------
     def info(self) -> dict[str, Any]:
-        t = self.transport
-        return {
-            "host": t.host,
-            "port": t.port,
-            "control_port": t.control_port,
-            "control_id": self.control_id,
-            "qpns": self.qpns,
-            "rkeys": self.rkeys,
-        } | ({"ports": list(t.ports)} if len(t.ports) > 1 else {})
+        return info_of(self.transport, self.control_id, self.qpns, self.rkeys)
 
     def connect(self, remote: dict[str, Any]) -> None:
         """Connect to the peer's :meth:`info`; every field is validated first (ProtocolError
         or ConfigError naming it), so a refused connect changes nothing."""
-        attr, path = self.attr, "transport"
-        info = require_object(remote, path)
-        check_keys(info, path, INFO_FIELDS, OPTIONAL_INFO_FIELDS)
-        # the ICRC and the source check need the peer's own IPv4 address, not a name
-        host = field_host(info, "host", path=path, ipv4_only=True)
-        port = field_port(info, "port", path=path)
-        control = (host, field_port(info, "control_port", path=path))
-        control_id = field_int(info, "control_id", 0, _U32, path=path)
-        qpns = check_int_grid(
-            info["qpns"], f"{path}.qpns", attr.generations, attr.channels, QPN_MIN, QPN_MAX, True
-        )
-        rkeys = check_int_list(info["rkeys"], f"{path}.rkeys", attr.generations, 0, _U32)
-        ports = _peer_ports(info, port, path)
+        host, port, control, control_id, qpns, rkeys, ports = parse_peer_info(remote, self.attr)
         self.peer, self.peer_control, self.peer_control_id = (host, port), control, control_id
         self.peer_qpns, self.peer_rkeys = qpns, rkeys
         self.peer_ports = ports
@@ -196,35 +152,16 @@ class UdpQP(KeyTableBindings, TransportQP):
         self._peer_ip = int.from_bytes(socket.inet_aton(host), "big")
         self.transport.endpoints_changed(self)  # the receive path learns the peer's address
 
-    # --- key table --------------------------------------------------------------------------
-
     # --- send path --------------------------------------------------------------------------
-    def _burst_bits(self, rate: float | None) -> float:
-        return max(_BURST_PACKETS * self.packet_bits, (rate or 0) * _BURST_S)
-
-    def _shape_batches(self, rate: float | None) -> None:
-        # a paced sender sends in batches, not packet by packet: it waits until a batch
-        # (up to _WAKE_PACKETS, at most _BATCH_S of the rate) is allowed, so the fixed
-        # cost of a progress round is shared by many packets
-        burst = self._burst_bits(rate)
-        self.pacer.burst_bits = burst
-        batch_bits: float = _WAKE_PACKETS * self.packet_bits
-        if rate is not None:
-            batch_bits = min(batch_bits, max(self.packet_bits, rate * _BATCH_S))
-        self._wake_bits = min(burst, batch_bits)
-        self._min_batch = max(1, int(self._wake_bits // self.packet_bits))
-
     def set_pacing_rate(self, now: float, bits_per_s: float) -> None:
-        self.pacer.set_rate(now, bits_per_s)
-        self._shape_batches(bits_per_s)
+        self.pacer.set_pacing_rate(now, bits_per_s)
 
     def send_budget(self, now: float) -> int:
-        budget = self.pacer.budget(now, self.packet_bits)
-        return budget if budget >= self._min_batch else 0
+        return self.pacer.batch_budget(now)
 
     def next_send_time(self, now: float) -> float:
         """When the pacer next allows a batch of packets (``now`` if it already does)."""
-        return self.pacer.next_send_time(now, self._wake_bits)
+        return self.pacer.next_batch_time(now)
 
     def post_writes(self, batch: WriteBatch) -> None:
         if self.peer is None or self._prefix is None:
@@ -416,19 +353,6 @@ class UdpQP(KeyTableBindings, TransportQP):
 
     def close(self) -> None:
         self.transport.forget(self)
-
-
-def _peer_ports(info: dict[str, Any], port: int, path: str) -> list[int]:
-    """The peer's data ports from its info: ``ports`` if given (starting with ``port``)."""
-    if "ports" not in info:
-        return [port]
-    items = check_list(info["ports"], f"{path}.ports", max_length=_MAX_PORTS)
-    ports = [check_port(v, f"{path}.ports[{i}]") for i, v in enumerate(items)]
-    if not ports or ports[0] != port or len(set(ports)) != len(ports):
-        raise ProtocolError(
-            f"{path}.ports must list distinct ports starting with port {port}, got {ports}"
-        )
-    return ports
 
 
 def _subset(batch: WriteBatch, take: np.ndarray) -> WriteBatch:

@@ -9,6 +9,7 @@ each once from the staging ring into the registered region. Anything that fails 
 counted and never written. A packet must
 also come from the address its QP is connected to (``bad_source`` otherwise): with the
 ICRC computed for the forger's own address, a right QPN and rkey would not be enough.
+The QPN table both passes look packets up in is kept in ``qpn_table``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 from sdr.backends.udp import native
 from sdr.backends.udp.contracts import ReceivingQP as UdpQP
 from sdr.backends.udp.mmsg import RecvRing
+from sdr.backends.udp.qpn_table import QpnTable
 from sdr.backends.udp.roce import (
     HEADER_DTYPE,
     HEADER_SIZE,
@@ -66,143 +68,13 @@ class Receiver:
             (_RING,), dtype=HEADER_DTYPE, buffer=self.ring.slots, strides=(_SLOT,)
         )
         self._prefixes: dict[int, IcrcPrefix] = {}
-        self._table: Mapping[int, tuple[UdpQP, int, int]] | None = None
-        """The transport's endpoint table when it reports what changed (``touched``)."""
-        self._endpoints: list[tuple[UdpQP, int, int] | None] = []  # None: a free slot
-        self._slot_of: dict[int, int] = {}  # QPN -> endpoint slot
-        self._free_slots: list[int] = []
-        self._qpns = np.zeros(0, dtype=np.int64)
-        self._order = np.zeros(0, dtype=np.int64)
-        self._rkeys = np.zeros(0, dtype=np.int64)
-        self._gens = np.zeros(0, dtype=np.uint8)
-        self._chans = np.zeros(0, dtype=np.uint16)
-        self._owner = np.zeros(0, dtype=np.int64)
-        self._qps: list[UdpQP | None] = []  # None: a free QP slot
-        self._qp_slot: dict[UdpQP, int] = {}
-        self._qp_refs: list[int] = []  # endpoints per QP slot
-        self._free_qps: list[int] = []
-        self._peers: list[tuple[str, int] | None] = []
-        self._peer_sources = np.zeros(0, dtype=np.int64)
+        self.qpn_table = QpnTable()
+        """The endpoints this path delivers to, as the columns its passes index."""
 
     def set_endpoints(self, endpoints: Mapping[int, tuple[UdpQP, int, int]]) -> None:
-        """Update the QPN table after QPs are created, closed or connected.
-
-        ``endpoints`` maps QPN -> (QP, generation, channel). When it also lists what
-        changed since the last call (``endpoints.touched``: the transport's
-        EndpointTable), only those QPNs are updated: endpoint and QP slots are reused,
-        the sorted QPN column takes one insert or delete (a memmove) per endpoint, and no
-        other QP is read, so creating or closing a QP costs the same however many exist.
-        Any other mapping, and the first call with a table, rebuilds everything.
-        """
-        touched: list[int] | None = getattr(endpoints, "touched", None)
-
-        def source_of(qp: UdpQP) -> int:
-            p = qp.peer
-            return -1 if p is None else int.from_bytes(socket.inet_aton(p[0]), "big") << 16 | p[1]
-
-        def qp_slot(qp: UdpQP) -> int:
-            index = self._qp_slot.get(qp)
-            if index is None:
-                index = self._free_qps.pop() if self._free_qps else len(self._qps)
-                if index == len(self._qps):
-                    self._qps.append(qp)
-                    self._qp_refs.append(0)
-                else:
-                    self._qps[index] = qp
-                if index >= len(self._peer_sources):
-                    grown = np.full(max(16, 2 * len(self._peer_sources)), -1, np.int64)
-                    grown[: len(self._peer_sources)] = self._peer_sources
-                    self._peer_sources = grown
-                self._peer_sources[index] = source_of(qp)
-                self._qp_slot[qp] = index
-                qp.discards.setdefault("bad_source", 0)
-            return index
-
-        def place(slot: int, qpn: int, ep: tuple[UdpQP, int, int]) -> None:
-            qp, gen, ch = ep
-            if slot >= len(self._endpoints):  # grow every column to twice its size
-                size = max(16, 2 * len(self._endpoints))
-                more = size - len(self._endpoints)
-                self._endpoints.extend([None] * more)
-                self._rkeys = np.concatenate([self._rkeys, np.zeros(more, np.int64)])
-                self._gens = np.concatenate([self._gens, np.zeros(more, np.uint8)])
-                self._chans = np.concatenate([self._chans, np.zeros(more, np.uint16)])
-                self._owner = np.concatenate([self._owner, np.zeros(more, np.int64)])
-                self._free_slots.extend(range(size - 1, slot, -1))
-            self._endpoints[slot] = ep
-            self._rkeys[slot], self._gens[slot], self._chans[slot] = qp.rkeys[gen], gen, ch
-            index = qp_slot(qp)
-            self._qp_refs[index] += 1
-            self._owner[slot] = index
-            self._slot_of[qpn] = slot
-
-        if touched is None or self._table is not endpoints:
-            self._table = None if touched is None else endpoints
-            items = sorted(endpoints.items())
-            size = max(16, len(items))
-            self._endpoints = [None] * size
-            self._slot_of, self._free_slots = {}, list(range(size - 1, len(items) - 1, -1))
-            self._rkeys, self._owner = np.zeros(size, np.int64), np.zeros(size, np.int64)
-            self._gens, self._chans = np.zeros(size, np.uint8), np.zeros(size, np.uint16)
-            self._qps, self._qp_slot, self._qp_refs, self._free_qps = [], {}, [], []
-            self._peer_sources = np.zeros(0, dtype=np.int64)
-            for slot, (qpn, ep) in enumerate(items):
-                place(slot, qpn, ep)
-            self._qpns = np.asarray([q for q, _ in items], dtype=np.int64)
-            self._order = np.arange(len(items), dtype=np.int64)
-            self._peers = []
-            if touched is not None:
-                touched.clear()
-            return
-        for qpn in dict.fromkeys(touched):
-            entry, at = endpoints.get(qpn), self._slot_of.get(qpn)
-            if at is not None and entry != self._endpoints[at]:  # closed (or reused)
-                del self._slot_of[qpn]
-                index = int(self._owner[at])
-                self._qp_refs[index] -= 1
-                if not self._qp_refs[index]:
-                    owner = self._qps[index]
-                    if owner is not None:  # always: a QP slot with endpoints holds its QP
-                        del self._qp_slot[owner]
-                    self._qps[index] = None
-                    self._peer_sources[index] = -1
-                    self._free_qps.append(index)
-                self._endpoints[at] = None
-                self._free_slots.append(at)
-                pos = int(np.searchsorted(self._qpns, qpn))
-                self._qpns, self._order = np.delete(self._qpns, pos), np.delete(self._order, pos)
-                at = None
-            if entry is None:
-                continue
-            if at is None:  # a new endpoint
-                at = self._free_slots.pop() if self._free_slots else len(self._endpoints)
-                place(at, qpn, entry)
-                pos = int(np.searchsorted(self._qpns, qpn))
-                self._qpns = np.insert(self._qpns, pos, qpn)
-                self._order = np.insert(self._order, pos, at)
-            else:  # its QP connected: new peer address (and keys)
-                qp, gen, _ = entry
-                self._rkeys[at] = qp.rkeys[gen]
-                self._peer_sources[self._owner[at]] = source_of(qp)
-        touched.clear()
-
-    def _sources_of_peers(self) -> np.ndarray:
-        """Each QP's peer address as (IPv4 << 16 | port), -1 before it is connected."""
-        if self._table is not None:
-            return self._peer_sources  # kept current by set_endpoints (the table reports connects)
-        peers = [None if qp is None else qp.peer for qp in self._qps]
-        if peers != self._peers:
-            self._peers = peers
-            self._peer_sources = np.asarray(
-                [
-                    -1
-                    if p is None
-                    else int.from_bytes(socket.inet_aton(p[0]), "big") << 16 | int(p[1])
-                    for p in peers
-                ],
-                dtype=np.int64,
-            )
-        return self._peer_sources
+        """Update the QPN table after QPs are created, closed or connected (``endpoints``:
+        QPN -> (QP, generation, channel); see :meth:`QpnTable.update`)."""
+        self.qpn_table.update(endpoints)
 
     def _prefix(self, source: int) -> IcrcPrefix:
         prefix = self._prefixes.get(source)
@@ -271,11 +143,12 @@ class Receiver:
         cap = self.ring.capacity * (_SLOT // _MIN_PACKET + 1 if gro else 1)
         if len(self._native_out) == 0 or len(self._native_out[0]) < cap:
             self._native_out = tuple(np.empty(cap, dtype=np.int64) for _ in range(5))
-        peers = self._sources_of_peers()
+        table = self.qpn_table
+        peers = table.sources_of_peers()
         if len(self._discards) < len(peers):
             self._discards = np.zeros((len(peers), len(native.DISCARDS)), dtype=np.int64)
         return (
-            self._qpns, self._order, self._rkeys, self._owner, peers,
+            table.qpns, table.order, table.rkeys, table.owner, peers,
             *self._native_out, self._counters, self._discards.reshape(-1),
         )  # fmt: skip
 
@@ -292,9 +165,9 @@ class Receiver:
             for name, value in zip(native.COUNTERS, counters.tolist(), strict=True):
                 self.stats[name] += value
             counters[:] = 0
-        discards = self._discards
+        discards, qps = self._discards, self.qpn_table.qps
         for index in np.flatnonzero(discards.any(axis=1)).tolist():
-            qp = self._qps[index]
+            qp = qps[index]
             if qp is None:  # closed since: its last discards go with it
                 discards[index] = 0
                 continue
@@ -304,7 +177,7 @@ class Receiver:
             discards[index] = 0
 
     def _process(self, n: int) -> None:
-        ring, stats, hdr = self.ring, self.stats, self.headers[:n]
+        ring, stats, hdr, table = self.ring, self.stats, self.headers[:n], self.qpn_table
         lengths = ring.lengths(n)
         good = (lengths >= _MIN_PACKET) & ((ring.msgs[:n, 6] & np.uint64(_MSG_TRUNC)) == 0)
         stats["runt"] += int(n - good.sum())
@@ -312,25 +185,25 @@ class Receiver:
         stats["bad_opcode"] += int((good & ~opcode_ok).sum())
         good &= opcode_ok
         qpn = (hdr["qpn"] & _QPN_MASK).astype(np.int64)
-        pos = np.searchsorted(self._qpns, qpn)
-        pos = np.minimum(pos, max(len(self._qpns) - 1, 0))
-        known = (self._qpns[pos] == qpn) if len(self._qpns) else np.zeros(n, dtype=bool)
+        pos = np.searchsorted(table.qpns, qpn)
+        pos = np.minimum(pos, max(len(table.qpns) - 1, 0))
+        known = (table.qpns[pos] == qpn) if len(table.qpns) else np.zeros(n, dtype=bool)
         stats["unknown_qpn"] += int((good & ~known).sum())
         good &= known
         rows = np.flatnonzero(good)
         if not len(rows):
             return
-        ep = self._order[pos[rows]]
+        ep = table.order[pos[rows]]
         dlen = hdr["dlen"][rows].astype(np.int64)
         pad = (hdr["flags"][rows] >> 4) & 3
         end = lengths[rows] - ICRC_SIZE
         consistent = (HEADER_SIZE + dlen + pad == end) & (pad == (-dlen & 3))
-        rkey_ok = hdr["rkey"][rows].astype(np.int64) == self._rkeys[ep]
+        rkey_ok = hdr["rkey"][rows].astype(np.int64) == table.rkeys[ep]
         carried = ring.slots[rows[:, None], end[:, None] + np.arange(ICRC_SIZE)]
         icrc = carried.copy().view("<u4")[:, 0]
         ring.slots[rows, 4] = 0xFF  # the ICRC sees F|B|resv6 as all ones
         sources = ring.sources(n)[rows]
-        source_ok = sources == self._sources_of_peers()[self._owner[ep]]
+        source_ok = sources == table.sources_of_peers()[table.owner[ep]]
         passed = np.asarray(
             self._check(rows, ep, end, consistent, rkey_ok, icrc, sources, source_ok), dtype=bool
         )
@@ -351,17 +224,18 @@ class Receiver:
     ) -> None:
         """Hand the packets that passed the wire checks to their QPs' key tables, which
         copy each from its staging offset into the registered region."""
-        owners, staging = self._owner[ep], self.ring.view
+        table = self.qpn_table
+        owners, staging = table.owner[ep], self.ring.view
         for index in np.unique(owners).tolist():
-            mine = owners == index if len(self._qps) > 1 else slice(None)
-            qp, eps, lengths = self._qps[index], ep[mine], dlen[mine]
-            gens, imm, va = self._gens[eps], imms[mine], remote[mine]
+            mine = owners == index if len(table.qps) > 1 else slice(None)
+            qp, eps, lengths = table.qps[index], ep[mine], dlen[mine]
+            gens, imm, va = table.gens[eps], imms[mine], remote[mine]
             verdicts = qp.keys.place(gens, va, imm, lengths, staging, offsets[mine])
             ok = verdicts == PLACED
             if not ok.any():
                 continue
             batch = CompletionBatch(
-                self._chans[eps][ok], gens[ok], imm[ok], lengths[ok], va[ok], validated=True
+                table.chans[eps][ok], gens[ok], imm[ok], lengths[ok], va[ok], validated=True
             )
             qp.completions.append(batch)
             qp.pending += len(batch)
@@ -380,7 +254,7 @@ class Receiver:
         source_ok: np.ndarray,
     ) -> list[bool]:
         """Check source, length, ICRC and rkey per packet; True = on to placement."""
-        view, slot, endpoints = self.ring.view, self.ring.slot_size, self._endpoints
+        view, slot, endpoints = self.ring.view, self.ring.slot_size, self.qpn_table.endpoints
         prefixes, prefix_of, verify = self._prefixes, self._prefix, self.verify_icrc
         passed = [False] * len(rows)
         for i, row, e, stop, ok_len, ok_key, want, src, ok_src in zip(
