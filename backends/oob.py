@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sdr.errors import ProtocolError, TransportError
+from sdr.errors import RemoteProtocolError, TransportError
 from sdr.errors import TimeoutError as SDRTimeoutError
 
 __all__ = [
@@ -79,11 +79,11 @@ def recv_obj(sock: socket.socket, deadline: float | None = None) -> Any:
     if the whole message is not in by ``deadline`` (monotonic s; None: block)."""
     (size,) = _LEN.unpack(read_exact(sock, _LEN.size, deadline))
     if size > _MAX:
-        raise ProtocolError(f"out-of-band message of {size} bytes exceeds {_MAX}")
+        raise RemoteProtocolError(f"out-of-band message of {size} bytes exceeds {_MAX}")
     try:
         return json.loads(read_exact(sock, size, deadline))
     except (ValueError, RecursionError) as exc:
-        raise ProtocolError(f"out-of-band message is not JSON: {exc}") from exc
+        raise RemoteProtocolError(f"out-of-band message is not JSON: {exc}") from exc
 
 
 def poll_obj(sock: socket.socket, deadline: float | None = None) -> Any | None:

@@ -17,7 +17,7 @@ import json
 import secrets
 from typing import Any
 
-from sdr.errors import ConfigError, ProtocolError
+from sdr.errors import ConfigError, RemoteProtocolError
 
 __all__ = ["sign_info", "verify_info", "check_secret"]
 
@@ -57,8 +57,10 @@ def verify_info(info: dict[str, Any], secret: bytes | None) -> dict[str, Any]:
         return info
     tag = info.get(_FIELD)
     if not isinstance(tag, str) or not tag.isascii():  # compare_digest takes ASCII text only
-        raise ProtocolError("peer info is not authenticated, but this context requires a secret")
+        raise RemoteProtocolError(
+            "peer info is not authenticated, but this context requires a secret"
+        )
     body = {k: v for k, v in info.items() if k != _FIELD}
     if not hmac.compare_digest(tag, _digest(body, secret)):
-        raise ProtocolError("peer info failed authentication (wrong secret or altered info)")
+        raise RemoteProtocolError("peer info failed authentication (wrong secret or altered info)")
     return body

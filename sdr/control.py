@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from sdr.errors import ProtocolError
+from sdr.errors import RemoteProtocolError
 
 __all__ = [
     "CTS",
@@ -62,19 +62,19 @@ class CTS:
 def message_type(data: bytes) -> int:
     """The type byte of a control message (ProtocolError when empty)."""
     if not data:
-        raise ProtocolError("empty control message")
+        raise RemoteProtocolError("empty control message")
     return data[0]
 
 
 def decode_cts(data: bytes) -> CTS:
     """Parse a CTS; ProtocolError names what is wrong."""
     if len(data) != _CTS.size:
-        raise ProtocolError(f"CTS must be {_CTS.size} bytes, got {len(data)}")
+        raise RemoteProtocolError(f"CTS must be {_CTS.size} bytes, got {len(data)}")
     kind, version, generation, msg_id, slot, seq, length = _CTS.unpack(data)
     if kind != CTS_TYPE:
-        raise ProtocolError(f"not a CTS: type {kind}")
+        raise RemoteProtocolError(f"not a CTS: type {kind}")
     if version != _VERSION:
-        raise ProtocolError(f"CTS version {version} not supported (expected {_VERSION})")
+        raise RemoteProtocolError(f"CTS version {version} not supported (expected {_VERSION})")
     return CTS(seq, msg_id, slot, generation, length)
 
 
@@ -86,10 +86,12 @@ def encode_cts_request(seq: int) -> bytes:
 def decode_cts_request(data: bytes) -> int:
     """The receive number a CTS request asks about; ProtocolError names what is wrong."""
     if len(data) != _CTS_REQUEST.size:
-        raise ProtocolError(f"CTS request must be {_CTS_REQUEST.size} bytes, got {len(data)}")
+        raise RemoteProtocolError(f"CTS request must be {_CTS_REQUEST.size} bytes, got {len(data)}")
     kind, version, seq = _CTS_REQUEST.unpack(data)
     if kind != CTS_REQUEST_TYPE:
-        raise ProtocolError(f"not a CTS request: type {kind}")
+        raise RemoteProtocolError(f"not a CTS request: type {kind}")
     if version != _VERSION:
-        raise ProtocolError(f"CTS request version {version} not supported (expected {_VERSION})")
+        raise RemoteProtocolError(
+            f"CTS request version {version} not supported (expected {_VERSION})"
+        )
     return seq

@@ -22,7 +22,20 @@ class TransportError(SDRError):
 
 
 class ProtocolError(SDRError):
-    """The peer broke the protocol (malformed control message, incompatible QP attributes)."""
+    """The protocol was broken, by the peer (:class:`RemoteProtocolError`) or by this end's
+    own use of it (:class:`LocalProtocolError`); catch this to catch both."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer broke the protocol: a malformed, damaged or forged control message, peer
+    info that does not parse or does not fit, an incompatible scheme. Nothing this end
+    called was wrong; the input came from the network."""
+
+
+class LocalProtocolError(ProtocolError):
+    """This end used the protocol wrongly: a control message over the size limit, a write
+    to a generation or receive the peer never announced. A bug in the caller, not in what
+    came from the network."""
 
 
 class ResourceBusy(SDRError):

@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sdr.errors import ConfigError, ProtocolError
+from sdr.errors import ConfigError, RemoteProtocolError
 
 __all__ = [
     "MAX_LIST",
@@ -71,7 +71,7 @@ def _kind(value: object) -> str:
 def require_object(value: object, path: str) -> dict[str, Any]:
     """``value`` as a JSON object (dict with string keys); ProtocolError otherwise."""
     if not isinstance(value, dict):
-        raise ProtocolError(f"{path} must be a JSON object, got {_kind(value)} {show(value)}")
+        raise RemoteProtocolError(f"{path} must be a JSON object, got {_kind(value)} {show(value)}")
     return value
 
 
@@ -82,11 +82,13 @@ def check_keys(
     required, optional = set(required), set(optional)
     missing = required - obj.keys()
     if missing:
-        raise ProtocolError(f"{path} lacks field(s) {sorted(missing)}; expected {sorted(required)}")
+        raise RemoteProtocolError(
+            f"{path} lacks field(s) {sorted(missing)}; expected {sorted(required)}"
+        )
     unknown = [k for k in obj if k not in required and k not in optional]
     if unknown:
         names = ", ".join(show(k) for k in unknown[:5])
-        raise ProtocolError(
+        raise RemoteProtocolError(
             f"{path} has unknown field(s) {names}; expected only {sorted(required | optional)}"
         )
 
@@ -94,16 +96,16 @@ def check_keys(
 def field(obj: Mapping[str, Any], name: str, path: str = "peer info") -> Any:
     """The value of a required field (ProtocolError naming it when it is missing)."""
     if not isinstance(obj, Mapping):
-        raise ProtocolError(f"{path} must be a JSON object, got {_kind(obj)} {show(obj)}")
+        raise RemoteProtocolError(f"{path} must be a JSON object, got {_kind(obj)} {show(obj)}")
     if name not in obj:
-        raise ProtocolError(f"{path} lacks the field {name!r}")
+        raise RemoteProtocolError(f"{path} lacks the field {name!r}")
     return obj[name]
 
 
 def check_int(value: object, path: str, lo: int, hi: int) -> int:
     """An integer (not a bool, not a float) in [lo, hi]."""
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ProtocolError(
+        raise RemoteProtocolError(
             f"{path} must be an integer in [{lo}, {hi}], got {_kind(value)} {show(value)}"
         )
     return value
@@ -119,7 +121,7 @@ def field_int(
 def check_str(value: object, path: str, max_len: int = _MAX_STR) -> str:
     """A string of at most ``max_len`` characters."""
     if not isinstance(value, str) or len(value) > max_len:
-        raise ProtocolError(
+        raise RemoteProtocolError(
             f"{path} must be a string of at most {max_len} characters, "
             f"got {_kind(value)} {show(value)}"
         )
@@ -160,19 +162,19 @@ def check_host(
     if names:
         expected += " or a host name"
     if not isinstance(value, str) or not value or len(value) > 253:
-        raise ProtocolError(f"{path} must be {expected}, got {_kind(value)} {show(value)}")
+        raise RemoteProtocolError(f"{path} must be {expected}, got {_kind(value)} {show(value)}")
     try:
         address = ipaddress.ip_address(value)
     except ValueError:
         if names and not ipv4_only and _hostname_ok(value):
             return value
-        raise ProtocolError(f"{path} must be {expected}, got {show(value)}") from None
+        raise RemoteProtocolError(f"{path} must be {expected}, got {show(value)}") from None
     if ipv4_only and address.version != 4:
-        raise ProtocolError(f"{path} must be {expected}, got the IPv6 address {show(value)}")
+        raise RemoteProtocolError(f"{path} must be {expected}, got the IPv6 address {show(value)}")
     if unicast:
         broadcast = address.version == 4 and address == ipaddress.IPv4Address("255.255.255.255")
         if address.is_unspecified or address.is_multicast or broadcast:
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 f"{path} must be a unicast address of the peer, got {show(value)} "
                 "(unspecified, multicast or broadcast)"
             )
@@ -214,11 +216,11 @@ def check_list(
     """A JSON array; with ``length`` it must have exactly that many items (ConfigError
     otherwise: the peer's QP is shaped differently from this one)."""
     if not isinstance(value, list):
-        raise ProtocolError(f"{path} must be a JSON array, got {_kind(value)} {show(value)}")
+        raise RemoteProtocolError(f"{path} must be a JSON array, got {_kind(value)} {show(value)}")
     if length is not None and len(value) != length:
         raise ConfigError(f"{path} has {len(value)} entries, this QP expects {length}")
     if len(value) > max_length:
-        raise ProtocolError(f"{path} has {len(value)} entries, at most {max_length} allowed")
+        raise RemoteProtocolError(f"{path} has {len(value)} entries, at most {max_length} allowed")
     return value
 
 
@@ -226,7 +228,9 @@ def check_address(value: object, path: str, **host: bool) -> tuple[str, int]:
     """A ``[host, port]`` pair (host options as in :func:`check_host`)."""
     pair = value if isinstance(value, (list, tuple)) else None
     if pair is None or len(pair) != 2:
-        raise ProtocolError(f"{path} must be a [host, port] pair, got {_kind(value)} {show(value)}")
+        raise RemoteProtocolError(
+            f"{path} must be a [host, port] pair, got {_kind(value)} {show(value)}"
+        )
     return check_host(pair[0], f"{path}[0]", **host), check_port(pair[1], f"{path}[1]")
 
 
@@ -257,6 +261,6 @@ def check_int_grid(
         for r, row in enumerate(grid):
             for c, v in enumerate(row):
                 if v in seen:
-                    raise ProtocolError(f"{path}[{r}][{c}] repeats the value {v}")
+                    raise RemoteProtocolError(f"{path}[{r}][{c}] repeats the value {v}")
                 seen.add(v)
     return grid

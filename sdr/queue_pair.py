@@ -37,7 +37,7 @@ from sdr.control import (
     message_type,
 )
 from sdr.counters import QPCounters
-from sdr.errors import ProtocolError
+from sdr.errors import ProtocolError, RemoteProtocolError
 from sdr.recv_table import RecvRecord, RecvTable
 from sdr.send_table import SendRecord, SendTable
 from sdr.transport import CompletionBatch, MemoryRegion, WriteBatch
@@ -165,7 +165,7 @@ class QueuePairCore:
             elif kind == CTS_REQUEST_TYPE:
                 self._resend_cts(decode_cts_request(data))
             elif kind in SDR_TYPES:
-                raise ProtocolError(f"unknown SDR control message type {kind}")
+                raise RemoteProtocolError(f"unknown SDR control message type {kind}")
             elif len(self.upper_control) >= MAX_QUEUED_CONTROL:
                 self.counters.control_dropped += 1  # nobody reads them: a flood, tail drop
             else:

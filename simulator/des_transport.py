@@ -30,7 +30,7 @@ import numpy as np
 import simpy
 
 from sdr.config import QPAttr
-from sdr.errors import ConfigError, ProtocolError, TransportError
+from sdr.errors import ConfigError, LocalProtocolError, TransportError
 from sdr.key_table import KeyTable, KeyTableBindings
 from sdr.pacing import TokenBucket
 from sdr.simulator.des_link import DirectionScheduler, Nic, PathImpairments
@@ -167,7 +167,7 @@ class DesQP(KeyTableBindings, TransportQP):
 
     def send_control(self, data: bytes) -> None:
         if len(data) > MAX_CONTROL_SIZE:
-            raise ProtocolError(f"control message of {len(data)} bytes > {MAX_CONTROL_SIZE}")
+            raise LocalProtocolError(f"control message of {len(data)} bytes > {MAX_CONTROL_SIZE}")
         peer = self.peer
         if peer is None:
             raise TransportError("QP is not connected")

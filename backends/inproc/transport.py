@@ -16,7 +16,7 @@ import numpy as np
 
 from sdr.backends.inproc.network import InprocNetwork, ManualClock
 from sdr.config import QPAttr
-from sdr.errors import ConfigError, ProtocolError, TransportError
+from sdr.errors import ConfigError, LocalProtocolError, TransportError
 from sdr.key_table import KeyTable, KeyTableBindings
 from sdr.pacing import TokenBucket
 from sdr.placement import int64_column
@@ -135,7 +135,7 @@ class InprocQP(KeyTableBindings, TransportQP):
 
     def send_control(self, data: bytes) -> None:
         if len(data) > MAX_CONTROL_SIZE:
-            raise ProtocolError(f"control message of {len(data)} bytes > {MAX_CONTROL_SIZE}")
+            raise LocalProtocolError(f"control message of {len(data)} bytes > {MAX_CONTROL_SIZE}")
         if self.peer is None:
             raise TransportError("QP is not connected")
         self.network.send(self.peer, bytes(data), control=True)

@@ -18,7 +18,7 @@ from sdr.backends.offload.engine import ChannelEngine, drain
 from sdr.backends.offload.shared_state import QPShared, Segment, layout_for
 from sdr.backends.offload.wire import HEADER, MAX_DATAGRAM, PacketSource, encode_header, make_source
 from sdr.config import MAX_GENERATIONS, QPAttr
-from sdr.errors import ConfigError, ProtocolError, TransportError
+from sdr.errors import ConfigError, LocalProtocolError, TransportError
 from sdr.pacing import TokenBucket
 from sdr.peer_info import (
     check_address,
@@ -239,7 +239,7 @@ class OffloadQP(TransportQP):
 
     def send_control(self, data: bytes) -> None:
         if len(data) > MAX_CONTROL_SIZE:
-            raise ProtocolError(f"control message of {len(data)} bytes > {MAX_CONTROL_SIZE}")
+            raise LocalProtocolError(f"control message of {len(data)} bytes > {MAX_CONTROL_SIZE}")
         if self._peer_control is None:
             raise TransportError("QP is not connected")
         try:

@@ -36,7 +36,7 @@ from sdr.backends.udp.roce import (
     wire_length,
 )
 from sdr.config import QPAttr
-from sdr.errors import ProtocolError, ResourceBusy, TransportError
+from sdr.errors import LocalProtocolError, ResourceBusy, TransportError
 from sdr.key_table import KeyTable, KeyTableBindings
 from sdr.placement import DISCARD_REASONS
 from sdr.queue_pair import MAX_QUEUED_CONTROL
@@ -167,7 +167,7 @@ class UdpQP(KeyTableBindings, TransportQP):
         if self.peer is None or self._prefix is None:
             raise TransportError("QP is not connected")
         if not 0 <= batch.generation < len(self.peer_qpns):
-            raise ProtocolError(
+            raise LocalProtocolError(
                 f"generation {batch.generation} has no QPN at the peer "
                 f"({len(self.peer_qpns)} generations)"
             )
@@ -233,7 +233,7 @@ class UdpQP(KeyTableBindings, TransportQP):
                 )
             )
         except ValueError as exc:
-            raise ProtocolError(str(exc)) from exc
+            raise LocalProtocolError(str(exc)) from exc
         except OSError as exc:
             raise TransportError(f"sendmmsg: {exc}") from exc
 
@@ -323,7 +323,7 @@ class UdpQP(KeyTableBindings, TransportQP):
     # --- control path -----------------------------------------------------------------------
     def send_control(self, data: bytes) -> None:
         if len(data) > MAX_CONTROL_SIZE:
-            raise ProtocolError(f"control message of {len(data)} bytes > {MAX_CONTROL_SIZE}")
+            raise LocalProtocolError(f"control message of {len(data)} bytes > {MAX_CONTROL_SIZE}")
         if self.peer_control is None:
             raise TransportError("QP is not connected")
         self.transport.send_control(self.peer_control, self.peer_control_id, bytes(data))

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from sdr.backends.udp.contracts import QPN_MAX, QPN_MIN, QPHost
 from sdr.config import QPAttr
-from sdr.errors import ProtocolError
+from sdr.errors import RemoteProtocolError
 from sdr.peer_info import (
     check_int_grid,
     check_int_list,
@@ -92,7 +92,7 @@ def _peer_ports(info: dict[str, Any], port: int, path: str) -> list[int]:
     items = check_list(info["ports"], f"{path}.ports", max_length=_MAX_PORTS)
     ports = [check_port(v, f"{path}.ports[{i}]") for i, v in enumerate(items)]
     if not ports or ports[0] != port or len(set(ports)) != len(ports):
-        raise ProtocolError(
+        raise RemoteProtocolError(
             f"{path}.ports must list distinct ports starting with port {port}, got {ports}"
         )
     return ports

@@ -27,7 +27,7 @@ from sdr.backends.oob import DEFAULT_PORT, recv_obj, send_obj
 from sdr.backends.udp.qp import UdpQP
 from sdr.backends.udp.roce import ROCE_PORT
 from sdr.backends.udp.transport import UdpTransport
-from sdr.errors import ConfigError, ProtocolError, TransportError
+from sdr.errors import ConfigError, RemoteProtocolError, TransportError
 from sdr.errors import TimeoutError as SDRTimeoutError
 from sdr.runtime.qp import QP
 
@@ -271,7 +271,7 @@ def run_server(
             attr = params.attr()
         except (TypeError, KeyError, ConfigError) as exc:
             send_obj(conn, {"error": str(exc)})
-            raise ProtocolError(f"bad write-bw request: {exc}") from exc
+            raise RemoteProtocolError(f"bad write-bw request: {exc}") from exc
         idle_limit = params.timeout if timeout is None else timeout
         qp = ctx.create_qp(attr)
         info = request["info"] if rewrite_peer is None else rewrite_peer(request["info"])

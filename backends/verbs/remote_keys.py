@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from sdr.errors import ProtocolError
+from sdr.errors import LocalProtocolError, RemoteProtocolError
 
 __all__ = ["RemoteKey", "RemoteKeys", "frame", "unframe"]
 
@@ -46,14 +46,14 @@ def frame(data: bytes, key: RemoteKey | None = None) -> bytes:
 def unframe(datagram: bytes) -> tuple[RemoteKey | None, bytes]:
     """Split a control datagram into (key or None, upper message)."""
     if not datagram:
-        raise ProtocolError("empty control datagram")
+        raise RemoteProtocolError("empty control datagram")
     kind = datagram[0]
     if kind == _PLAIN:
         return None, datagram[1:]
     if kind == _KEYED and len(datagram) >= 1 + _KEY.size:
         gen, slot, addr, rkey, length = _KEY.unpack_from(datagram, 1)
         return RemoteKey(gen, slot, addr, rkey, length), datagram[1 + _KEY.size :]
-    raise ProtocolError(f"bad verbs control frame: kind {kind}, {len(datagram)} bytes")
+    raise RemoteProtocolError(f"bad verbs control frame: kind {kind}, {len(datagram)} bytes")
 
 
 class RemoteKeys:
@@ -71,11 +71,11 @@ class RemoteKeys:
         slot, within = divmod(remote_offset, self.slot_size)
         key = self._keys.get((generation, slot))
         if key is None:
-            raise ProtocolError(f"no receive key for generation {generation}, slot {slot}")
+            raise LocalProtocolError(f"no receive key for generation {generation}, slot {slot}")
         if length == 0:  # immediate-only: a zero-length write touches no memory
             return key.addr, key.rkey
         if within + length > key.length:
-            raise ProtocolError(
+            raise LocalProtocolError(
                 f"write [{within}, {within + length}) past the {key.length}-byte receive "
                 f"in generation {generation}, slot {slot}"
             )

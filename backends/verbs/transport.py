@@ -37,7 +37,13 @@ from sdr.backends.verbs.remote_keys import RemoteKey, RemoteKeys, frame, unframe
 from sdr.backends.verbs.work_requests import completion_kind, imm_from_wire, recv_wr, write_with_imm
 from sdr.config import QPAttr
 from sdr.control import CTS_TYPE, decode_cts
-from sdr.errors import ConfigError, ProtocolError, TransportError
+from sdr.errors import (
+    ConfigError,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+    TransportError,
+)
 from sdr.pacing import TokenBucket
 from sdr.peer_info import (
     check_int,
@@ -259,7 +265,7 @@ class VerbsQP(TransportQP):
     # --- control path ---------------------------------------------------------------------
     def send_control(self, data: bytes) -> None:
         if len(data) > MAX_CONTROL_SIZE:
-            raise ProtocolError(f"control message of {len(data)} bytes > {MAX_CONTROL_SIZE}")
+            raise LocalProtocolError(f"control message of {len(data)} bytes > {MAX_CONTROL_SIZE}")
         if self._peer_control is None:
             raise TransportError("QP is not connected")
         key = None
@@ -313,14 +319,14 @@ def _endpoint(value: object, path: str) -> Endpoint:
     """One peer endpoint ``[qpn, psn, lid, gid]`` of verbs peer info, validated."""
     entry = check_list(value, path)
     if len(entry) != 4:
-        raise ProtocolError(f"{path} must be [qpn, psn, lid, gid], got {len(entry)} items")
+        raise RemoteProtocolError(f"{path} must be [qpn, psn, lid, gid], got {len(entry)} items")
     qpn = check_int(entry[0], f"{path}[0] (qpn)", 2, (1 << 24) - 1)
     psn = check_int(entry[1], f"{path}[1] (psn)", 0, (1 << 24) - 1)
     lid = check_int(entry[2], f"{path}[2] (lid)", 0, 0xFFFF)
     try:
         gid = gid_text(check_str(entry[3], f"{path}[3] (gid)", 64))
     except ConfigError as exc:
-        raise ProtocolError(f"{path}[3] (gid): {exc}") from exc
+        raise RemoteProtocolError(f"{path}[3] (gid): {exc}") from exc
     return Endpoint(qpn, psn, lid, gid)
 
 

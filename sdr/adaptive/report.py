@@ -27,7 +27,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from sdr.errors import ProtocolError
+from sdr.errors import RemoteProtocolError
 from sdr.reliability.messages import ControlMessage
 
 __all__ = ["LOSS_REPORT_TYPE", "GapCounter", "LossReport", "is_loss_report"]
@@ -59,14 +59,16 @@ class LossReport(ControlMessage):
     def decode(cls, data: bytes) -> LossReport:
         """Parse one LOSS_REPORT; ProtocolError if it is damaged or not one."""
         if len(data) != _SIZE:
-            raise ProtocolError(f"LOSS_REPORT must be {_SIZE} bytes, got {len(data)}")
+            raise RemoteProtocolError(f"LOSS_REPORT must be {_SIZE} bytes, got {len(data)}")
         view = memoryview(data)
         (crc,) = _TRAILER.unpack_from(view, _SIZE - _TRAILER.size)
         if zlib.crc32(view[: -_TRAILER.size]) != crc:
-            raise ProtocolError("LOSS_REPORT checksum mismatch (damaged in transit)")
+            raise RemoteProtocolError("LOSS_REPORT checksum mismatch (damaged in transit)")
         kind, version, _flags, seq = _HEADER.unpack_from(view)
         if kind != LOSS_REPORT_TYPE or version != _VERSION:
-            raise ProtocolError(f"not a LOSS_REPORT v{_VERSION}: type {kind}, version {version}")
+            raise RemoteProtocolError(
+                f"not a LOSS_REPORT v{_VERSION}: type {kind}, version {version}"
+            )
         trials, losses, runs, nbytes, span = _BODY.unpack_from(view, _HEADER.size)
         return cls(seq, trials, losses, runs, nbytes, span)
 

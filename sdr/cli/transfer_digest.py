@@ -18,7 +18,7 @@ from typing import Any
 
 import blake3
 
-from sdr.errors import ConfigError, ProtocolError
+from sdr.errors import ConfigError, RemoteProtocolError
 
 __all__ = ["DEFAULT_DIGEST", "DIGESTS", "check_digest", "file_digest", "peer_digest"]
 
@@ -55,10 +55,10 @@ def peer_digest(done: object) -> tuple[str, str | None]:
     algorithm = done.get("digest_algorithm") if isinstance(done, dict) else None
     digest = done.get("digest") if isinstance(done, dict) else None
     if algorithm not in DIGESTS:
-        raise ProtocolError(
+        raise RemoteProtocolError(
             f"the sender's closing message names digest {algorithm!r}; expected one of "
             f"{', '.join(DIGESTS)}"
         )
     if (digest is None) != (algorithm == "none") or not isinstance(digest, str | None):
-        raise ProtocolError(f"the sender's {algorithm} digest is malformed: {digest!r:.80}")
+        raise RemoteProtocolError(f"the sender's {algorithm} digest is malformed: {digest!r:.80}")
     return str(algorithm), digest

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from sdr.auth import sign_info, verify_info
 from sdr.backends.udp import UdpTransport
-from sdr.errors import ConfigError, ProtocolError
+from sdr.errors import ConfigError, RemoteProtocolError
 from sdr.errors import TimeoutError as SDRTimeoutError
 
 __all__ = ["RelaySide", "load_side", "write_map"]
@@ -64,7 +64,7 @@ class RelaySide:
             body.pop("nonce", None)
             transport = dict(body["transport"])
         except (TypeError, ValueError, KeyError) as exc:
-            raise ProtocolError(f"peer QP info is malformed: {exc}") from exc
+            raise RemoteProtocolError(f"peer QP info is malformed: {exc}") from exc
         transport.update(
             host=self.peer_data[0], port=self.peer_data[1], control_port=self.peer_control[1]
         )

@@ -19,7 +19,7 @@ from sdr.cli.transfer_peer import peer_error, tell_peer, watch
 from sdr.cli.transfer_pieces import PieceWindow, map_file, with_arrived
 from sdr.cli.transfer_relay import RelaySide, load_side
 from sdr.cli.transfer_setup import expect, hello, parse_challenge, parse_reply
-from sdr.errors import ConfigError, MessageFailed, ProtocolError, SDRError
+from sdr.errors import ConfigError, MessageFailed, RemoteProtocolError, SDRError
 from sdr.reliability import ReliabilityConfig
 from sdr.reliability.registry import create_scheme
 from sdr.runtime import ReliableQP
@@ -144,7 +144,7 @@ def _send(
         raise MessageFailed(f"receiver reports a bad file: {verdict!r:.200}")
     recv_end = verdict.get("end")
     if isinstance(recv_end, bool) or not isinstance(recv_end, int | float):
-        raise ProtocolError(f"the receiver's verdict lacks its end time: {verdict!r:.200}")
+        raise RemoteProtocolError(f"the receiver's verdict lacks its end time: {verdict!r:.200}")
     counters = qp.counters()
     return {
         "bytes": size,

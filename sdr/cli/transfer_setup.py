@@ -33,7 +33,7 @@ from sdr import errors
 from sdr.auth import sign_info
 from sdr.backends import oob
 from sdr.cli.transfer_peer import check_secret_of, peer_error
-from sdr.errors import ProtocolError, SDRError
+from sdr.errors import RemoteProtocolError, SDRError
 from sdr.peer_info import check_keys, field_int, field_str, require_object, show
 from sdr.reliability import ReliabilityConfig
 from sdr.units import format_size
@@ -91,7 +91,7 @@ def parse_challenge(message: Any) -> str:
         raise peer_error(message, "receiver")
     challenge = message.get("challenge") if isinstance(message, dict) else None
     if not isinstance(challenge, str) or not _CHALLENGE.fullmatch(challenge):
-        raise ProtocolError(
+        raise RemoteProtocolError(
             f"expected the receiver's challenge (32 hex digits), got {show(message)}"
         )
     return challenge
@@ -134,14 +134,14 @@ def parse_hello(message: Any, challenge: str, secret: bytes | None, max_size: in
     body = check_secret_of(require_object(message, "the sender's hello"), secret, "receiver",
                            "sender")  # fmt: skip
     if body.get("challenge") != challenge:
-        raise ProtocolError(
+        raise RemoteProtocolError(
             "the sender's hello answers another challenge (a replayed or stale set-up): "
             f"{show(body.get('challenge'))}"
         )
     check_keys(body, "the sender's hello", HELLO_FIELDS, _SIGNED)
     size = field_int(body, "size", 0, _MAX_SIZE, path="hello")
     if size > max_size:
-        raise ProtocolError(
+        raise RemoteProtocolError(
             f"the sender announces {format_size(size)} ({size} bytes), more than this "
             f"receiver's --max-size {format_size(max_size)}"
         )
@@ -151,10 +151,10 @@ def parse_hello(message: Any, challenge: str, secret: bytes | None, max_size: in
             require_object(body["reliability"], "hello.reliability")
         )
     except (TypeError, ValueError, OverflowError, SDRError) as exc:
-        raise ProtocolError(f"bad transfer request: {exc}") from exc
+        raise RemoteProtocolError(f"bad transfer request: {exc}") from exc
     message_size = field_int(body, "message_size", 1, _MAX_SIZE, path="hello")
     if message_size != attr.max_message_size:
-        raise ProtocolError(
+        raise RemoteProtocolError(
             f"hello.message_size {message_size} differs from hello.attr.max_message_size "
             f"{attr.max_message_size}"
         )
@@ -183,12 +183,12 @@ def parse_reply(message: Any, nonce: str | None, secret: bytes | None) -> str:
     another), the info's type."""
     if isinstance(message, dict) and "error" in message:
         if "secret" in message:
-            raise ProtocolError(str(message["error"]))
-        raise ProtocolError(f"receiver refused the transfer: {message['error']}")
+            raise RemoteProtocolError(str(message["error"]))
+        raise RemoteProtocolError(f"receiver refused the transfer: {message['error']}")
     obj = require_object(message, "the receiver's reply")
     body = check_secret_of(obj, secret, "sender", "receiver")
     if body.get("challenge") != nonce:
-        raise ProtocolError(
+        raise RemoteProtocolError(
             "the receiver's reply answers another challenge (a replayed or stale reply): "
             f"{show(body.get('challenge'))}"
         )

@@ -18,7 +18,7 @@ import zlib
 import numpy as np
 
 from sdr.crc import crc32
-from sdr.errors import ProtocolError
+from sdr.errors import RemoteProtocolError
 from sdr.reliability.geometry import MessageGeometry
 from sdr.reliability.messages import DIGEST_PER_MESSAGE, Digest
 
@@ -113,20 +113,20 @@ class DigestStore:
         """
         g = self.geometry
         if msg.scheme != self.scheme:
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 f"message seq {msg.seq}: the peer's reliability scheme differs (fingerprint "
                 f"{msg.scheme:#010x}, ours {self.scheme:#010x} for {self.description}); "
                 "configure both ends with the same scheme, k, m and chunk size"
             )
         if msg.length != g.length or msg.chunk_size != g.chunk_size:
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 f"message seq {msg.seq}: the sender wrote {msg.length} bytes in "
                 f"{msg.chunk_size}-byte chunks, but the posted receive is {g.length} bytes in "
                 f"{g.chunk_size}-byte chunks; write exactly the posted length"
             )
         stop = msg.first + len(msg.crcs)
         if stop > g.n_chunks:
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 f"message seq {msg.seq}: DIGEST covers chunks up to {stop}, message has "
                 f"{g.n_chunks}"
             )

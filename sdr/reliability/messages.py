@@ -45,7 +45,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from sdr.errors import ProtocolError
+from sdr.errors import RemoteProtocolError
 from sdr.reliability.repair_messages import EcNack, Nack, RangeMessage, Sack
 from sdr.reliability.wire import (
     _CHUNK_END,
@@ -102,12 +102,12 @@ class Digest(ControlMessage):
         _need(body, _DIGEST.size, "DIGEST")
         length, scheme, chunk_size, first, count = _DIGEST.unpack_from(body)
         if len(body) != _DIGEST.size + 4 * count:
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 f"DIGEST of {count} checksums must be {_DIGEST.size + 4 * count} body bytes, "
                 f"got {len(body)}"
             )
         if first + count > _CHUNK_END:
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 f"DIGEST of chunks [{first}, {first + count}) names chunks past the index "
                 f"space, expected an end <= {_CHUNK_END}"
             )
@@ -131,7 +131,7 @@ class Ack(ControlMessage):
     @classmethod
     def _parse(cls, seq: int, flags: int, body: memoryview) -> Ack:
         if len(body):
-            raise ProtocolError(f"ACK has no body, got {len(body)} bytes")
+            raise RemoteProtocolError(f"ACK has no body, got {len(body)} bytes")
         return cls(seq, bool(flags & 1))
 
 
@@ -163,5 +163,5 @@ class Abort(ControlMessage):
     @classmethod
     def _parse(cls, seq: int, flags: int, body: memoryview) -> Abort:
         if len(body):
-            raise ProtocolError(f"ABORT has no body, got {len(body)} bytes")
+            raise RemoteProtocolError(f"ABORT has no body, got {len(body)} bytes")
         return cls(seq, bool(flags & 1))

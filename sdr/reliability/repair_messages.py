@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from sdr.errors import ProtocolError
+from sdr.errors import RemoteProtocolError
 from sdr.reliability.geometry import chunk_runs
 from sdr.reliability.wire import (
     _CHUNK_END,
@@ -101,7 +101,7 @@ class Sack(RangeMessage):
         _need(body, _SACK.size, "SACK")
         cum, nbits = _SACK.unpack_from(body)
         if len(body) != _SACK.size + -(-nbits // 8):
-            raise ProtocolError(f"SACK of {nbits} bits has a {len(body)}-byte body")
+            raise RemoteProtocolError(f"SACK of {nbits} bits has a {len(body)}-byte body")
         raw = np.frombuffer(body, dtype=np.uint8, offset=_SACK.size)
         bits = np.unpackbits(raw, count=nbits, bitorder="little").astype(bool)
         return cls(seq, cum, bits, bool(flags & 1))
@@ -154,7 +154,7 @@ class Nack(RangeMessage):
         _need(body, _COUNT.size, "NACK")
         (count,) = _COUNT.unpack_from(body)
         if len(body) != _COUNT.size + count * _RANGE.size:
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 f"NACK of {count} ranges must be {_COUNT.size + count * _RANGE.size} body "
                 f"bytes, got {len(body)}"
             )
@@ -229,7 +229,7 @@ class EcNack(RangeMessage):
         k, count = _EC.unpack_from(body)
         entry = 4 + -(-k // 8)
         if k < 1 or len(body) != _EC.size + count * entry:
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 f"EC_NACK of {count} submessages (k={k}) must be {_EC.size + count * entry} "
                 f"body bytes with k >= 1, got {len(body)}"
             )

@@ -17,7 +17,7 @@ import zlib
 from typing import ClassVar
 
 from sdr.control import RELIABILITY_TYPES
-from sdr.errors import ConfigError, ProtocolError
+from sdr.errors import ConfigError, RemoteProtocolError
 from sdr.transport import MAX_CONTROL_SIZE
 
 __all__ = [
@@ -59,7 +59,7 @@ class ControlMessage:
     @classmethod
     def _parse(cls, seq: int, flags: int, body: memoryview) -> ControlMessage:
         if len(body):
-            raise ProtocolError(f"{cls.__name__} has no body, got {len(body)} bytes")
+            raise RemoteProtocolError(f"{cls.__name__} has no body, got {len(body)} bytes")
         return cls(seq)  # type: ignore[call-arg]
 
 
@@ -91,20 +91,20 @@ def is_reliability_message(data: bytes) -> bool:
 def decode_message(data: bytes) -> ControlMessage:
     """Parse one control message; ProtocolError says what is wrong with it."""
     if not _OVERHEAD <= len(data) <= MAX_CONTROL_SIZE:
-        raise ProtocolError(
+        raise RemoteProtocolError(
             f"control message of {len(data)} bytes, expected >= {_OVERHEAD} and "
             f"<= {MAX_CONTROL_SIZE}"
         )
     view = memoryview(data)
     (crc,) = _TRAILER.unpack_from(view, len(view) - _TRAILER.size)
     if zlib.crc32(view[: -_TRAILER.size]) != crc:
-        raise ProtocolError("control message checksum mismatch (damaged in transit)")
+        raise RemoteProtocolError("control message checksum mismatch (damaged in transit)")
     kind, version, flags, seq = _HEADER.unpack_from(view)
     if version != VERSION:
-        raise ProtocolError(f"reliability message version {version}, expected {VERSION}")
+        raise RemoteProtocolError(f"reliability message version {version}, expected {VERSION}")
     cls = _TYPES.get(kind)
     if cls is None:
-        raise ProtocolError(
+        raise RemoteProtocolError(
             f"unknown reliability message type {kind}, expected one of {sorted(_TYPES)}"
         )
     return cls._parse(seq, flags, view[_HEADER.size : -_TRAILER.size])
@@ -112,4 +112,4 @@ def decode_message(data: bytes) -> ControlMessage:
 
 def _need(body: memoryview, size: int, what: str) -> None:
     if len(body) < size:
-        raise ProtocolError(f"{what} body must be >= {size} bytes, got {len(body)}")
+        raise RemoteProtocolError(f"{what} body must be >= {size} bytes, got {len(body)}")

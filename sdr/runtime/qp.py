@@ -15,7 +15,7 @@ from typing import Protocol as TypingProtocol
 from sdr.actions import Action, Bind, Reopen, Seal, SendControl, Unbind
 from sdr.auth import sign_info, verify_info
 from sdr.config import QPAttr
-from sdr.errors import ConfigError, ProtocolError, SDRError, TransportError
+from sdr.errors import ConfigError, RemoteProtocolError, SDRError, TransportError
 from sdr.peer_info import check_int, check_keys, field_int, field_str, require_object
 from sdr.queue_pair import QueuePairCore
 from sdr.recv_table import RecvRecord
@@ -95,7 +95,7 @@ class QP:
         except OSError as exc:  # a backend that does not validate its own part
             raise TransportError(f"the {backend} backend could not connect: {exc}") from exc
         except Exception as exc:
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 f"peer info.transport is not valid {backend} transport info: {exc!r}"
             ) from exc
         self.connected = True
@@ -105,14 +105,14 @@ class QP:
         try:
             decoded = json.loads(remote_info)
         except (ValueError, TypeError, RecursionError) as exc:
-            raise ProtocolError(f"peer info is not valid JSON: {exc}") from exc
+            raise RemoteProtocolError(f"peer info is not valid JSON: {exc}") from exc
         try:
             remote = verify_info(require_object(decoded, "peer info"), self.ctx.secret)
         except RecursionError as exc:
-            raise ProtocolError("peer info is nested too deeply") from exc
+            raise RemoteProtocolError("peer info is nested too deeply") from exc
         version = field_int(remote, "version", 0, _ATTR_MAX)
         if version != _INFO_VERSION:
-            raise ProtocolError(f"peer info version {version}, expected {_INFO_VERSION}")
+            raise RemoteProtocolError(f"peer info version {version}, expected {_INFO_VERSION}")
         check_keys(remote, "peer info", _INFO_FIELDS, _SIGNED_FIELDS)
         backend = field_str(remote, "backend")
         if backend != self.ctx.transport.name:
