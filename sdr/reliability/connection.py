@@ -31,6 +31,14 @@ never lets more than its ``cwnd`` be in flight when the scheme acknowledges as i
 (``Scheme.acks_progressively``; EC acknowledges a message at its end, so it is paced by
 rate alone), and the driver paces at :attr:`pacing_rate`. The blocking shell over it, with
 handles and waits, is :class:`sdr.runtime.ReliableQP`.
+
+Inside, the connection runs the rounds, routes control messages and keeps the outcomes
+(events, counters); three objects it owns hold the state: a
+:class:`~sdr.reliability.write_side.WriteSide` (writes queued and admitted, their sender
+machines and streams), a :class:`~sdr.reliability.receive_side.ReceiveSide` (receives
+posted, their receiver machines, the outcomes a late PROBE asks for) and the
+:class:`~sdr.reliability.congestion_books.CongestionBooks` (the controller and the
+multipath path choice, fed by the writes).
 """
 
 from __future__ import annotations
@@ -38,28 +46,14 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter, OrderedDict, deque
+from functools import partial
 
-import numpy as np
-
-from sdr.config import QPAttr
-from sdr.congestion import CongestionController, controller_for
-from sdr.errors import Cancelled, ConfigError, MessageFailed, ProtocolError, ResourceBusy, SDRError
-from sdr.errors import TimeoutError as SDRTimeoutError
+from sdr.congestion import CongestionController
+from sdr.errors import ConfigError, ProtocolError, SDRError
 from sdr.queue_pair import QueuePairCore
-from sdr.recv_table import RecvRecord
-from sdr.reliability.base import (
-    Delivered,
-    Finished,
-    Lost,
-    Machine,
-    ReopenChunks,
-    Scheme,
-    SealChunks,
-    SendChunks,
-    SendMessage,
-    earliest,
-)
+from sdr.reliability.base import Scheme, earliest
 from sdr.reliability.config import ReliabilityConfig
+from sdr.reliability.congestion_books import CongestionBooks, congestion_controller
 from sdr.reliability.events import (
     Event,
     MessageFailedEvent,
@@ -67,49 +61,23 @@ from sdr.reliability.events import (
     RtoAdvice,
     WriteCompleted,
 )
-from sdr.reliability.messages import (
-    Abort,
-    Ack,
-    ControlMessage,
-    Probe,
-    RangeMessage,
-    decode_message,
-    is_reliability_message,
-)
+from sdr.reliability.messages import ControlMessage, decode_message, is_reliability_message
 from sdr.reliability.multipath import ChunkPaths
+from sdr.reliability.receive_side import ReceiveSide
 from sdr.reliability.registry import create_scheme
 from sdr.reliability.rto_check import spurious_repair_warning
 from sdr.reliability.rtt_estimator import RttEstimator
-from sdr.reliability.schedule import Schedule
 from sdr.reliability.sr_sender import max_rto
-from sdr.reliability.transfers import Incoming, Outgoing, Register, open_outgoing
-from sdr.send_table import SendRecord, SendState
+from sdr.reliability.transfers import Incoming, Outgoing, Register
+from sdr.reliability.write_side import WriteSide
 from sdr.transport import CompletionBatch, MemoryRegion, WriteBatch
 
-__all__ = ["ReliableConnection"]
+__all__ = ["ReliableConnection", "congestion_controller"]
 
 log = logging.getLogger(__name__)
 
-_FINISHED_MEMORY = 4096
+_FINISHED_MEMORY = 4096  # finished receives whose outcome a late PROBE can still ask
 _UNHANDLED_MAX = 1024
-
-
-def congestion_controller(config: ReliabilityConfig, attr: QPAttr) -> CongestionController | None:
-    """The controller ``config.congestion`` names for a QP of ``attr`` (None for ``fixed``:
-    the QP's pacer keeps its ``rate_limit``). It starts at ``link_rate`` (else the QP's
-    ``rate_limit``) and never exceeds ``congestion_params["max_rate"]`` (default: that
-    rate)."""
-    if config.congestion == "fixed":
-        return None
-    rate = config.link_rate if config.link_rate is not None else attr.rate_limit
-    params = dict(config.congestion_params)
-    max_rate = params.pop("max_rate", None)
-    if rate is None and max_rate is None and config.congestion != "auto":
-        raise ConfigError(
-            f"congestion {config.congestion!r} needs a rate to start from: set the QP's "
-            "rate_limit or [reliability] link_rate (or congestion_params.max_rate)"
-        )
-    return controller_for(config.congestion, rate, max_rate=max_rate, mtu=attr.mtu, **params)
 
 
 class ReliableConnection:
@@ -131,7 +99,6 @@ class ReliableConnection:
         self.attr = core.attr
         self.config = config
         self.scheme = scheme if scheme is not None else create_scheme(config)
-        self._register = register
         self.n_lanes = len(self.scheme.lanes(0))
         self.max_in_flight = min(config.max_in_flight, self.attr.max_messages // self.n_lanes)
         if self.max_in_flight < 1:
@@ -144,37 +111,38 @@ class ReliableConnection:
         self.unhandled_control: deque[bytes] = deque(maxlen=_UNHANDLED_MAX)
         """Control messages outside the reliability range, for the application (the newest
         1024; older ones are dropped, counted as ``control_dropped``)."""
-        self._send_seq = 0
-        self._recv_seq = 0
-        self._waiting: deque[tuple[int, MemoryRegion, int, int]] = deque()
-        self._sending: dict[int, Outgoing] = {}
-        self._lane_of: dict[SendRecord, tuple[Outgoing, int]] = {}
-        self._to_post: deque[Incoming] = deque()
-        self._receiving: dict[int, Incoming] = {}
-        self._send_schedule = Schedule()
-        self._recv_schedule = Schedule()
-        """Which writes and receives a round runs (:mod:`sdr.reliability.schedule`)."""
-        self._lane_in: dict[RecvRecord, tuple[Incoming, int]] = {}
-        self._finished: OrderedDict[int, bool] = OrderedDict()
         self._events: deque[Event] = deque()
         self.rtt = RttEstimator(config.rto, max(max_rto(config.timeout_for(0)), config.rto))
         """SRTT/RTTVAR of the path, shared by every write's sender (RFC 6298)."""
-        self._rto_kept = self.rtt.rto  # the RTO when the write timers were last kept
         self.progress_at = -math.inf
         """When a chunk of any message was last newly acknowledged or arrived (the
         driver's clock): what a no-progress timeout of the application watches."""
-        self._largest_rtt: float | None = None  # the longest RTT sample (for RtoWarning)
         self._warned_rto = False
-        self.controller = congestion_controller(config, self.attr)
+        self._books = CongestionBooks(config, self.attr, self.scheme.acks_progressively)
+        self._writes = WriteSide(
+            core, config, self.scheme, register, self._books, self.rtt, self.max_in_flight,
+            send=self._send, over=partial(self._finish, "write"), moved=self._moved,
+        )  # fmt: skip
+        self._receives = ReceiveSide(
+            core, self.scheme, register, send=self._send, over=partial(self._finish, "receive"),
+            finished_memory=_FINISHED_MEMORY,
+        )  # fmt: skip
+        if self._books.paths is not None:
+            core.send.channel_for = self._writes.channels_for
+
+    @property
+    def controller(self) -> CongestionController | None:
         """The congestion controller (None: ``fixed``, the QP paces at its rate_limit)."""
-        self._windowed = self.controller is not None and self.scheme.acks_progressively
-        self.paths: ChunkPaths | None = None
+        return self._books.controller
+
+    @controller.setter
+    def controller(self, controller: CongestionController | None) -> None:
+        self._books.controller = controller
+
+    @property
+    def paths(self) -> ChunkPaths | None:
         """Per-chunk path choice over the channels (``config.multipath``), else None."""
-        if config.multipath and self.attr.channels > 1:
-            self.paths = ChunkPaths(
-                self.attr.channels, self.attr.mtu, self.attr.chunk_size, config.rto
-            )
-            core.send.channel_for = self._channels_for
+        return self._books.paths
 
     @property
     def pacing_rate(self) -> float | None:
@@ -191,35 +159,14 @@ class ReliableConnection:
 
         ResourceBusy if ``max_queued`` writes already wait for an in-flight slot."""
         length = region.check_range(offset, length)
-        if length > self.attr.max_message_size:
-            raise ConfigError(
-                f"write of {length} bytes exceeds max_message_size {self.attr.max_message_size}"
-            )
-        cap = self.config.max_queued
-        full = bool(self._waiting) or self.in_flight >= self.max_in_flight
-        if cap is not None and full and len(self._waiting) >= cap:
-            raise ResourceBusy(
-                f"{self.in_flight} writes in flight and {len(self._waiting)} waiting "
-                f"(max_queued={cap}); retry after one finishes"
-            )
-        seq = self._send_seq
-        self._send_seq += 1
-        self._waiting.append((seq, region, offset, length))
-        self._admit(now)
-        return seq
+        return self._writes.post(now, region, offset, length)
 
     def post_recv(
         self, now: float, region: MemoryRegion, offset: int = 0, length: int | None = None
     ) -> int:
         """Post a reliable receive into region[offset:offset+length]; its sequence number."""
         length = region.check_range(offset, length)
-        seq = self._recv_seq
-        self._recv_seq += 1
-        inc = Incoming(seq, region, offset, length, self.scheme.lanes(length))
-        self._to_post.append(inc)
-        self._receiving[seq] = inc
-        self._post(now)
-        return seq
+        return self._receives.post(now, region, offset, length)
 
     def cancel_write(self, now: float, seq: int) -> bool:
         """Stop write ``seq`` before it completes: nothing more of it is sent (its unsent
@@ -228,36 +175,14 @@ class ReliableConnection:
         False when it had finished already. Only a write in flight can be cancelled (one
         still waiting for a slot would shift the order matching of every later write):
         ConfigError otherwise."""
-        if any(waiting[0] == seq for waiting in self._waiting):
-            raise ConfigError(
-                f"write seq {seq} waits for an in-flight slot ({self.in_flight} of "
-                f"max_in_flight={self.max_in_flight} in flight): only admitted writes can be "
-                "cancelled; raise max_in_flight"
-            )
-        out = self._sending.get(seq)
-        if out is None:
-            return False
-        self._end_outgoing(now, out, Cancelled(f"write seq {seq} cancelled"))
-        return True
+        return self._writes.cancel(now, seq)
 
     def cancel_recv(self, now: float, seq: int) -> bool:
         """Stop receive ``seq`` before it completes: its buffer is unbound (packets of it
         that still come are discarded, counted as late; bytes already there stay) and it
         fails with :class:`Cancelled`; the sender is not told (it cancels its write).
         False when it had finished already; ConfigError while it is not posted yet."""
-        inc = self._receiving.get(seq)
-        if inc is None:
-            return False
-        if inc.machine is None or not inc.fully_posted:
-            raise ConfigError(
-                f"receive seq {seq} is not posted yet (the receive table is full): only "
-                "posted receives can be cancelled"
-            )
-        if inc.machine.active:
-            inc.machine.finish(Cancelled(f"receive seq {seq} cancelled"))
-            inc.machine.actions()  # nothing of a cancelled receive is sent
-        self._end_incoming(now, inc, Cancelled(f"receive seq {seq} cancelled"))
-        return True
+        return self._receives.cancel(now, seq)
 
     def next_event(self) -> Event | None:
         """The next thing that happened (a write or receive completed, a message failed)."""
@@ -265,42 +190,29 @@ class ReliableConnection:
 
     def is_admitted(self, seq: int) -> bool:
         """Write ``seq`` left the queue: its lanes are open (it is in flight)."""
-        return seq in self._sending
+        return seq in self._writes.sending
 
     def is_cleared(self, seq: int) -> bool:
         """Write ``seq`` in flight has the peer's clear-to-send on every lane: the peer
         posted the matching receive (so it is in the same collective call as we are)."""
-        out = self._sending.get(seq)
-        return out is not None and all(lane.has_cts for lane in out.lanes)
+        return self._writes.is_cleared(seq)
 
     @property
     def in_flight(self) -> int:
         """Reliable writes admitted and not finished."""
-        return len(self._sending)
+        return self._writes.in_flight
 
     @property
     def backlogged(self) -> bool:
         """Some admitted write has packets waiting for the pacer."""
-        return any(lane.backlogged for o in self._sending.values() for lane in o.lanes)
+        return self._writes.backlogged
 
     # --- the driver's side --------------------------------------------------------------
     def receive_completions(self, now: float, batch: CompletionBatch) -> None:
         """Packets landed: the core places them, the machines hear of new chunks."""
-        progress = False
-        for rec, chunks in self.core.receive_completions(now, batch).items():
-            owner = self._lane_in.get(rec)
-            if owner is not None and len(chunks):
-                inc, lane = owner
-                if inc.machine is not None and inc.machine.active:
-                    self._recv_schedule.touch(inc.seq)
-                    inc.machine.on_chunks(now, lane, chunks)
-                    progress = True
-        stall = self.config.stall_timeout
-        if progress:  # the connection moves: no receive is stuck
-            self.progress_at = now
-            for other in self._receiving.values():
-                if other.machine is not None:
-                    other.machine.hold_deadline(now + stall)
+        arrivals = self.core.receive_completions(now, batch)
+        if self._receives.on_arrivals(now, arrivals, self.config.stall_timeout):
+            self._moved(now)  # the connection moves: no receive is stuck
 
     def receive_control(self, now: float, data: bytes) -> None:
         """A control message arrived: SDR's own go to the core, ours to the machines."""
@@ -311,32 +223,9 @@ class ReliableConnection:
     def writes_to_send(self, now: float, budget: int) -> list[WriteBatch]:
         """Packets to transmit now (at most ``budget``); their departures reach the machines."""
         self._step(now)
-        cc = self.controller
-        if self._windowed and budget > 0 and math.isfinite(cwnd := cc.cwnd):  # type: ignore[union-attr]
-            # never less than an RTO at the pacing rate: bytes lost in flight leave the
-            # books only when the scheme notices (an RTO at worst), and the window must
-            # not stall the sender before that; nor less than two chunks: the receiver
-            # acknowledges whole chunks, so a window inside one would never open again
-            rate = cc.bounded_pacing_rate  # type: ignore[union-attr]
-            cwnd = max(cwnd, rate / 8 * self.config.rto, 2.0 * self.attr.chunk_size)
-            room = cwnd - cc.in_flight  # type: ignore[union-attr]
-            idle = cc.in_flight <= 0  # type: ignore[union-attr]
-            budget = min(budget, max(int(room // self.attr.mtu), 1 if idle else 0))
-        batches = self.core.writes_to_send(now, budget)
+        batches = self.core.writes_to_send(now, self._books.window(budget))
         departures, self.core.send.departures = self.core.send.departures, []
-        for rec, first, stop in departures:
-            owner = self._lane_of.get(rec)
-            if owner is not None:
-                out, lane = owner
-                chunks = out.lanes[lane].departed(first, stop)
-                if cc is not None:
-                    out.last_sent = now
-                    if nbytes := out.lanes[lane].count_in_flight(chunks):
-                        out.cc_bytes += nbytes
-                        cc.on_sent(now, nbytes)
-                if len(chunks) and out.machine.active:
-                    self._send_schedule.touch(out.seq)
-                    out.machine.on_sent(now, lane, chunks)
+        self._writes.on_departures(now, departures)
         return batches
 
     def actions_to_do(self) -> list:
@@ -345,12 +234,9 @@ class ReliableConnection:
 
     def get_timer(self) -> float | None:
         """The earliest deadline of the core, of any machine, or of a write's start."""
-        self._check_rto()
-        times = [self.core.get_timer()]
-        times.append(self._send_schedule.next_timer(self._write_machine))
-        times.append(self._recv_schedule.next_timer(self._receive_machine))
-        times += [self._start_deadline(o) for o in self._sending.values() if not o.started]
-        return earliest(*times)
+        return earliest(
+            self.core.get_timer(), self._writes.next_timer(), self._receives.next_timer()
+        )
 
     def handle_timer(self, now: float) -> None:
         """Timers due at ``now``: the core's (CTS requests, deadlines) and the machines'."""
@@ -359,233 +245,14 @@ class ReliableConnection:
 
     # --- one round of internal work -----------------------------------------------------
     def _step(self, now: float) -> None:
-        self._post(now)
-        self._admit(now)
-        for out in list(self._sending.values()):
-            self._poll_outgoing(now, out)
-        # only the machines an event reached or whose timer is due: one that neither
-        # has no actions to give (events, timers and work make them)
-        self._check_rto()
-        for seq in self._send_schedule.due(now):
-            due = self._sending.get(seq)
-            if due is not None:
-                self._run(now, due.machine)
-                self._carry_out_sender(now, due)
-                if seq in self._sending:
-                    self._send_schedule.ran(seq, due.machine)
-        for seq in self._recv_schedule.due(now):
-            inc = self._receiving.get(seq)
-            if inc is not None and inc.machine is not None:
-                self._run(now, inc.machine)
-                self._carry_out_receiver(now, inc)
-                if seq in self._receiving:
-                    self._recv_schedule.ran(seq, inc.machine)
+        self._receives.post_waiting(now)
+        self._writes.admit(now)
+        self._writes.poll(now)
+        self._writes.run_due(now)
+        self._receives.run_due(now)
 
-    def _write_machine(self, seq: int) -> Machine | None:
-        out = self._sending.get(seq)
-        return None if out is None else out.machine
-
-    def _receive_machine(self, seq: int) -> Machine | None:
-        inc = self._receiving.get(seq)
-        return None if inc is None else inc.machine
-
-    def _check_rto(self) -> None:
-        """The writes' RTO comes from the shared estimator: when it fell, every write's
-        timers may be earlier than the schedule kept."""
-        rto = self.rtt.rto
-        if rto < self._rto_kept:
-            self._send_schedule.touch_all()
-        self._rto_kept = rto
-
-    @staticmethod
-    def _run(now: float, machine: Machine) -> None:
-        deadline = machine.next_timer()
-        if deadline is not None and now >= deadline:
-            machine.handle_timer(now)
-        if machine.has_work():
-            machine.do_work(now)
-
-    # --- sending ------------------------------------------------------------------------
-    def _admit(self, now: float) -> None:
-        send_table = self.core.send
-        while self._waiting and len(self._sending) < self.max_in_flight:
-            if send_table.in_flight + self.n_lanes > self.attr.max_messages:
-                break
-            seq, region, offset, length = self._waiting.popleft()
-            self.scheme.before_write(now, length)
-            out = open_outgoing(
-                seq, region, offset, length, self.scheme, self.core, self._register, now,
-                self.config.rto,
-            )  # fmt: skip
-            if out.machine.rtt is not None:
-                out.machine.rtt = self.rtt  # a new write starts from what the others measured
-            self._sending[seq] = out
-            self._send_schedule.touch(seq)
-            for index, lane in enumerate(out.lanes):
-                self._lane_of[lane.record] = (out, index)
-
-    def _poll_outgoing(self, now: float, out: Outgoing) -> None:
-        for lane in out.lanes:
-            rec = lane.record
-            if rec.state is SendState.FAILED and out.machine.active:
-                self._end_outgoing(now, out, rec.error or ProtocolError("SDR stream failed"))
-                return
-            mismatch = lane.check_cts(out.seq)
-            if mismatch is not None:
-                self._send(Abort(out.seq, mismatch=True))
-                self._end_outgoing(now, out, mismatch)
-                return
-        if not out.started and out.lanes[0].has_cts:
-            out.started = True
-            self._send_schedule.touch(out.seq)
-            out.machine.start(now)
-        elif not out.started and now >= self._start_deadline(out):
-            error = SDRTimeoutError(
-                f"write seq {out.seq}: no clear-to-send from the receiver within the "
-                f"global timeout of {self._start_deadline(out) - out.created:.3g} s; "
-                "did the peer post a receive?"
-            )
-            self._end_outgoing(now, out, error)
-
-    def _start_deadline(self, out: Outgoing) -> float:
-        return out.created + self.config.timeout_for(out.length)
-
-    def _carry_out_sender(self, now: float, out: Outgoing) -> None:
-        for action in out.machine.actions():
-            if isinstance(action, SendChunks):
-                out.lanes[action.lane].queue(self.core, now, action.chunks)
-            elif isinstance(action, SendMessage):
-                self._send(action.message)
-            elif isinstance(action, Delivered | Lost):
-                self._congestion_signal(now, out, action)
-            elif isinstance(action, Finished):
-                self._end_outgoing(now, out, action.error)
-
-    def _congestion_signal(self, now: float, out: Outgoing, signal: Delivered | Lost) -> None:
-        rtt = signal.rtt_s if isinstance(signal, Delivered) else None
-        if rtt is not None:
-            self._largest_rtt = max(self._largest_rtt or 0.0, rtt)
-        stall = self.config.stall_timeout
-        if isinstance(signal, Delivered):  # the connection moves
-            self.progress_at = now
-            for other in self._sending.values():
-                other.machine.hold_deadline(now + stall)
-        if self.paths is not None and signal.chunks is not None:
-            lane = out.lanes[0].record
-            if isinstance(signal, Delivered):
-                rtt = self.paths.delivered(now, lane, signal.chunks, rtt, signal.sample_chunk)
-            else:
-                self.paths.lost(now, lane, signal.chunks)
-        cc = self.controller
-        if cc is None:
-            return
-        # the bytes the books counted for these chunks, not the signal's: a chunk
-        # delivered or lost again while not counted (a late copy, a repeated verdict)
-        # must not take other chunks' bytes off the books
-        delivered = isinstance(signal, Delivered)
-        if signal.chunks is None:  # a scheme that does not say which: trust its count
-            nbytes = min(float(signal.nbytes), out.cc_bytes)
-        else:
-            nbytes = float(out.lanes[0].settle(signal.chunks, delivered))
-        out.cc_bytes -= nbytes
-        if isinstance(signal, Delivered):
-            cc.on_ack(now, nbytes, rtt)
-        elif nbytes:
-            cc.on_loss(now, nbytes, None, signal.sent_at)
-
-    def _final_rtt(self, now: float, out: Outgoing) -> float | None:
-        """An RTT sample from a write's final ACK, for schemes without SACK samples (EC):
-        from its last departure, unless it retransmitted (Karn). It holds the receiver's
-        decoding time too: one sample per message, biased high by that."""
-        if self._windowed or out.last_sent is None:
-            return None
-        if out.machine.stats.get("chunks_retransmitted", 0):
-            return None
-        rtt = now - out.last_sent
-        return rtt if rtt > 0 else None
-
-    def _channels_for(self, rec: SendRecord, packets: np.ndarray, now: float) -> np.ndarray:
-        """The send table's channel choice under multipath: each chunk on one path."""
-        assert self.paths is not None
-        owner = self._lane_of.get(rec)
-        if owner is None:  # not a lane of a reliable write: spread it
-            return np.arange(len(packets)) % self.attr.channels
-        out, index = owner
-        n_chunks = out.lanes[index].geometry.n_chunks
-        return self.paths.channels(rec, n_chunks, packets, now)
-
-    def _end_outgoing(self, now: float, out: Outgoing, error: SDRError | None) -> None:
-        if self._sending.pop(out.seq, None) is None:
-            return
-        self._send_schedule.forget(out.seq)
-        if error is not None and out.machine.active:
-            out.machine.finish(error)
-            out.machine.actions()
-        if self.controller is not None and out.cc_bytes > 0:
-            # what no SACK covered (EC's parity, a last chunk the final ACK covered,
-            # duplicates): delivered with the ACK, or forgotten with a failed write
-            if error is None:
-                self.controller.on_ack(now, out.cc_bytes, self._final_rtt(now, out))
-            else:
-                self.controller.on_loss(now, out.cc_bytes, True)
-            out.cc_bytes = 0.0
-        reason = MessageFailed(f"write seq {out.seq} is over; unsent ranges dropped")
-        for lane in out.lanes:
-            lane.close(self.core, now, reason)
-            self._lane_of.pop(lane.record, None)
-            if self.paths is not None:
-                self.paths.forget(lane.record)
-        self._finish("write", out.seq, out.length, error, out.machine.stats)
-        self._admit(now)
-
-    # --- receiving ----------------------------------------------------------------------
-    def _post(self, now: float) -> None:
-        recv_table = self.core.recv
-        while self._to_post:
-            inc = self._to_post[0]
-            if inc.machine is None and not inc.over:
-                if recv_table.active + len(inc.lengths) > self.attr.max_messages:
-                    return
-                inc.prepare(self.scheme, self._register)
-                self._recv_schedule.touch(inc.seq)
-            while not inc.fully_posted:
-                region, base = inc.lane_regions[len(inc.posted)]
-                try:
-                    rec = self.core.post_recv(now, region, base, inc.lengths[len(inc.posted)])
-                except ResourceBusy:
-                    return
-                self._lane_in[rec] = (inc, len(inc.posted))
-                inc.posted.append(rec)
-                if inc.over:
-                    self._release(now, rec)
-            self._to_post.popleft()
-
-    def _release(self, now: float, rec: RecvRecord) -> None:
-        self._lane_in.pop(rec, None)
-        self.core.complete_recv(now, rec)  # unbind: late packets are discarded from now on
-
-    def _carry_out_receiver(self, now: float, inc: Incoming) -> None:
-        assert inc.machine is not None
-        for action in inc.machine.actions():
-            if isinstance(action, SendMessage):
-                self._send(action.message)
-            elif isinstance(action, SealChunks | ReopenChunks):
-                inc.guard(self.core, now, action)
-            elif isinstance(action, Finished):
-                self._end_incoming(now, inc, action.error)
-
-    def _end_incoming(self, now: float, inc: Incoming, error: SDRError | None) -> None:
-        if self._receiving.pop(inc.seq, None) is None:
-            return
-        self._recv_schedule.forget(inc.seq)
-        inc.over = True
-        for rec in inc.posted:
-            self._release(now, rec)
-        self._finished[inc.seq] = error is None
-        while len(self._finished) > _FINISHED_MEMORY:
-            self._finished.popitem(last=False)
-        assert inc.machine is not None
-        self._finish("receive", inc.seq, inc.length, error, inc.machine.stats)
+    def _moved(self, now: float) -> None:
+        self.progress_at = now
 
     # --- control path -------------------------------------------------------------------
     def _route(self, now: float, data: bytes) -> None:
@@ -603,23 +270,8 @@ class ReliableConnection:
             log.debug("dropped a malformed control message: %s", exc)
             return
         self.counters[f"received_{type(msg).__name__.lower()}"] += 1
-        if msg.TO_SENDER:
-            out = self._sending.get(msg.seq)
-            if out is not None and out.started:
-                if isinstance(msg, RangeMessage):  # union, never past the message
-                    msg = msg.clipped(out.lanes[0].geometry.n_chunks)
-                self._send_schedule.touch(out.seq)
-                out.machine.on_control(now, msg)
-            else:
-                self.counters["control_stale"] += 1
-            return
-        inc = self._receiving.get(msg.seq)
-        if inc is not None and inc.machine is not None:
-            self._recv_schedule.touch(msg.seq)
-            inc.machine.on_control(now, msg)
-        elif isinstance(msg, Probe) and msg.seq in self._finished:
-            self._send(Ack(msg.seq, failed=not self._finished[msg.seq]))
-        else:
+        side = self._writes if msg.TO_SENDER else self._receives
+        if not side.on_control(now, msg):
             self.counters["control_stale"] += 1
 
     def _send(self, msg: ControlMessage) -> None:
@@ -635,7 +287,7 @@ class ReliableConnection:
         for key, value in stats.items():
             self.counters[f"{kind}_{key}"] += value
         if kind == "write" and not self._warned_rto:
-            text = spurious_repair_warning(self.counters, self.config, self._largest_rtt)
+            text = spurious_repair_warning(self.counters, self.config, self._books.largest_rtt)
             if text is not None:  # an event, not a warning: this layer does no I/O
                 self._warned_rto = True
                 self._events.append(RtoAdvice(text))
@@ -646,3 +298,28 @@ class ReliableConnection:
             self._events.append(WriteCompleted(seq, length, dict(stats)))
         else:
             self._events.append(ReceiveCompleted(seq, length, dict(stats)))
+
+    # --- the sides' books, as the tests read them -----------------------------------------
+    @property
+    def _windowed(self) -> bool:
+        return self._books.windowed
+
+    @property
+    def _waiting(self) -> deque[tuple[int, MemoryRegion, int, int]]:
+        return self._writes.waiting
+
+    @property
+    def _sending(self) -> dict[int, Outgoing]:
+        return self._writes.sending
+
+    @property
+    def _to_post(self) -> deque[Incoming]:
+        return self._receives.to_post
+
+    @property
+    def _receiving(self) -> dict[int, Incoming]:
+        return self._receives.receiving
+
+    @property
+    def _finished(self) -> OrderedDict[int, bool]:
+        return self._receives.finished
