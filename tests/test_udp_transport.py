@@ -202,3 +202,17 @@ def test_a_port_in_use_says_to_pass_port_zero() -> None:
             UdpTransport(port=first.port)
     finally:
         first.close()
+
+
+def test_every_discard_the_receive_path_counts_is_listed() -> None:
+    # before, the receive path added ``bad_source`` to a QP's discards on its own, a key
+    # the QP's list of wire discards did not have
+    from sdr.backends.udp import native
+    from sdr.backends.udp.qp import WIRE_DISCARDS
+
+    assert set(native.DISCARDS) <= set(WIRE_DISCARDS)
+    t = UdpTransport(host="127.0.0.1", port=0)
+    try:
+        assert t.create_qp(ATTR).counters()["bad_source"] == 0  # before any connect
+    finally:
+        t.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import socket
 import struct
-from collections import deque
 from typing import Protocol, TypeVar
 
 import numpy as np
@@ -34,9 +33,10 @@ class ReceivingQP(Protocol):
     rkeys: list[int]
     peer: tuple[str, int] | None
     discards: dict[str, int]
-    stats: dict[str, int]
-    completions: deque[CompletionBatch]
-    pending: int
+    """Packets dropped before placement, by reason: the receive path counts into it."""
+
+    def deliver(self, batch: CompletionBatch) -> None:
+        """Take the completions of packets the receive path placed for this QP."""
 
 
 QP_contra = TypeVar("QP_contra", contravariant=True)

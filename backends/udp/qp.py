@@ -74,7 +74,7 @@ def _rows(batch: CompletionBatch, start: int, stop: int) -> CompletionBatch:
     )
 
 
-WIRE_DISCARDS = ("bad_icrc", "bad_rkey", "bad_length", "control_dropped")
+WIRE_DISCARDS = ("bad_source", "bad_icrc", "bad_rkey", "bad_length", "control_dropped")
 """Drops this backend counts itself (:attr:`UdpQP.discards`); the key table counts the
 rest (:data:`sdr.placement.DISCARD_REASONS`)."""
 COUNTER_NAMES = WIRE_DISCARDS + DISCARD_REASONS
@@ -296,6 +296,13 @@ class UdpQP(KeyTableBindings, TransportQP):
         return out
 
     # --- receive side (filled by the transport's pump) --------------------------------------
+    def deliver(self, batch: CompletionBatch) -> None:
+        """The receive path placed these packets for this QP (counted, queued for polling)."""
+        self.completions.append(batch)
+        self.pending += len(batch)
+        self.stats["packets_placed"] += len(batch)
+        self.stats["bytes_placed"] += int(batch.byte_lens.sum())
+
     def poll_completions(self, max_packets: int) -> CompletionBatch:
         t = self.transport
         # the data socket is shared: when another QP emptied it since this one last looked,

@@ -152,7 +152,6 @@ class QpnTable:
                 self._peer_sources = grown
             self._peer_sources[index] = _source_of(qp)
             self._qp_slot[qp] = index
-            qp.discards.setdefault("bad_source", 0)
         return index
 
     def sources_of_peers(self) -> np.ndarray:

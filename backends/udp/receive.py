@@ -237,10 +237,7 @@ class Receiver:
             batch = CompletionBatch(
                 table.chans[eps][ok], gens[ok], imm[ok], lengths[ok], va[ok], validated=True
             )
-            qp.completions.append(batch)
-            qp.pending += len(batch)
-            qp.stats["packets_placed"] += len(batch)
-            qp.stats["bytes_placed"] += int(batch.byte_lens.sum())
+            qp.deliver(batch)
 
     def _check(
         self,

@@ -13,7 +13,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from sdr.errors import ConfigError
+from sdr.errors import ConfigError, RemoteProtocolError
+from sdr.peer_info import check_int, check_list, check_str
 
 __all__ = [
     "Endpoint",
@@ -21,6 +22,7 @@ __all__ = [
     "Step",
     "UC_STEPS",
     "check_port_mtu",
+    "endpoint_from_info",
     "gid_text",
     "path_mtu",
     "qp_attr_for",
@@ -151,3 +153,18 @@ def qp_attr_for(
                 route = pv.addr.GlobalRoute(dgid=pv.addr.GID(remote.gid), sgid_index=sgid_index)
                 attr.ah_attr = pv.addr.AHAttr(port_num=port, is_global=1, gr=route, dlid=remote.lid)
     return attr
+
+
+def endpoint_from_info(value: object, path: str) -> Endpoint:
+    """One peer endpoint ``[qpn, psn, lid, gid]`` of verbs peer info, validated."""
+    entry = check_list(value, path)
+    if len(entry) != 4:
+        raise RemoteProtocolError(f"{path} must be [qpn, psn, lid, gid], got {len(entry)} items")
+    qpn = check_int(entry[0], f"{path}[0] (qpn)", 2, (1 << 24) - 1)
+    psn = check_int(entry[1], f"{path}[1] (psn)", 0, (1 << 24) - 1)
+    lid = check_int(entry[2], f"{path}[2] (lid)", 0, 0xFFFF)
+    try:
+        gid = gid_text(check_str(entry[3], f"{path}[3] (gid)", 64))
+    except ConfigError as exc:
+        raise RemoteProtocolError(f"{path}[3] (gid): {exc}") from exc
+    return Endpoint(qpn, psn, lid, gid)

@@ -29,6 +29,7 @@ from sdr.backends.verbs.qp_states import (
     UC_STEPS,
     Endpoint,
     check_port_mtu,
+    endpoint_from_info,
     gid_text,
     qp_attr_for,
     step_mask,
@@ -41,15 +42,12 @@ from sdr.errors import (
     ConfigError,
     LocalProtocolError,
     ProtocolError,
-    RemoteProtocolError,
     TransportError,
 )
 from sdr.pacing import TokenBucket
 from sdr.peer_info import (
-    check_int,
     check_keys,
     check_list,
-    check_str,
     field_address,
     require_object,
 )
@@ -143,7 +141,7 @@ class VerbsQP(TransportQP):
         for gen, row in enumerate(gens):
             here = f"{path}.endpoints[{gen}]"
             entries = check_list(row, here, self.attr.channels)
-            rows.append([_endpoint(e, f"{here}[{ch}]") for ch, e in enumerate(entries)])
+            rows.append([endpoint_from_info(e, f"{here}[{ch}]") for ch, e in enumerate(entries)])
         # the default control host is 0.0.0.0 (the peer's own machine): not refused here
         host, port = field_address(info, "control", path=path, ipv4_only=True, unicast=False)
         t, pv = self.transport, self.pv
@@ -313,21 +311,6 @@ class VerbsQP(TransportQP):
         for cq in self.cqs:
             cq.close()
         self.control.close()
-
-
-def _endpoint(value: object, path: str) -> Endpoint:
-    """One peer endpoint ``[qpn, psn, lid, gid]`` of verbs peer info, validated."""
-    entry = check_list(value, path)
-    if len(entry) != 4:
-        raise RemoteProtocolError(f"{path} must be [qpn, psn, lid, gid], got {len(entry)} items")
-    qpn = check_int(entry[0], f"{path}[0] (qpn)", 2, (1 << 24) - 1)
-    psn = check_int(entry[1], f"{path}[1] (psn)", 0, (1 << 24) - 1)
-    lid = check_int(entry[2], f"{path}[2] (lid)", 0, 0xFFFF)
-    try:
-        gid = gid_text(check_str(entry[3], f"{path}[3] (gid)", 64))
-    except ConfigError as exc:
-        raise RemoteProtocolError(f"{path}[3] (gid): {exc}") from exc
-    return Endpoint(qpn, psn, lid, gid)
 
 
 class VerbsTransport(Transport):
