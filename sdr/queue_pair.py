@@ -39,7 +39,7 @@ from sdr.control import (
 from sdr.counters import QPCounters
 from sdr.errors import ProtocolError, RemoteProtocolError
 from sdr.recv_table import RecvRecord, RecvTable
-from sdr.send_table import SendRecord, SendTable
+from sdr.send_table import ChannelPicker, SendRecord, SendTable
 from sdr.transport import CompletionBatch, MemoryRegion, WriteBatch
 
 __all__ = ["MAX_QUEUED_CONTROL", "QueuePairCore"]
@@ -131,6 +131,16 @@ class QueuePairCore:
 
     def stream_end(self, now: float, rec: SendRecord) -> None:
         self.send.stream_end(rec)
+
+    def take_departures(self) -> list[tuple[SendRecord, int, int]]:
+        """(record, first packet, stop packet) of every batch :meth:`writes_to_send`
+        handed out since the last call: what the layer above times and paths by."""
+        return self.send.take_departures()
+
+    def choose_channels_with(self, pick: ChannelPicker | None) -> None:
+        """Let ``pick(record, packets, now)`` give each packet's channel (multipath: a
+        chunk's path); None: round robin over the channels."""
+        self.send.channel_for = pick
 
     def writes_to_send(self, now: float, budget: int) -> list[WriteBatch]:
         """Packets to transmit now, at most ``budget`` (the driver's pacing allowance).

@@ -36,7 +36,14 @@ from sdr.errors import ConfigError, ProtocolError, ResourceBusy, TimeoutError
 from sdr.send_record import SendRecord, SendState, _Range
 from sdr.transport import MemoryRegion, WriteBatch
 
-__all__ = ["DEFAULT_CTS_TIMEOUT", "SendRecord", "SendState", "SendTable", "check_cts_timeout"]
+__all__ = [
+    "DEFAULT_CTS_TIMEOUT",
+    "ChannelPicker",
+    "SendRecord",
+    "SendState",
+    "SendTable",
+    "check_cts_timeout",
+]
 
 DEFAULT_CTS_TIMEOUT = 30.0
 """Seconds a one-shot :meth:`sdr.QP.post_send` waits for the peer's clear-to-send (its
@@ -65,6 +72,10 @@ def check_cts_timeout(value: object) -> float | None:
 _NO_REGION = MemoryRegion(key=-1, view=memoryview(bytearray(0)))
 
 
+ChannelPicker = Callable[["SendRecord", np.ndarray, float], np.ndarray]
+"""``pick(record, packets, now)``: the channel of each of ``packets`` of ``record``."""
+
+
 class SendTable:
     """All outgoing messages of one QP, in posting order."""
 
@@ -78,13 +89,18 @@ class SendTable:
         self._next_deadline = math.inf  # earliest CTS deadline of a waiting message
         self.departures: list[tuple[SendRecord, int, int]] = []
         """(record, first packet, stop packet) of every batch handed out since drained."""
-        self.channel_for: Callable[[SendRecord, np.ndarray, float], np.ndarray] | None = None
+        self.channel_for: ChannelPicker | None = None
         """Picks the channel of each packet of a record at ``now`` (multipath); None:
         round robin."""
 
     @property
     def in_flight(self) -> int:
         return len(self._queue)
+
+    def take_departures(self) -> list[tuple[SendRecord, int, int]]:
+        """The departures since the last call (and none kept)."""
+        departures, self.departures = self.departures, []
+        return departures
 
     def _new(
         self,

@@ -433,6 +433,6 @@ def test_multipath_is_refused_when_it_is_not_a_bool() -> None:
 
 def test_a_channel_picker_that_returns_nonsense_is_a_clear_error() -> None:
     core = sdr.QueuePairCore(PATH_ATTR)
-    core.send.channel_for = lambda rec, packets, now: np.full(len(packets), 9)
+    core.choose_channels_with(lambda rec, packets, now: np.full(len(packets), 9))
     with pytest.raises(ConfigError, match=r"expected one channel in \[0, 4\) per packet"):
         core.send._channels(None, np.arange(3), 0.0)

@@ -128,7 +128,7 @@ class ReliableConnection:
             finished_memory=_FINISHED_MEMORY,
         )  # fmt: skip
         if self._books.paths is not None:
-            core.send.channel_for = self._writes.channels_for
+            core.choose_channels_with(self._writes.channels_for)
 
     @property
     def controller(self) -> CongestionController | None:
@@ -224,8 +224,7 @@ class ReliableConnection:
         """Packets to transmit now (at most ``budget``); their departures reach the machines."""
         self._step(now)
         batches = self.core.writes_to_send(now, self._books.window(budget))
-        departures, self.core.send.departures = self.core.send.departures, []
-        self._writes.on_departures(now, departures)
+        self._writes.on_departures(now, self.core.take_departures())
         return batches
 
     def actions_to_do(self) -> list:
