@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from sdr.config import QPAttr
+from sdr.errors import ConfigError
 from sdr.placement import (
     DISCARD_REASONS,
     PLACED,
@@ -85,7 +86,7 @@ class KeyTable:
         """
         region.check_range(offset, length)
         if length > self.slot_size:
-            raise ValueError(f"binding of {length} bytes exceeds slot size {self.slot_size}")
+            raise ConfigError(f"binding of {length} bytes exceeds slot size {self.slot_size}")
         index = generation * self.slots + slot
         self._regions[index] = region
         self.table.regions[index] = region.view

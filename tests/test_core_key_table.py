@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 import sdr
 from sdr.key_table import LATE, MALFORMED, OUT_OF_RANGE, KeyTable, Placement
@@ -61,3 +62,15 @@ def test_resolved_writes_never_leave_the_binding():
         )
         if isinstance(where, Placement):
             assert where.offset >= 10_000 and where.offset + length <= 14_321
+
+
+def test_an_oversize_binding_is_a_config_error_as_in_every_backend() -> None:
+    # the key table raised a bare ValueError where the verbs and offload backends raise
+    # ConfigError for the same check
+    from sdr.errors import ConfigError
+
+    attr = sdr.QPAttr(mtu=1024, chunk_size="4KiB", max_message_size="16KiB")
+    keys = KeyTable(attr)
+    region = MemoryRegion(key=1, view=memoryview(bytearray(64 << 10)))
+    with pytest.raises(ConfigError, match="exceeds slot size"):
+        keys.bind(0, 0, region, 0, 32 << 10, 0)
