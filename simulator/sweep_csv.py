@@ -287,23 +287,24 @@ def sweep_to_csv(
     written = 0
 
     def write(rows: list[dict[str, Any]]) -> None:
+        # A row is counted as soon as it is in the file's buffer, before the flush that
+        # makes it visible: the buffer is flushed on close, so a Ctrl-C that lands right
+        # after the flush (when a user sees the rows) cannot leave saved rows uncounted.
         nonlocal writer, written
-        if live == "jsonl":
-            fh.writelines(_json_row(row) + "\n" for row in rows)
-        else:
+        if live != "jsonl" and writer is None:
+            names = fieldnames or list(rows[0])
+            if names != list(rows[0]):
+                raise ConfigError(f"cannot resume: the columns of {path} differ from this sweep's")
+            writer = csv.DictWriter(fh, fieldnames=names)
+            if not fieldnames:
+                writer.writeheader()
+        for row in rows:
             if writer is None:
-                names = fieldnames or list(rows[0])
-                if names != list(rows[0]):
-                    raise ConfigError(
-                        f"cannot resume: the columns of {path} differ from this sweep's"
-                    )
-                writer = csv.DictWriter(fh, fieldnames=names)
-                if not fieldnames:
-                    writer.writeheader()
-            for row in rows:
+                fh.write(_json_row(row) + "\n")
+            else:
                 writer.writerow({k: "" if v is None else v for k, v in row.items()})
+            written += 1
         fh.flush()
-        written += len(rows)
 
     progress = run_kwargs.get("progress")
     try:

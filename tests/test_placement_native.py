@@ -149,7 +149,7 @@ def test_the_gil_is_released_while_a_batch_is_placed() -> None:
     The batch places 512K packets in order (no payloads: packet bytes and counts only).
     The watcher sets an Event when it sees the first packet byte set and the last one
     not yet: a state that exists only inside the call, so it can only be seen if the
-    call let go of the GIL. No clock is read; the watcher gets a few batches to be
+    call let go of the GIL. No clock is read; the watcher gets many batches to be
     scheduled in (two shared cores), and must see it at least once.
     """
     mtu, per_slot, slots = 64, 1 << 17, 4
@@ -164,14 +164,17 @@ def test_the_gil_is_released_while_a_batch_is_placed() -> None:
         np.full(len(pkt), mtu, np.int64),
     )
     seen = threading.Event()
-    for _ in range(10):
+    # 50 batches, and the watcher already spinning when each call starts: beside two busy
+    # loops, 10 batches with a watcher just started once passed without it being scheduled
+    for _ in range(50):
         table = PlacementTable(g)
         for s in range(slots):
             table.bind(0, s, 0, 0, g.slot_size, 0)
         first, last = table.packets[0, :1], table.packets[slots - 1, per_slot - 1 :]
-        done = threading.Event()
+        done, running = threading.Event(), threading.Event()
 
-        def watch(first=first, last=last, done=done) -> None:
+        def watch(first=first, last=last, done=done, running=running) -> None:
+            running.set()
             while not done.is_set():
                 if first[0] and not last[0]:
                     seen.set()
@@ -179,6 +182,7 @@ def test_the_gil_is_released_while_a_batch_is_placed() -> None:
 
         watcher = threading.Thread(target=watch)
         watcher.start()
+        running.wait()
         verdicts = place_batch_native(table, *cols, None)
         done.set()
         watcher.join()

@@ -49,6 +49,46 @@ def _sdr(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     )
 
 
+class _InterruptedAtFlush(io.TextIOWrapper):
+    """A file whose first flush is followed by Ctrl-C: the moment a user (or the CLI
+    test, which pauses the sweep as soon as rows show) sees the rows in the file."""
+
+    interrupted = False
+    wrote = False
+
+    def write(self, text: str) -> int:
+        _InterruptedAtFlush.wrote = True
+        return super().write(text)
+
+    def flush(self) -> None:
+        super().flush()
+        if _InterruptedAtFlush.wrote and not _InterruptedAtFlush.interrupted:
+            _InterruptedAtFlush.interrupted = True
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("suffix", ["csv", "jsonl"])
+def test_rows_saved_before_a_ctrl_c_are_counted(tmp_path, monkeypatch, suffix) -> None:
+    # before, the count went up after the flush: a Ctrl-C just then said "0 of 8 points
+    # finished" while the file held the first rows (the CLI test failed so, under load)
+    real_open = Path.open
+
+    def open_interrupted(self: Path, mode: str = "r", **kwargs):
+        fh = real_open(self, mode, **kwargs)
+        if "w" not in mode and "a" not in mode:
+            return fh
+        return _InterruptedAtFlush(fh.detach(), newline="", line_buffering=False)
+
+    _InterruptedAtFlush.interrupted = _InterruptedAtFlush.wrote = False
+    monkeypatch.setattr(Path, "open", open_interrupted)
+    path = tmp_path / f"s.{suffix}"
+    with pytest.raises(SweepInterrupted) as info:
+        sweep_to_csv(_grid(), path, executor="serial", batch_size=2)
+    monkeypatch.undo()
+    saved = read_csv(path) if suffix == "csv" else path.read_text().splitlines()
+    assert info.value.finished == len(saved) == 2
+
+
 def test_interrupt_keeps_finished_rows_and_resume_completes(tmp_path) -> None:
     points = _grid()
     path = tmp_path / "s.csv"
