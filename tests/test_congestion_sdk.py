@@ -197,7 +197,7 @@ def test_the_window_never_stalls_before_the_rto_could_free_it() -> None:
 
 def test_erasure_coding_is_paced_by_rate_alone() -> None:
     a = Side("ec-mds", congestion="delay")
-    assert a.conn.controller is not None and not a.conn._windowed  # one ACK per message
+    assert a.conn.controller is not None and not a.conn.books.windowed  # one ACK per message
 
 
 def test_fixed_changes_nothing() -> None:
@@ -332,7 +332,7 @@ class SmallWindow(CongestionController):
 def _outstanding_bytes(conn) -> int:
     """Bytes of chunks the senders count as out: sent, not acknowledged, not queued again."""
     out = 0
-    for write in conn._sending.values():
+    for write in conn.writes.sending.values():
         t = write.machine.tracker
         out += write.lanes[0].geometry.chunk_bytes(
             np.flatnonzero((t.sends > 0) & ~t.acked & ~t.queued)

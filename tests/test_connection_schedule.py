@@ -82,7 +82,7 @@ def test_idle_receives_are_not_asked_each_round() -> None:
     src = _payload(200_000, seed=5)
     a.conn.post_write(wire.now, _register(src))
     asked = {}
-    for inc in b.conn._receiving.values():
+    for inc in b.conn.receives.receiving.values():
         machine, original = inc.machine, inc.machine.next_timer
         asked[inc.seq] = [0]
 

@@ -94,7 +94,7 @@ def test_a_chunk_changed_after_verification_is_caught_by_the_final_check() -> No
     dst = np.zeros_like(src)
     rh = pair.r.post_recv(pair.r.ctx.register(dst))
     wh = pair.s.write(pair.s.ctx.register(src))
-    inc = pair.r.connection._receiving[rh.seq]
+    inc = pair.r.connection.receives.receiving[rh.seq]
     for _ in range(100_000):  # until chunk 0 is verified, then damage it behind its back
         pair.s.progress(), pair.r.progress()
         if inc.machine is not None and inc.machine.verified[0]:

@@ -63,10 +63,10 @@ def test_reliable_writes_beyond_the_in_flight_cap_wait_in_order() -> None:
 
 def _connection_state(ra: ReliableQP, rb: ReliableQP) -> dict[str, int]:
     return {
-        "sending": len(ra.connection._sending),
-        "waiting": len(ra.connection._waiting),
-        "receiving": len(rb.connection._receiving),
-        "to_post": len(rb.connection._to_post),
+        "sending": len(ra.connection.writes.sending),
+        "waiting": len(ra.connection.writes.waiting),
+        "receiving": len(rb.connection.receives.receiving),
+        "to_post": len(rb.connection.receives.to_post),
         "send_queue": ra.qp.core.send.in_flight,
         "recv_active": rb.qp.core.recv.active,
         "bound": rb.qp.transport_qp.keys.bound_count()
@@ -104,7 +104,9 @@ def test_memory_per_connection_stays_flat_over_many_messages(monkeypatch) -> Non
     finally:
         tracemalloc.stop()
     assert grown < 24 << 10, f"{grown} bytes more after 480 more messages"
-    assert len(ra.connection._finished) <= 256 and len(rb.connection._finished) <= 256
+    assert (
+        len(ra.connection.receives.finished) <= 256 and len(rb.connection.receives.finished) <= 256
+    )
     state = _connection_state(ra, rb)
     assert all(v == 0 for v in state.values()), state
     assert ra.counters["writes_completed"] == 1440 and rb.counters["receives_completed"] == 1440

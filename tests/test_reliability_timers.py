@@ -43,7 +43,7 @@ class PausingWire(Wire):
         a, b = self.sides
         if self.paused_at is None and np.isfinite(a.conn.progress_at):
             self.paused_at = self.now  # the gate: data flows, some of it acknowledged
-            [out] = a.conn._sending.values()
+            [out] = a.conn.writes.sending.values()
             self._sender = out.machine.tracker
             self._resent_before = self._sender.retransmissions
         if not self.paused():

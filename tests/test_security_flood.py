@@ -102,7 +102,7 @@ def test_forged_sack_for_a_message_in_flight_is_clipped_to_the_message() -> None
         dst = np.zeros_like(src)
         w = ra.write(a.register(src))
         r = rb.post_recv(b.register(dst))
-        while not ra.connection._sending[0].started:
+        while not ra.connection.writes.sending[0].started:
             ra.progress()
             rb.progress()
         forged = Sack(0, 1 << 25, np.ones(4000, dtype=bool), True).encode()  # 256 MiB of indices

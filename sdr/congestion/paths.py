@@ -279,12 +279,9 @@ class PathSelector:
         # the best path's recent RTT, not its smoothed one: a host's stalls (which
         # the smoothed RTT keeps for a dozen samples) would stretch a round to a
         # large part of a transfer, and no path could have ``bad_rounds`` rounds
-        rtts = [
-            s.recent_rtt if s.recent else s.srtt
-            for s in self.stats
-            if s.srtt is not None and s.active and s.alive
-        ]
-        return min(rtts) if rtts else None  # type: ignore[type-var]
+        # (a path has recent samples exactly when it has a smoothed RTT: one sample makes both)
+        rtts = [min(s.recent) for s in self.stats if s.recent and s.active and s.alive]
+        return min(rtts) if rtts else None
 
     def _maybe_round(self, now: float) -> None:
         length = self._round_length()

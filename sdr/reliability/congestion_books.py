@@ -70,15 +70,15 @@ class CongestionBooks:
     def window(self, budget: int) -> int:
         """``budget`` (packets to send now) cut to the room the window leaves."""
         cc = self.controller
-        if self.windowed and budget > 0 and math.isfinite(cwnd := cc.cwnd):  # type: ignore[union-attr]
+        if cc is not None and self.windowed and budget > 0 and math.isfinite(cwnd := cc.cwnd):
             # never less than an RTO at the pacing rate: bytes lost in flight leave the
             # books only when the scheme notices (an RTO at worst), and the window must
             # not stall the sender before that; nor less than two chunks: the receiver
             # acknowledges whole chunks, so a window inside one would never open again
-            rate = cc.bounded_pacing_rate  # type: ignore[union-attr]
+            rate = cc.bounded_pacing_rate
             cwnd = max(cwnd, rate / 8 * self.config.rto, 2.0 * self.attr.chunk_size)
-            room = cwnd - cc.in_flight  # type: ignore[union-attr]
-            idle = cc.in_flight <= 0  # type: ignore[union-attr]
+            room = cwnd - cc.in_flight
+            idle = cc.in_flight <= 0
             budget = min(budget, max(int(room // self.attr.mtu), 1 if idle else 0))
         return budget
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from functools import partial
 
 from sdr.congestion import CongestionController
@@ -68,7 +68,7 @@ from sdr.reliability.registry import create_scheme
 from sdr.reliability.rto_check import spurious_repair_warning
 from sdr.reliability.rtt_estimator import RttEstimator
 from sdr.reliability.sr_sender import max_rto
-from sdr.reliability.transfers import Incoming, Outgoing, Register
+from sdr.reliability.transfers import Register
 from sdr.reliability.write_side import WriteSide
 from sdr.transport import CompletionBatch, MemoryRegion, WriteBatch
 
@@ -118,31 +118,34 @@ class ReliableConnection:
         """When a chunk of any message was last newly acknowledged or arrived (the
         driver's clock): what a no-progress timeout of the application watches."""
         self._warned_rto = False
-        self._books = CongestionBooks(config, self.attr, self.scheme.acks_progressively)
-        self._writes = WriteSide(
-            core, config, self.scheme, register, self._books, self.rtt, self.max_in_flight,
+        self.books = CongestionBooks(config, self.attr, self.scheme.acks_progressively)
+        """The controller's and the multipath selector's books of this connection's writes."""
+        self.writes = WriteSide(
+            core, config, self.scheme, register, self.books, self.rtt, self.max_in_flight,
             send=self._send, over=partial(self._finish, "write"), moved=self._moved,
         )  # fmt: skip
-        self._receives = ReceiveSide(
+        """The writes: waiting, admitted, their machines and schedule."""
+        self.receives = ReceiveSide(
             core, self.scheme, register, send=self._send, over=partial(self._finish, "receive"),
             finished_memory=_FINISHED_MEMORY,
         )  # fmt: skip
-        if self._books.paths is not None:
-            core.choose_channels_with(self._writes.channels_for)
+        """The receives: waiting to be posted, posted, and the memory of finished ones."""
+        if self.books.paths is not None:
+            core.choose_channels_with(self.writes.channels_for)
 
     @property
     def controller(self) -> CongestionController | None:
         """The congestion controller (None: ``fixed``, the QP paces at its rate_limit)."""
-        return self._books.controller
+        return self.books.controller
 
     @controller.setter
     def controller(self, controller: CongestionController | None) -> None:
-        self._books.controller = controller
+        self.books.controller = controller
 
     @property
     def paths(self) -> ChunkPaths | None:
         """Per-chunk path choice over the channels (``config.multipath``), else None."""
-        return self._books.paths
+        return self.books.paths
 
     @property
     def pacing_rate(self) -> float | None:
@@ -159,14 +162,14 @@ class ReliableConnection:
 
         ResourceBusy if ``max_queued`` writes already wait for an in-flight slot."""
         length = region.check_range(offset, length)
-        return self._writes.post(now, region, offset, length)
+        return self.writes.post(now, region, offset, length)
 
     def post_recv(
         self, now: float, region: MemoryRegion, offset: int = 0, length: int | None = None
     ) -> int:
         """Post a reliable receive into region[offset:offset+length]; its sequence number."""
         length = region.check_range(offset, length)
-        return self._receives.post(now, region, offset, length)
+        return self.receives.post(now, region, offset, length)
 
     def cancel_write(self, now: float, seq: int) -> bool:
         """Stop write ``seq`` before it completes: nothing more of it is sent (its unsent
@@ -175,14 +178,14 @@ class ReliableConnection:
         False when it had finished already. Only a write in flight can be cancelled (one
         still waiting for a slot would shift the order matching of every later write):
         ConfigError otherwise."""
-        return self._writes.cancel(now, seq)
+        return self.writes.cancel(now, seq)
 
     def cancel_recv(self, now: float, seq: int) -> bool:
         """Stop receive ``seq`` before it completes: its buffer is unbound (packets of it
         that still come are discarded, counted as late; bytes already there stay) and it
         fails with :class:`Cancelled`; the sender is not told (it cancels its write).
         False when it had finished already; ConfigError while it is not posted yet."""
-        return self._receives.cancel(now, seq)
+        return self.receives.cancel(now, seq)
 
     def next_event(self) -> Event | None:
         """The next thing that happened (a write or receive completed, a message failed)."""
@@ -190,28 +193,28 @@ class ReliableConnection:
 
     def is_admitted(self, seq: int) -> bool:
         """Write ``seq`` left the queue: its lanes are open (it is in flight)."""
-        return seq in self._writes.sending
+        return seq in self.writes.sending
 
     def is_cleared(self, seq: int) -> bool:
         """Write ``seq`` in flight has the peer's clear-to-send on every lane: the peer
         posted the matching receive (so it is in the same collective call as we are)."""
-        return self._writes.is_cleared(seq)
+        return self.writes.is_cleared(seq)
 
     @property
     def in_flight(self) -> int:
         """Reliable writes admitted and not finished."""
-        return self._writes.in_flight
+        return self.writes.in_flight
 
     @property
     def backlogged(self) -> bool:
         """Some admitted write has packets waiting for the pacer."""
-        return self._writes.backlogged
+        return self.writes.backlogged
 
     # --- the driver's side --------------------------------------------------------------
     def receive_completions(self, now: float, batch: CompletionBatch) -> None:
         """Packets landed: the core places them, the machines hear of new chunks."""
         arrivals = self.core.receive_completions(now, batch)
-        if self._receives.on_arrivals(now, arrivals, self.config.stall_timeout):
+        if self.receives.on_arrivals(now, arrivals, self.config.stall_timeout):
             self._moved(now)  # the connection moves: no receive is stuck
 
     def receive_control(self, now: float, data: bytes) -> None:
@@ -223,8 +226,8 @@ class ReliableConnection:
     def writes_to_send(self, now: float, budget: int) -> list[WriteBatch]:
         """Packets to transmit now (at most ``budget``); their departures reach the machines."""
         self._step(now)
-        batches = self.core.writes_to_send(now, self._books.window(budget))
-        self._writes.on_departures(now, self.core.take_departures())
+        batches = self.core.writes_to_send(now, self.books.window(budget))
+        self.writes.on_departures(now, self.core.take_departures())
         return batches
 
     def actions_to_do(self) -> list:
@@ -233,9 +236,7 @@ class ReliableConnection:
 
     def get_timer(self) -> float | None:
         """The earliest deadline of the core, of any machine, or of a write's start."""
-        return earliest(
-            self.core.get_timer(), self._writes.next_timer(), self._receives.next_timer()
-        )
+        return earliest(self.core.get_timer(), self.writes.next_timer(), self.receives.next_timer())
 
     def handle_timer(self, now: float) -> None:
         """Timers due at ``now``: the core's (CTS requests, deadlines) and the machines'."""
@@ -244,11 +245,11 @@ class ReliableConnection:
 
     # --- one round of internal work -----------------------------------------------------
     def _step(self, now: float) -> None:
-        self._receives.post_waiting(now)
-        self._writes.admit(now)
-        self._writes.poll(now)
-        self._writes.run_due(now)
-        self._receives.run_due(now)
+        self.receives.post_waiting(now)
+        self.writes.admit(now)
+        self.writes.poll(now)
+        self.writes.run_due(now)
+        self.receives.run_due(now)
 
     def _moved(self, now: float) -> None:
         self.progress_at = now
@@ -269,7 +270,7 @@ class ReliableConnection:
             log.debug("dropped a malformed control message: %s", exc)
             return
         self.counters[f"received_{type(msg).__name__.lower()}"] += 1
-        side = self._writes if msg.TO_SENDER else self._receives
+        side = self.writes if msg.TO_SENDER else self.receives
         if not side.on_control(now, msg):
             self.counters["control_stale"] += 1
 
@@ -286,7 +287,7 @@ class ReliableConnection:
         for key, value in stats.items():
             self.counters[f"{kind}_{key}"] += value
         if kind == "write" and not self._warned_rto:
-            text = spurious_repair_warning(self.counters, self.config, self._books.largest_rtt)
+            text = spurious_repair_warning(self.counters, self.config, self.books.largest_rtt)
             if text is not None:  # an event, not a warning: this layer does no I/O
                 self._warned_rto = True
                 self._events.append(RtoAdvice(text))
@@ -297,28 +298,3 @@ class ReliableConnection:
             self._events.append(WriteCompleted(seq, length, dict(stats)))
         else:
             self._events.append(ReceiveCompleted(seq, length, dict(stats)))
-
-    # --- the sides' books, as the tests read them -----------------------------------------
-    @property
-    def _windowed(self) -> bool:
-        return self._books.windowed
-
-    @property
-    def _waiting(self) -> deque[tuple[int, MemoryRegion, int, int]]:
-        return self._writes.waiting
-
-    @property
-    def _sending(self) -> dict[int, Outgoing]:
-        return self._writes.sending
-
-    @property
-    def _to_post(self) -> deque[Incoming]:
-        return self._receives.to_post
-
-    @property
-    def _receiving(self) -> dict[int, Incoming]:
-        return self._receives.receiving
-
-    @property
-    def _finished(self) -> OrderedDict[int, bool]:
-        return self._receives.finished

@@ -110,10 +110,6 @@ class _LanePaths:
         """Per path, ``now`` minus the send time of its newest chunk among ``chunks`` that
         was sent once (Karn's rule: a chunk sent twice cannot tell which copy arrived)."""
         once = chunks[(self.sends[chunks] == 1) & (self.paths[chunks] >= 0)]
-        if not len(once):
-            return {}
-        order = np.argsort(self.sent_at[once], kind="stable")
-        newest: dict[int, float] = {}
-        for chunk in once[order].tolist():  # later sends overwrite: the newest remains
-            newest[int(self.paths[chunk])] = float(self.sent_at[chunk])
-        return {path: now - sent for path, sent in newest.items() if now > sent}
+        paths, sent = self.paths[once], self.sent_at[once]
+        newest = {int(p): float(sent[paths == p].max()) for p in np.unique(paths)}
+        return {path: now - at for path, at in newest.items() if now > at}
