@@ -176,3 +176,32 @@ def test_memory_channel_primitives(group):
     _, (got, pk) = group.run(2, run_primitives)
     np.testing.assert_array_equal(got, np.arange(37, dtype=np.uint8))
     np.testing.assert_array_equal(pk, np.arange(37, dtype=np.uint8))
+
+
+def test_a_wait_ends_with_what_its_check_raises() -> None:
+    """A wait for a peer that will never signal ends at the caller's check, not its timeout
+    (the torch backend's check raises once a peer is known gone)."""
+    import secrets
+
+    from sdr.backends.shm.memory import Region, ShmMemoryChannel, read_packets
+
+    class Gone(Exception):
+        pass
+
+    calls = []
+
+    def check() -> None:
+        calls.append(1)
+        if len(calls) >= 3:
+            raise Gone("peer rank 1 is gone")
+
+    region = Region(f"sdrtest{secrets.token_hex(4)}", 2, 4096, 4096, create=True)
+    try:
+        channel = ShmMemoryChannel(0, 1, region, region, timeout=600.0, check=check)
+        with pytest.raises(Gone):
+            channel.wait()  # nobody signals: only the check can end it
+        calls.clear()
+        with pytest.raises(Gone):
+            read_packets(region.packets(0), 64, flag=7, timeout=600.0, check=check)
+    finally:
+        region.close()

@@ -390,7 +390,35 @@ def test_a_rank_killed_during_ddp_training_fails_the_survivors_backward() -> Non
         return "no error"
 
     (message,) = _job(2, 1, body, timeout_s=600, survivors=[0])
-    assert message.startswith("PeerGone: sdr process group: peer rank 1 (datacenter 1) is gone")
+    # PeerGone itself where a wait raised it (the next forward's bucket broadcast), torch's
+    # RuntimeError around it where DDP's reducer read the failed gradient allreduce
+    assert "PeerGone: sdr process group: peer rank 1 (datacenter 1) is gone" in message, message
+
+
+def test_a_failed_gradient_allreduce_raises_from_backward_and_does_not_crash() -> None:
+    """DDP's reducer reads an allreduce's future in C++. A future failed with
+    ``set_exception`` was, to C++, a success whose value was the exception: the reducer
+    took it for the bucket and crashed (SIGSEGV in parseCppCommHookResult) or asserted.
+    The failure must reach backward() as an error, on every rank, every time."""
+
+    def body(rank: int) -> str:
+        pg = dist.distributed_c10d._get_default_group()
+        model = torch.nn.parallel.DistributedDataParallel(_mlp())
+        x = torch.randn(8, 32)
+        model(x).sum().backward()  # one good step (and DDP's bucket rebuild) first
+
+        def broken(host: Any, op: Any) -> None:
+            raise ConfigError("injected allreduce failure")
+
+        pg.ops.allreduce = broken
+        try:
+            model(x).sum().backward()
+        except Exception as exc:  # noqa: BLE001 - the error is the result
+            return f"{type(exc).__name__}: {exc}"
+        return "no error"
+
+    for message in _job(2, 1, body):
+        assert "injected allreduce failure" in message, message
 
 
 def test_a_rank_killed_inside_a_datacenter_is_named_by_every_survivor() -> None:

@@ -21,7 +21,7 @@ from sdr.backends.collectives.layout import Layout, LoweredOp, lower, make_layou
 from sdr.backends.collectives.selection import select_algorithm
 from sdr.backends.shm.bootstrap import TcpBootstrap
 from sdr.backends.shm.executor import ShmExecutor
-from sdr.backends.shm.memory import Region, ShmMemoryChannel
+from sdr.backends.shm.memory import Check, Region, ShmMemoryChannel
 from sdr.collectives import build_plan
 from sdr.collectives.plan import Plan
 from sdr.errors import ConfigError
@@ -35,15 +35,25 @@ def _lowered(plan: Plan, rank: int, layout: Layout, in_place: bool) -> list[Lowe
 
 
 class ShmCommunicator:
-    """Collectives for ``bootstrap.world_size`` processes on one host (see module docs)."""
+    """Collectives for ``bootstrap.world_size`` processes on one host (see module docs).
+
+    ``timeout``: the bound of every wait, in seconds. ``check``: asked while a wait backs
+    off; whatever it raises ends the wait (a caller that learns another way that a peer is
+    gone stops waiting for it at once)."""
 
     def __init__(
-        self, bootstrap: TcpBootstrap, *, scratch_bytes: int = 1 << 20, timeout: float = 60.0
+        self,
+        bootstrap: TcpBootstrap,
+        *,
+        scratch_bytes: int = 1 << 20,
+        timeout: float = 60.0,
+        check: Check | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.rank = bootstrap.rank
         self.world_size = bootstrap.world_size
         self.timeout = timeout
+        self.check = check
         self._token = bootstrap.broadcast(secrets.token_hex(4))
         self._generation = 0
         self._regions: list[Region] = []
@@ -65,11 +75,11 @@ class ShmCommunicator:
         ]
         self._regions = regions
         channels = {
-            p: ShmMemoryChannel(self.rank, p, mine, regions[p], self.timeout)
+            p: ShmMemoryChannel(self.rank, p, mine, regions[p], self.timeout, self.check)
             for p in range(self.world_size)
             if p != self.rank
         }
-        self._executor = ShmExecutor(self.rank, mine, channels)
+        self._executor = ShmExecutor(self.rank, mine, channels, self.check)
         self._executor.seq = seq
         self.bootstrap.barrier()  # every rank attached before the creator may be written
         log.debug("rank %d registered %d B scratch, %d B packets", self.rank, scratch, packets)

@@ -6,7 +6,7 @@ import numpy as np
 
 from sdr.backends.collectives.dtypes import from_f32, to_f32
 from sdr.backends.collectives.layout import LoweredOp, Span
-from sdr.backends.shm.memory import Region, ShmMemoryChannel, read_packets
+from sdr.backends.shm.memory import Check, Region, ShmMemoryChannel, read_packets
 from sdr.errors import ConfigError
 
 
@@ -18,12 +18,20 @@ def _dst(op: LoweredOp) -> Span:
 
 
 class ShmExecutor:
-    """Interprets lowered ops for one rank; ``seq`` numbers calls (flags and parity)."""
+    """Interprets lowered ops for one rank; ``seq`` numbers calls (flags and parity);
+    ``check`` ends its waits early (see :func:`~sdr.backends.shm.memory.spin_until`)."""
 
-    def __init__(self, rank: int, region: Region, channels: dict[int, ShmMemoryChannel]):
+    def __init__(
+        self,
+        rank: int,
+        region: Region,
+        channels: dict[int, ShmMemoryChannel],
+        check: Check | None = None,
+    ):
         self.rank = rank
         self.region = region
         self.channels = channels
+        self.check = check
         self.seq = 0
 
     def run(
@@ -45,7 +53,9 @@ class ShmExecutor:
                 remote = self._channel(span.peer).remote.scratch(parity)
                 return remote[span.offset : span.offset + nbytes]
             if span.buffer == "packets":
-                return read_packets(local["packets"][span.offset :], nbytes, flag, timeout)
+                return read_packets(
+                    local["packets"][span.offset :], nbytes, flag, timeout, self.check
+                )
             return local[span.buffer][span.offset : span.offset + nbytes]
 
         for op in ops:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
@@ -28,8 +29,13 @@ log = logging.getLogger(__name__)
 _SPIN = 200  # polls with sleep(0) before backing off to short sleeps
 
 
-def spin_until(cond, what: str, timeout: float) -> None:  # noqa: ANN001 - a zero-arg predicate
-    """Poll ``cond()`` until true; yields the core, then sleeps a little; raises on timeout."""
+Check = Callable[[], None]
+"""Called while a wait backs off; raises to end the wait early (a peer is gone, say)."""
+
+
+def spin_until(cond, what: str, timeout: float, check: Check | None = None) -> None:  # noqa: ANN001 - a zero-arg predicate
+    """Poll ``cond()`` until true; yields the core, then sleeps a little; raises on timeout,
+    or whatever ``check()`` raises (asked between the short sleeps)."""
     deadline = None
     i = 0
     while not cond():
@@ -37,6 +43,8 @@ def spin_until(cond, what: str, timeout: float) -> None:  # noqa: ANN001 - a zer
         if i < _SPIN:
             time.sleep(0)
             continue
+        if check is not None:
+            check()
         now = time.monotonic()
         if deadline is None:
             deadline = now + timeout
@@ -100,8 +108,11 @@ def write_packets(dst: np.ndarray, src: np.ndarray, flag: int) -> None:
     pk[:, 3] = flag
 
 
-def read_packets(src: np.ndarray, nbytes: int, flag: int, timeout: float) -> np.ndarray:
-    """Wait until every packet carrying ``nbytes`` has ``flag``, then return the data bytes."""
+def read_packets(
+    src: np.ndarray, nbytes: int, flag: int, timeout: float, check: Check | None = None
+) -> np.ndarray:
+    """Wait until every packet carrying ``nbytes`` has ``flag``, then return the data bytes
+    (``check``: see :func:`spin_until`)."""
     npk = -(-nbytes // PACKET_DATA)
     pk = src[: packet_bytes(nbytes)].view(np.uint32).reshape(npk, 4)
     f = np.uint32(flag)
@@ -109,6 +120,7 @@ def read_packets(src: np.ndarray, nbytes: int, flag: int, timeout: float) -> np.
         lambda: bool((pk[:, 1] == f).all() and (pk[:, 3] == f).all()),
         f"{npk} LL packets with flag {flag}",
         timeout,
+        check,
     )
     words = np.empty(npk * 2, np.uint32)
     words[0::2] = pk[:, 0]
@@ -117,14 +129,24 @@ def read_packets(src: np.ndarray, nbytes: int, flag: int, timeout: float) -> np.
 
 
 class ShmMemoryChannel:
-    """This rank's connection to ``peer``: the peer's region is mapped here."""
+    """This rank's connection to ``peer``: the peer's region is mapped here (``check``:
+    asked while a wait backs off, see :func:`spin_until`)."""
 
-    def __init__(self, rank: int, peer: int, local: Region, remote: Region, timeout: float):
+    def __init__(
+        self,
+        rank: int,
+        peer: int,
+        local: Region,
+        remote: Region,
+        timeout: float,
+        check: Check | None = None,
+    ):
         self.rank = rank
         self.peer = peer
         self.local = local
         self.remote = remote
         self.timeout = timeout
+        self.check = check
         self.parity = 0
         self._sent = 0
         self._expected = 0
@@ -159,6 +181,7 @@ class ShmMemoryChannel:
             lambda: int(sems[me]) >= target,
             f"signal #{target} from rank {self.peer}",
             self.timeout if timeout is None else timeout,
+            self.check,
         )
 
     def flush(self) -> None:

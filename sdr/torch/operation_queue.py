@@ -6,6 +6,13 @@ an :class:`~sdr.torch.work.SdrWork` at once. The first failure (an operation's e
 timeout, or a peer gone, reported through :meth:`OperationQueue.fail`) fails every
 pending and later operation with the same one-line error: no rank carries on with
 results the others did not get.
+
+Only the worker settles what it was given, in order, and only once the operation has
+stopped: a work whose future fails is a tensor nobody writes any more (failed from the
+thread that found the peer gone, DDP's reducer went on while the worker still wrote the
+gradient bucket). The running operation's waits ask :meth:`OperationQueue.check`, so a
+failure ends it at its next poll; one that does not end within ``grace`` seconds is failed
+from outside all the same, with a warning, so that no caller waits out the whole timeout.
 """
 
 from __future__ import annotations
@@ -25,11 +32,15 @@ log = logging.getLogger("sdr.torch.process_group")  # a failure is logged as the
 
 
 class OperationQueue:
-    """One worker thread running submitted operations in order (started at once)."""
+    """One worker thread running submitted operations in order (started at once).
 
-    def __init__(self) -> None:
-        self._pending: set[SdrWork] = set()
+    ``grace``: how long after a failure the running operation may take to notice it
+    before its work is failed from outside (seconds)."""
+
+    def __init__(self, grace: float = 5.0) -> None:
+        self._pending: list[SdrWork] = []  # submitted and not settled, in order
         self._lock = threading.Lock()
+        self.grace = grace
         self.failure: BaseException | None = None
         """The group's first failure (None while healthy)."""
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -42,28 +53,54 @@ class OperationQueue:
             if item is None:
                 return
             work, fn = item
-            if self.failure is not None:
-                work.settle(error=self.failure)
-                continue
-            try:
-                result = fn()
-            except BaseException as exc:  # noqa: BLE001 - settles the work
-                self.fail(_one_line(work.what, exc))
-            else:
-                work.settle(result)
-            with self._lock:
-                self._pending.discard(work)
+            if self.failure is None:
+                try:
+                    result = fn()
+                except BaseException as exc:  # noqa: BLE001 - settles the work
+                    self.fail(_one_line(work.what, exc))
+                else:
+                    self._settle(work, result=result)
+                    continue
+            self._settle(work, error=self.failure)
+
+    def _settle(
+        self, work: SdrWork, result: Any = None, error: BaseException | None = None
+    ) -> None:
+        with self._lock:
+            if work in self._pending:
+                self._pending.remove(work)
+        work.settle(result, error)
+
+    def check(self) -> None:
+        """Raise the group's failure, if there is one (the running operation's waits ask)."""
+        if self.failure is not None:
+            raise self.failure
 
     def fail(self, error: BaseException) -> None:
-        """Record the group's first failure and fail every pending operation with it."""
+        """Record the group's first failure; the worker fails every pending operation with
+        it as it reaches them (the running one once it stops: see module docs)."""
         with self._lock:
-            if self.failure is None:
-                self.failure = error
-            pending = list(self._pending)
+            if self.failure is not None:
+                return
+            self.failure = error
+            waiting = bool(self._pending)
+        log.error("%s", error)
+        if waiting and threading.current_thread() is not self._worker:
+            timer = threading.Timer(self.grace, self._fail_stuck)
+            timer.daemon = True
+            timer.start()
+
+    def _fail_stuck(self) -> None:
+        with self._lock:
+            stuck = list(self._pending)
             self._pending.clear()
-        if pending:
-            log.error("%s", error)
-        for work in pending:
+        if stuck:
+            log.warning(
+                "sdr process group: %s still runs %g s after the failure; failing it anyway",
+                stuck[0].what,
+                self.grace,
+            )
+        for work in stuck:
             work.settle(error=self.failure)
 
     def submit(self, what: str, fn: Callable[[], Any]) -> SdrWork:
@@ -72,7 +109,7 @@ class OperationQueue:
         with self._lock:
             failure = self.failure
             if failure is None:
-                self._pending.add(work)
+                self._pending.append(work)
         if failure is not None:
             work.settle(error=failure)
         else:

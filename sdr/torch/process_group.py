@@ -79,6 +79,10 @@ class ProcessGroupSDR(dist.ProcessGroup):
             names=lambda r: f"rank {r} (datacenter {rmap.datacenter(r)})",
             connect_timeout=self._timeout_s,
         )
+        # the group's first failure (a peer gone, an abort) ends every wait of the running
+        # operation at its next poll: shared memory and SDR links alike
+        self._operations = OperationQueue()
+        self.liveness.on_failure(self._operations.fail)
         # env:// makes rank 0 the store's host: it leaves the closing barrier last
         world = StoreBootstrap(store, topo.rank, world_size, "sdr/world", host=rank == 0)
         intra = None
@@ -86,16 +90,20 @@ class ProcessGroupSDR(dist.ProcessGroup):
             local = StoreBootstrap(
                 store, topo.local_rank, topo.local_size, f"sdr/dc{topo.datacenter}"
             )
-            intra = ShmCommunicator(local, timeout=self._timeout_s)  # type: ignore[arg-type]
+            intra = ShmCommunicator(
+                local,  # type: ignore[arg-type]
+                timeout=self._timeout_s,
+                check=self._operations.check,
+            )
         # the datacenter's ranks cross the link at once: each paces at its share of it
         options = link_options_from_env(self._timeout_s).replace(sharers=topo.local_size)
-        links = WatchedLinks(self.liveness, world, topo.wan_peers(), host, options)
+        links = WatchedLinks(
+            self.liveness, self._operations, world, topo.wan_peers(), host, options
+        )
         self._links = links
         slices = int(os.environ.get("SDR_SLICES", "4"))
         self.comm = HierarchicalCommunicator(topo, intra, links, slices=slices)
         self.ops = TensorOps(self.comm, rmap, rank)
-        self._operations = OperationQueue()
-        self.liveness.on_failure(self._operations.fail)
         log.info(
             "sdr process group: rank %d of %d, datacenter %d of %d, WAN scheme %s",
             rank,
@@ -288,8 +296,8 @@ class ProcessGroupSDR(dist.ProcessGroup):
         if getattr(self, "_closed", False):
             return
         self._closed = True
-        # after a failure the worker leaves an SDR wait at its next check of the peers, but
-        # a shared-memory wait only at its timeout: wait a little, not for that
+        # after a failure the worker leaves any wait at its next poll: wait a little, not
+        # the group's timeout
         self._operations.stop(timeout=self._timeout_s if self._operations.failure is None else 5.0)
         self._links.closing = True
         self.drained = False

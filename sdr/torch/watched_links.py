@@ -13,15 +13,20 @@ from typing import Any
 
 from sdr.backends.hierarchical import SdrLinks
 from sdr.torch.liveness import Liveness
+from sdr.torch.operation_queue import OperationQueue
 
 __all__ = ["WatchedLinks"]
 
 
 class WatchedLinks(SdrLinks):
-    """SDR links whose every wait also stops, with its error, when a peer is gone."""
+    """SDR links whose every wait also stops, with its error, when a peer is gone or the
+    group failed otherwise (``operations.check()`` raises: an abort, say)."""
 
-    def __init__(self, liveness: Liveness, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, liveness: Liveness, operations: OperationQueue, *args: Any, **kwargs: Any
+    ) -> None:
         self.liveness = liveness
+        self.operations = operations
         self.closing = False
         super().__init__(*args, **kwargs)
 
@@ -33,6 +38,8 @@ class WatchedLinks(SdrLinks):
             error = self.liveness.error
             if error is not None and not (self.closing and error.left):
                 raise error
+            if not self.closing:
+                self.operations.check()
             return condition()
 
         super().drive(done, timeout, what)

@@ -5,6 +5,14 @@ finished (raising its error), ``get_future()`` gives the ``torch.futures.Future`
 and ``async_op=True`` callers chain on. The group's worker thread settles each pending
 work exactly once: with the result, with the operation's error, or with the liveness
 error when a peer is gone (whichever comes first; later ones are dropped).
+
+An error must reach C++ as an error. ``torch.futures.Future.set_exception`` does not do
+that: it completes the future with the exception object as its *value* and raises it
+only when Python reads it. DDP's reducer reads the value in C++, takes the exception for
+the bucket's result, and pulls a tensor out of a list that has none (a segfault in
+``parseCppCommHookResult``, found with gdb on a survivor of a killed peer). So the future
+handed out is a ``then`` of the one we settle, whose callback reads the value: an error
+raises inside the callback, and torch records that as the child future's error.
 """
 
 from __future__ import annotations
@@ -27,7 +35,9 @@ class SdrWork(dist.Work):
     def __init__(self, what: str) -> None:
         super().__init__()
         self.what = what
-        self._future: torch.futures.Future = torch.futures.Future()
+        self._settled_with: torch.futures.Future = torch.futures.Future()
+        # what torch sees: completes when _settled_with does, with its value or a C++ error
+        self._future: torch.futures.Future = self._settled_with.then(_value)
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._error: BaseException | None = None
@@ -43,9 +53,9 @@ class SdrWork(dist.Work):
             self._error = error
         # the future first: whoever wait() releases reads it at once
         if error is None:
-            self._future.set_result(result)
+            self._settled_with.set_result(result)
         else:
-            self._future.set_exception(error)
+            self._settled_with.set_exception(error)
         self._done.set()
         return True
 
@@ -75,3 +85,8 @@ class SdrWork(dist.Work):
     def exception(self) -> BaseException | None:
         """The operation's error, if it failed."""
         return self._error
+
+
+def _value(settled: torch.futures.Future) -> Any:
+    """The settled value, or its error raised (a ``then`` callback: see module docs)."""
+    return settled.value()
