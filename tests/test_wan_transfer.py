@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import os
 import pathlib
 import signal
 import socket
@@ -218,3 +219,18 @@ def test_a_failed_transfer_names_the_receivers_error_too():
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_children_get_the_folder_that_holds_the_package_not_the_package() -> None:
+    """With the sdr package folder itself first on a child's path (and as its working
+    directory), sdr/torch stood in for torch and sdr/errors.py for any ``errors``."""
+    from sdr.cli.wan_transfer import _env
+
+    first = _env()["PYTHONPATH"].split(os.pathsep)[0]
+    assert (pathlib.Path(first) / "sdr" / "__init__.py").is_file(), first
+    pytest.importorskip("torch")
+    found = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.__file__)"],
+        env=_env(), cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert pathlib.Path(found.strip()).parent != pathlib.Path(first) / "sdr" / "torch", found

@@ -25,7 +25,10 @@ from sdr.errors import TransportError
 
 __all__ = ["make_payload", "transfer_over_link"]
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+"""The folder that holds the sdr package (the checkout, or site-packages): children
+import sdr from there as this process did, and nothing inside the package shadows a
+top-level module (with the package folder itself first, sdr/torch stood in for torch)."""
 _PORT = 18515
 
 
