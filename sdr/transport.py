@@ -261,6 +261,15 @@ class Transport(ABC):
     def wait(self, timeout: float) -> None:  # noqa: B027 - optional hook
         """Block up to ``timeout`` seconds until I/O may be ready (default: return at once)."""
 
+    can_hold: ClassVar[bool] = False
+    """Whether :meth:`hold` can leave arrivals waiting (socket buffers can; a simulated
+    wire that delivers into the QP cannot)."""
+
+    def hold(self, seconds: float) -> None:  # noqa: B027 - optional hook
+        """Let up to ``seconds`` pass without waking for arrivals, which wait in the
+        transport meanwhile (a driver's coalescing, see ``ReliableQP.hold``); only
+        called where :attr:`can_hold`."""
+
     def maybe_readable(self) -> bool:
         """Whether a packet or control message may be waiting to be read (True when the
         transport cannot tell cheaply: the driver then runs another round at once)."""

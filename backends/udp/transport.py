@@ -188,6 +188,20 @@ class UdpTransport(Transport):
         if wake > now:
             select.select([*self.data_sockets, self.control_socket], [], [], wake - now)
 
+    can_hold: ClassVar[bool] = True
+
+    def hold(self, seconds: float) -> None:
+        """Sleep ``seconds``: datagrams wait in the socket buffers (sized for that,
+        ``sockets.py``); a paced QP's next batch still bounds it (as :meth:`wait`)."""
+        now = self.now()
+        wake = now + seconds
+        for qp in self._qps:
+            when = qp.next_send_time(now)
+            if now < when < wake:
+                wake = when
+        if wake > now:
+            time.sleep(wake - now)
+
     def maybe_readable(self) -> bool:
         readable, _, _ = select.select([*self.data_sockets, self.control_socket], [], [], 0)
         return bool(readable)

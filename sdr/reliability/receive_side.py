@@ -102,6 +102,7 @@ class ReceiveSide:
                 inc, lane = owner
                 if inc.machine is not None and inc.machine.active:
                     self._schedule.touch(inc.seq)
+                    inc.chunks_in += len(chunks)
                     inc.machine.on_chunks(now, lane, chunks)
                     progress = True
         if progress:
@@ -121,6 +122,16 @@ class ReceiveSide:
         else:
             return False
         return True
+
+    def least_to_come(self) -> int | None:
+        """Bytes that must still arrive before the first of the posted receives can
+        complete, at least (:meth:`Incoming.least_to_come`); None when none is posted."""
+        least = None
+        for inc in self.receiving.values():
+            if inc.machine is not None and inc.machine.active:
+                left = inc.least_to_come(self.scheme.chunk_size)
+                least = left if least is None else min(least, left)
+        return least
 
     def next_timer(self) -> float | None:
         """The earliest deadline of any receive's machine."""

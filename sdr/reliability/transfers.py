@@ -200,6 +200,9 @@ class Incoming:
     lane_regions: list[tuple[MemoryRegion, int]] = field(default_factory=list)
     posted: list[RecvRecord] = field(default_factory=list)
     over: bool = False  # the machine finished; lanes still to post are completed at once
+    chunks_in: int = 0
+    """Chunks reported newly complete on any lane (a chunk reopened and sent again counts
+    twice: this only ever overstates what arrived)."""
 
     def prepare(self, scheme: Scheme, register: Register) -> None:
         """Build the receiver machine and register its lane buffers (just before posting)."""
@@ -212,6 +215,13 @@ class Incoming:
     @property
     def fully_posted(self) -> bool:
         return len(self.posted) == len(self.lengths)
+
+    def least_to_come(self, chunk_size: int) -> int:
+        """A lower bound of the bytes that must still arrive before this receive can
+        complete: the data's chunks less every chunk that arrived on any lane (a parity
+        chunk stands for at most one data chunk)."""
+        data_chunks = -(-self.length // chunk_size)
+        return max(0, data_chunks - self.chunks_in) * chunk_size
 
     def guard(self, core: QueuePairCore, now: float, action: SealChunks | ReopenChunks) -> None:
         """Carry out a receiver's seal (verified chunks: no more writes) or reopen (failed

@@ -107,15 +107,20 @@ def drive(
     timer (a ManualClock jumps there), never past the moment a paced sender's pacer
     allows its next batch (:meth:`ReliableQP.idle_step`), nor than half an RTT when the
     QPs live on several transports. After a round that worked it runs the next at once
-    unless every QP is :meth:`~ReliableQP.quiet`.
+    unless every QP is :meth:`~ReliableQP.quiet`, or every QP may let arrivals wait
+    (:meth:`ReliableQP.hold`): then it holds that long (within the same bounds)
+    without waking for them.
     """
     group = list(dict.fromkeys(rqps))
     ctx = group[0].ctx
     deadline = None if timeout is None else ctx.now() + timeout
     while not condition():
         worked = sum(r.progress() for r in group)
-        if worked and (not all(r.quiet() for r in group) or condition()):
-            continue  # more to do at once, or done
+        if worked and condition():
+            break
+        hold = min(r.hold() for r in group) if worked else 0.0
+        if worked and not hold and not all(r.quiet() for r in group):
+            continue  # more to do at once
         now = ctx.now()
         if deadline is not None and now >= deadline:
             raise TimeoutError(f"{what} did not finish within {timeout} s")
@@ -128,7 +133,10 @@ def drive(
             step = min(step, *(r.config.rtt / 2 for r in group))
         if deadline is not None:
             step = min(step, max(deadline - now, _MIN_STEP_S))
-        ctx.transport.wait(step)
+        if hold:
+            ctx.transport.hold(min(step, hold))
+        else:
+            ctx.transport.wait(step)
 
 
 def wait_all(handles: Iterable[_Handle], timeout: float | None = None) -> None:

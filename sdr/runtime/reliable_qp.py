@@ -211,6 +211,23 @@ class ReliableQP:
             return self.qp.attr.chunk_size * 8 / rate
         return wait
 
+    def hold(self) -> float:
+        """Seconds the driver may leave arriving packets unread after a round that worked,
+        without delaying anything (a NIC's interrupt moderation: fewer, larger rounds).
+
+        A posted receive cannot complete before the bytes it still lacks cross the link
+        at its rate, so the hold is never longer than that for the nearest one (none
+        posted, or the rate unknown: 0, no hold); nor than the SACK interval, so a
+        hole's NACK and the sender's RTT samples are late by at most that. Rounds then
+        come once per hold instead of once per batch the sender paces out."""
+        rate = self.config.link_rate or self.qp.attr.rate_limit
+        if not rate or not self.ctx.transport.can_hold:
+            return 0.0
+        least = self.connection.receives.least_to_come()
+        if not least:
+            return 0.0
+        return min(least * 8 / rate, self.config.ack_delay)
+
     def _collect(self) -> int:
         """Finish the handles of the connection's events."""
         n = 0
