@@ -1,6 +1,6 @@
 """The numbers of ``benchmarks.congestion_emulated``, pure: rates and shares from the
 flows' cumulative byte counts, windows, percentiles and time bins, and each scenario's
-row (compete, loss, pair) from its traces."""
+row (compete, loss, pair) from its traces. Jain's index is the simulator's."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from sdr.simulator.bottleneck import jain
 
 BIN_S = 0.25
 """Width of the time bins of the throughput and queue series (seconds)."""
@@ -43,13 +45,6 @@ def share_met(share: float | None, low: float = 0.5, high: float = 2.0) -> bool:
     ``high`` = 2 is the largest share there is (the other flow starved); it counts as met
     only when the other flow kept something (share strictly below 2)."""
     return share is not None and low <= share < high
-
-
-def jain(rates: Sequence[float]) -> float:
-    """Jain's fairness index: (sum x)^2 / (n sum x^2); 1 when equal, 1/n when one has all."""
-    from sdr.simulator.bottleneck import jain as bottleneck_jain
-
-    return bottleneck_jain(list(rates))
 
 
 def percentiles(values: Sequence[float], qs: Sequence[float] = (50, 95)) -> dict[str, float]:

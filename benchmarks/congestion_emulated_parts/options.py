@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sdr.backends.wan.native_forwarder import FORWARDERS
 from sdr.errors import ConfigError
 from sdr.units import parse_rate, parse_size, parse_time
 
@@ -224,8 +225,9 @@ def _check_numbers(ns: argparse.Namespace) -> None:
         raise UsageError(f"--tun-mtu must be in [576, 65535], got {ns.tun_mtu}")
     if not 256 <= ns.mtu <= ns.tun_mtu - 100:
         raise UsageError(f"--mtu must be in [256, tun-mtu - 100], got {ns.mtu}")
-    if ns.forwarder not in ("auto", "native", "python"):
-        raise UsageError(f"--forwarder must be auto, native or python, got {ns.forwarder!r}")
+    if ns.forwarder not in FORWARDERS:
+        names = f"{', '.join(FORWARDERS[:-1])} or {FORWARDERS[-1]}"
+        raise UsageError(f"--forwarder must be {names}, got {ns.forwarder!r}")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:

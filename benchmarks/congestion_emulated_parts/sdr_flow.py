@@ -5,27 +5,19 @@
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
 import subprocess
-import sys
 import threading
 import time
 from typing import Any
 
 from benchmarks.congestion_emulated_parts.metrics import Points
 from benchmarks.congestion_emulated_parts.options import ControllerSpec, Options
-from sdr.backends.wan import netns_exec
-from sdr.cli.wan_transfer import make_payload
+from benchmarks.peers.runner import _env  # PYTHONPATH = this checkout, as the peers run
+from sdr.cli.wan_transfer import _cli, make_payload  # _cli: sdr.cli.main in a namespace
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
-    return env
 
 
 class SdrFlow:
@@ -76,9 +68,13 @@ class SdrFlow:
 
     @staticmethod
     def _spawn(namespace: str, *args: str) -> subprocess.Popen[str]:
-        command = netns_exec(namespace, sys.executable, "-m", "sdr.cli.main", *args)
         return subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT
+            _cli(namespace, *args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+            cwd=ROOT,
         )
 
     def _read(self) -> None:
