@@ -7,6 +7,8 @@ The core (:mod:`sdr.collectives`) writes and checks plans; this package runs the
 - :mod:`~sdr.backends.collectives.dtypes`: element types, bfloat16 through uint16 storage;
 - :mod:`~sdr.backends.collectives.interfaces`: the primitives a collective backend
   implements (bootstrap, semaphore, memory and port channels, communicator);
+- :mod:`~sdr.backends.collectives.interpreter`: the one host interpreter of lowered ops
+  over those channels (the shm and SDR port-channel executors both run it);
 - :mod:`~sdr.backends.collectives.selection`: which algorithm (or NCCL) runs one call.
 
 Pure Python and NumPy: importing it needs no GPU.
@@ -15,10 +17,12 @@ Pure Python and NumPy: importing it needs no GPU.
 from sdr.backends.collectives.interfaces import (
     Bootstrap,
     Communicator,
+    MappedChannel,
     MemoryChannel,
     PortChannel,
     Semaphore,
 )
+from sdr.backends.collectives.interpreter import OpInterpreter
 from sdr.backends.collectives.layout import (
     Layout,
     LoweredOp,
@@ -35,7 +39,9 @@ __all__ = [
     "Communicator",
     "Layout",
     "LoweredOp",
+    "MappedChannel",
     "MemoryChannel",
+    "OpInterpreter",
     "PortChannel",
     "Semaphore",
     "Span",

@@ -7,9 +7,13 @@
   mapped here: ``put``/``get`` copy bytes, ``signal``/``wait`` synchronise,
   ``flush`` waits until prior puts landed, ``put_packets``/``read_packets`` move LL packets
   (data and a flag in one store, so the reader needs no separate signal).
+- :class:`MappedChannel`: a memory channel whose peer scratch this process can also read in
+  place (host memory); what the host interpreter
+  (:mod:`~sdr.backends.collectives.interpreter`) needs of a memory channel.
 - :class:`PortChannel`: the same verbs where a proxy moves the data instead of the peer's
-  memory being mapped. This is the seam for the SDR transport between datacenters (a later
-  issue): a plan may name channel kind ``"port"``; today's executors reject it.
+  memory being mapped (no ``get``, no LL packets). The SDR transport between datacenters
+  implements it (``sdr.backends.hierarchical.SdrPortChannel``); plans name it as channel
+  kind ``"port"``.
 - :class:`Communicator`: registers memory, exchanges it through the bootstrap and builds
   channels; runs collectives.
 
@@ -89,8 +93,17 @@ class MemoryChannel(Protocol):
 
 
 @runtime_checkable
+class MappedChannel(MemoryChannel, Protocol):
+    """A memory channel in host memory: the peer's scratch is also read in place."""
+
+    def read(self, src_offset: int, nbytes: int) -> Any:
+        """The peer's scratch bytes ``[src_offset, src_offset + nbytes)``, not copied."""
+        ...
+
+
+@runtime_checkable
 class PortChannel(Protocol):
-    """A proxy-driven channel (the SDR transport plugs in here; not implemented yet)."""
+    """A proxy-driven channel (``sdr.backends.hierarchical.SdrPortChannel``: SDR writes)."""
 
     peer: int
 

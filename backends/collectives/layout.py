@@ -1,7 +1,7 @@
 """From chunks to bytes: the run-time layout of a plan and its lowered operations.
 
-Both executors (shared memory and GPU) lower a plan the same way, so a plan means the same
-bytes everywhere:
+Every executor (shared memory, SDR port channels, GPU) lowers a plan the same way, so a plan
+means the same bytes everywhere:
 
 - the *unit* (bytes of one chunk) is ``ceil(input_elements / input_chunks)`` elements;
 - chunk ``i`` of a buffer covers ``[i * unit, (i + count) * unit)`` clipped to the buffer;

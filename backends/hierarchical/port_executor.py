@@ -1,10 +1,11 @@
 """Runs a collective plan whose channels are SDR port channels (one rank per datacenter).
 
 The same plans, layout and lowering as the memory-channel executors (``backends/shm``),
-with puts that are reliable SDR writes. Before running its own ops, a rank lowers each
-peer's ops for the call and posts the receives those peers' puts will land in (see
-:mod:`sdr.backends.hierarchical.port_channel`). Reductions widen to float32 and round back,
-as the CPU executor does, so results match it bit for bit.
+with puts that are reliable SDR writes, run by the same interpreter
+(:class:`~sdr.backends.collectives.interpreter.OpInterpreter`), so reductions match the CPU
+executor's bit for bit. What is the port channels' own is here: before running its own
+ops, a rank lowers each peer's ops for the call and posts the receives those peers' puts
+will land in (see :mod:`sdr.backends.hierarchical.port_channel`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from functools import lru_cache
 import numpy as np
 
 import sdr
-from sdr.backends.collectives.dtypes import dtype_name, from_f32, storage_dtype, to_f32
-from sdr.backends.collectives.layout import Layout, LoweredOp, Span, lower, make_layout
+from sdr.backends.collectives.dtypes import dtype_name, storage_dtype
+from sdr.backends.collectives.interpreter import OpInterpreter
+from sdr.backends.collectives.layout import Layout, LoweredOp, lower, make_layout
 from sdr.backends.hierarchical.port_channel import SdrPortChannel
 from sdr.collectives.plan import Plan
 from sdr.errors import ConfigError
@@ -51,13 +53,6 @@ def _expected(plan: Plan, sender: int, receiver: int, layout: Layout) -> tuple[t
     return tuple(puts), tuple(bounds)
 
 
-def _dst(op: LoweredOp) -> Span:
-    """The destination of a data op (lower() gives every put/copy/reduce one)."""
-    if op.dst is None:
-        raise ConfigError(f"lowered {op.kind} op has no destination")
-    return op.dst
-
-
 class PortExecutor:
     """Executes port plans for one datacenter rank ``rank`` over ``channels`` (by port rank).
 
@@ -74,6 +69,7 @@ class PortExecutor:
         self._scratch = np.zeros(0, np.uint8)
         self._mr: MemoryRegion | None = None
         self.calls = 0
+        self._interpreter = OpInterpreter(rank, port=channels, unit="datacenter")
 
     def _scratch_for(self, nbytes: int) -> tuple[np.ndarray, MemoryRegion | None]:
         if nbytes > self._scratch.size or self._mr is None:
@@ -99,47 +95,11 @@ class PortExecutor:
             if puts or bounds:
                 assert mr is not None
                 ch.begin_call(mr, list(puts), list(bounds))
-        local = {
+        buffers = {
             "input": x.reshape(-1).view(np.uint8),
             "output": out.reshape(-1).view(np.uint8),
             "scratch": scratch,
         }
-
-        def read(span: Span, nbytes: int) -> np.ndarray:
-            if span.peer is not None or span.buffer == "packets":
-                raise ConfigError(f"plan {plan.name}: port plans read only local buffers")
-            return local[span.buffer][span.offset : span.offset + nbytes]
-
-        for op in _lowered(plan, self.rank, layout):
-            kind = op.kind
-            if kind == "put":
-                self._channel(op.peer).put(
-                    _dst(op).offset, read(op.srcs[0], op.nbytes), 0, op.nbytes
-                )
-            elif kind == "copy":
-                data = read(op.srcs[0], op.nbytes)
-                dst = _dst(op)
-                local[dst.buffer][dst.offset : dst.offset + op.nbytes] = data
-            elif kind == "reduce":
-                acc = to_f32(read(op.srcs[0], op.nbytes), dt).copy()
-                for s in op.srcs[1:]:
-                    acc += to_f32(read(s, op.nbytes), dt)
-                res = from_f32(acc, dt).view(np.uint8)
-                dst = _dst(op)
-                local[dst.buffer][dst.offset : dst.offset + op.nbytes] = res
-            elif kind == "signal":
-                self._channel(op.peer).signal()
-            elif kind == "wait":
-                self._channel(op.peer).wait()
-            elif kind == "flush":
-                self._channel(op.peer).flush()
-            elif kind == "get":
-                raise ConfigError(f"plan {plan.name}: port channels cannot 'get'")
-            # barrier: one worker per rank here
+        self._interpreter.run(_lowered(plan, self.rank, layout), buffers, dt)
         self.calls += 1
         return out
-
-    def _channel(self, peer: int | None) -> SdrPortChannel:
-        if peer not in self.channels:
-            raise ConfigError(f"datacenter {self.rank} has no port channel to {peer}")
-        return self.channels[peer]

@@ -1,20 +1,18 @@
-"""Runs a plan on one CPU rank: each lowered op becomes NumPy work on shared memory."""
+"""Runs a plan on one CPU rank over shared-memory channels.
+
+The ops are interpreted by :class:`~sdr.backends.collectives.interpreter.OpInterpreter`
+(shared with the SDR port-channel executor); what is shared-memory's own is here: the
+call counter, whose parity picks the scratch and packet halves of the call and whose
+successor is the LL packet flag, and how this rank reads the packets peers wrote.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from sdr.backends.collectives.dtypes import from_f32, to_f32
-from sdr.backends.collectives.layout import LoweredOp, Span
+from sdr.backends.collectives.interpreter import OpInterpreter
+from sdr.backends.collectives.layout import LoweredOp
 from sdr.backends.shm.memory import Check, Region, ShmMemoryChannel, read_packets
-from sdr.errors import ConfigError
-
-
-def _dst(op: LoweredOp) -> Span:
-    """The destination of a data op (lower() gives every put/get/copy/reduce one)."""
-    if op.dst is None:
-        raise ConfigError(f"lowered {op.kind} op has no destination")
-    return op.dst
 
 
 class ShmExecutor:
@@ -33,6 +31,7 @@ class ShmExecutor:
         self.channels = channels
         self.check = check
         self.seq = 0
+        self._interpreter = OpInterpreter(rank, memory=channels)
 
     def run(
         self, ops: list[LoweredOp], inp: np.ndarray, out: np.ndarray, dtype: str, timeout: float
@@ -41,58 +40,17 @@ class ShmExecutor:
         parity, flag = self.seq & 1, self.seq + 1
         for ch in self.channels.values():
             ch.parity = parity
-        local = {
+        packets = self.region.packets(parity)
+        check = self.check
+
+        def read(offset: int, nbytes: int) -> np.ndarray:
+            return read_packets(packets[offset:], nbytes, flag, timeout, check)
+
+        buffers = {
             "input": inp,
             "output": out,
             "scratch": self.region.scratch(parity),
-            "packets": self.region.packets(parity),
+            "packets": packets,
         }
-
-        def read(span: Span, nbytes: int) -> np.ndarray:
-            if span.peer is not None:  # a peer's scratch (reduce source)
-                remote = self._channel(span.peer).remote.scratch(parity)
-                return remote[span.offset : span.offset + nbytes]
-            if span.buffer == "packets":
-                return read_packets(
-                    local["packets"][span.offset :], nbytes, flag, timeout, self.check
-                )
-            return local[span.buffer][span.offset : span.offset + nbytes]
-
-        for op in ops:
-            kind = op.kind
-            if kind == "put":
-                ch = self._channel(op.peer)
-                src = read(op.srcs[0], op.nbytes)
-                dst = _dst(op)
-                if dst.buffer == "packets":
-                    ch.put_packets(dst.offset, src, 0, op.nbytes, flag)
-                else:
-                    ch.put(dst.offset, src, 0, op.nbytes)
-            elif kind == "get":
-                dst = _dst(op)
-                into = local[dst.buffer]
-                self._channel(op.peer).get(into, dst.offset, op.srcs[0].offset, op.nbytes)
-            elif kind == "copy":
-                data = read(op.srcs[0], op.nbytes)
-                dst = _dst(op)
-                local[dst.buffer][dst.offset : dst.offset + op.nbytes] = data
-            elif kind == "reduce":
-                acc = to_f32(read(op.srcs[0], op.nbytes), dtype).copy()
-                for s in op.srcs[1:]:
-                    acc += to_f32(read(s, op.nbytes), dtype)
-                res = from_f32(acc, dtype).view(np.uint8)
-                dst = _dst(op)
-                local[dst.buffer][dst.offset : dst.offset + op.nbytes] = res
-            elif kind == "signal":
-                self._channel(op.peer).signal()
-            elif kind == "wait":
-                self._channel(op.peer).wait(timeout)
-            elif kind == "flush":
-                self._channel(op.peer).flush()
-            # barrier: one worker per rank here, nothing to do
+        self._interpreter.run(ops, buffers, dtype, flag=flag, timeout=timeout, read_packets=read)
         self.seq += 1
-
-    def _channel(self, peer: int | None) -> ShmMemoryChannel:
-        if peer not in self.channels:
-            raise ConfigError(f"rank {self.rank} has no channel to rank {peer}")
-        return self.channels[peer]

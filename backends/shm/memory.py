@@ -161,6 +161,10 @@ class ShmMemoryChannel:
         src = self.remote.scratch(self.parity)
         dst[dst_offset : dst_offset + nbytes] = src[src_offset : src_offset + nbytes]
 
+    def read(self, src_offset: int, nbytes: int) -> np.ndarray:
+        """The peer's scratch bytes (current parity), in place: a reduce reads them."""
+        return self.remote.scratch(self.parity)[src_offset : src_offset + nbytes]
+
     def put_packets(
         self, dst_offset: int, src: np.ndarray, src_offset: int, nbytes: int, flag: int
     ) -> None:
