@@ -45,6 +45,18 @@ def test_fixed_ignores_everything() -> None:
     assert cc.pacing_rate == 2e9 and cc.cwnd == math.inf
 
 
+def test_delay_runs_through_thousands_of_calm_rounds() -> None:
+    """The hyperactive increase doubled per calm round as 2.0 ** rounds, which overflowed
+    after ~1026 calm rounds (about 1.1 s of a 1 ms path): on_ack raised OverflowError."""
+    cc = DelayBased(1e9)
+    t = 0.0
+    for _ in range(3000):  # 3000 round trips of 1 ms, no queue: every round is calm
+        t += 1e-3
+        cc.on_sent(t, PKT)
+        cc.on_ack(t, PKT, 1e-3)
+    assert cc.pacing_rate == pytest.approx(1e9)  # at its maximum, no error
+
+
 def test_delay_random_loss_does_not_cut() -> None:
     cc = DelayBased(1e9)
     t = _steady(cc, t0=0.0, rtts=4, queue=0.0)

@@ -42,6 +42,10 @@ K_HAI_CALM_ROUNDS = 2
 # The additive step doubles with each further calm round (TIMELY's hyperactive increase),
 # up to hai_max times: spare capacity is found in a few rounds, not in 1/ai of them.
 K_HAI_GROWTH = 2.0
+# Calm rounds past which the boost stops growing: 2**64 is beyond any hai_max (at most
+# 1000); unbounded, K_HAI_GROWTH ** rounds overflowed a float after about 1026 calm rounds
+# (1.1 s on a 1 ms path) and on_ack raised OverflowError.
+K_HAI_MAX_DOUBLINGS = 64
 # A queue over this many targets is clearly over it, not near it: a loss then counts as
 # congestion, and a cut also holds the rate to the delivery rate less a drain share.
 K_CONGESTED_TARGETS = 2
@@ -127,7 +131,8 @@ class RateRule:
             self._round_start, self._calm = now, True
         if q <= target:
             self._q_ref = 0.0
-            boost = min(self.hai_max, K_HAI_GROWTH ** max(0, self._calm_rounds - K_HAI_CALM_ROUNDS))
+            doublings = min(max(0, self._calm_rounds - K_HAI_CALM_ROUNDS), K_HAI_MAX_DOUBLINGS)
+            boost = min(self.hai_max, K_HAI_GROWTH**doublings)
             step = boost * self.ai * self.max_rate * (8.0 * acked_bytes) / (rate * srtt)
             return min(self.max_rate, rate + step)
         self._calm = False
