@@ -212,21 +212,40 @@ class ReliableQP:
         return wait
 
     def hold(self) -> float:
-        """Seconds the driver may leave arriving packets unread after a round that worked,
-        without delaying anything (a NIC's interrupt moderation: fewer, larger rounds).
+        """Seconds the driver may leave arriving packets and control messages unread after
+        a round that worked, without delaying anything (a NIC's interrupt moderation:
+        fewer, larger rounds); 0: do not hold.
 
         A posted receive cannot complete before the bytes it still lacks cross the link
-        at its rate, so the hold is never longer than that for the nearest one (none
-        posted, or the rate unknown: 0, no hold); nor than the SACK interval, so a
-        hole's NACK and the sender's RTT samples are late by at most that. Rounds then
-        come once per hold instead of once per batch the sender paces out."""
-        rate = self.config.link_rate or self.qp.attr.rate_limit
-        if not rate or not self.ctx.transport.can_hold:
+        at its rate, so the hold is never longer than that for the nearest one (the
+        rate unknown: no hold); nor than the SACK interval, so a hole's NACK and the
+        peer's RTT samples are late by at most that. A sender whose pacer holds its
+        queued data back reads the SACKs when it next sends (the pacer's wait); one
+        that waits for acknowledgements (a window, the last ACKs) does not hold. Rounds
+        then come once per SACK interval or pacing batch, not once per arrival."""
+        if not self.ctx.transport.can_hold:
             return 0.0
+        limits = [h for h in (self._receive_hold(), self._send_hold()) if h is not None]
+        return min(limits) if limits else 0.0
+
+    def _receive_hold(self) -> float | None:
+        """The receives' bound on the hold (None: no receive posted)."""
         least = self.connection.receives.least_to_come()
-        if not least:
+        if least is None:
+            return None
+        rate = self.config.link_rate or self.qp.attr.rate_limit
+        if not rate:
             return 0.0
         return min(least * 8 / rate, self.config.ack_delay)
+
+    def _send_hold(self) -> float | None:
+        """The writes' bound on the hold (None: no write in flight)."""
+        if not self.connection.in_flight:
+            return None
+        if not self.connection.backlogged:
+            return 0.0
+        wait = self.qp.pacer_wait()
+        return wait if wait else 0.0
 
     def _collect(self) -> int:
         """Finish the handles of the connection's events."""

@@ -1,10 +1,12 @@
-"""Receive coalescing: after a round that worked, a receiver may leave arrivals in the
-socket for a while (a NIC's interrupt moderation), never longer than the nearest
-posted receive needs to finish arriving at the link's rate, nor than the SACK interval.
+"""Coalescing rounds: after a round that worked, a QP may leave arrivals in the socket for
+a while (a NIC's interrupt moderation). A receiver never longer than the nearest posted
+receive needs to finish arriving at the link's rate, nor than the SACK interval; a sender
+while its pacer holds its data back (it reads the SACKs when it next sends), never while
+it waits for acknowledgements.
 
 Before, the receiver ran one round per batch its peer paced out (one every 2 ms at
-1 Gbit/s, ~30 packets each): most of its CPU per byte was the fixed cost of a round.
-The values are checked, not the timing."""
+1 Gbit/s, ~30 packets each) and the sender one per batch and one per SACK: most of the
+CPU per byte was the fixed cost of a round. The values are checked, not the timing."""
 
 from __future__ import annotations
 
@@ -96,3 +98,29 @@ def test_drive_holds_instead_of_waking_for_each_batch() -> None:
 def _step(s: ReliableQP) -> bool:
     s.progress()  # the sender runs from the receiver's loop: one process, two transports
     return False
+
+
+def test_a_paced_sender_holds_until_its_next_batch_and_no_longer_once_drained() -> None:
+    """While the pacer holds queued data back, SACKs can wait for the next batch (read in
+    that round); once nothing waits for the pacer (the last ACKs are what is left), a
+    sender must read them at once: no hold."""
+    with UdpPair(ATTR) as pair:
+        s = ReliableQP(pair.qa, "sr-nack", rtt="25ms")
+        r = ReliableQP(pair.qb, "sr-nack", rtt="25ms")
+        assert s.hold() == 0.0  # nothing in flight
+        src = np.random.default_rng(5).integers(0, 256, 4 << 20, dtype=np.uint8)
+        r.post_recv(pair.b.register(np.zeros_like(src)))
+        h = s.write(pair.a.register(src))
+        seen = []
+        while not h.finished:
+            s.progress()
+            r.progress()
+            if s.connection.backlogged:
+                wait = s.qp.pacer_wait()
+                if wait:
+                    seen.append((s.hold(), wait))
+            elif s.connection.in_flight:
+                assert s.hold() == 0.0  # waiting for acknowledgements: read them at once
+        assert seen, "the sender never waited for its pacer"
+        for held, wait in seen:
+            assert held == pytest.approx(wait, abs=1e-3)
