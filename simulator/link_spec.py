@@ -1,6 +1,10 @@
 """The description of one direction of a long-haul link (:class:`LinkSpec`).
 
-Its state machine is :class:`sdr.simulator.link_model.LinkDirection`.
+Its state machine is :class:`sdr.simulator.link_model.LinkDirection`. The discrete-event
+simulator takes one per direction (:class:`sdr.simulator.des_transport.DesFabric`), the
+WAN emulator applies them to real packets. Its names are the link's everywhere: ``rate``,
+``rtt``, ``one_way_delay``, ``queue`` (the model's :class:`~sdr.simulator.link.Link` says
+the same).
 """
 
 from __future__ import annotations
@@ -131,10 +135,12 @@ class LinkSpec:
 
     @classmethod
     def from_link(cls, link: Link, *, queue: float | None = None, **kwargs: Any) -> LinkSpec:
-        """One direction of the analytic :class:`~sdr.simulator.link.Link` (its rate and
-        RTT; the queue defaults to its switch buffering, ``alpha`` RTTs of line rate)."""
-        buffer = link.buffer_bytes if queue is None else queue
-        return cls(rate=link.bandwidth_bps, rtt=link.rtt_s, queue=buffer, **kwargs)
+        """One direction of the model's :class:`~sdr.simulator.link.Link` (its rate and
+        RTT; the queue defaults to its switch buffering, ``link.queue``: ``alpha`` RTTs of
+        line rate)."""
+        return cls(
+            rate=link.rate, rtt=link.rtt, queue=link.queue if queue is None else queue, **kwargs
+        )
 
     @property
     def one_way_delay(self) -> float:

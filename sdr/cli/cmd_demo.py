@@ -80,9 +80,9 @@ def demo(
         results_table,
     )
 
-    nbytes, bps, rtt_s = parse_size(size), parse_rate(rate), parse_time(rtt)
-    model = Link(bandwidth_bps=bps, rtt_s=rtt_s, mtu=mtu, chunk_size=parse_size(chunk))
-    ideal = lossless_at_receiver(nbytes, bps, rtt_s)  # completion_s is the receiver's
+    nbytes, rate_value, rtt_value = parse_size(size), parse_rate(rate), parse_time(rtt)
+    model = Link(rate=rate_value, rtt=rtt_value, mtu=mtu, chunk_size=parse_size(chunk))
+    ideal = lossless_at_receiver(nbytes, rate_value, rtt_value)  # completion_s is the receiver's
     title = f"{format_size(nbytes)} over {rate}, RTT {rtt}, loss {loss:g} per packet"
     console.print(f"[bold]SDR demo[/]: {title}; two processes, two namespaces, emulated link")
     common = [

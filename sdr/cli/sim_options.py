@@ -49,7 +49,7 @@ class ExecutorName(StrEnum):
 
 
 def link_from_options(
-    bandwidth: str,
+    rate: str,
     rtt: str | None,
     distance: str | None,
     speed: float,
@@ -62,7 +62,7 @@ def link_from_options(
     mtu_bytes, chunk_bytes = parse_size(mtu), parse_size(chunk)
     if rtt is not None:
         return Link(
-            parse_rate(bandwidth),
+            parse_rate(rate),
             parse_time(rtt),
             mtu=mtu_bytes,
             chunk_size=chunk_bytes,
@@ -70,8 +70,8 @@ def link_from_options(
         )
     return Link.from_distance(
         parse_distance(distance or "3750km"),
-        parse_rate(bandwidth),
-        propagation_speed_mps=speed,
+        parse_rate(rate),
+        propagation_speed=speed,
         mtu=mtu_bytes,
         chunk_size=chunk_bytes,
         alpha=alpha,
