@@ -76,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="out/simulator_speed.json", help="result file")
     args = parser.parse_args(argv)
 
-    points = make_grid(SIZES, DROPS, SCHEMES, rtts=[0.025], samples=args.samples, seed=0)
+    points = make_grid(
+        SIZES, DROPS, SCHEMES, rates=[400e9], rtts=[0.025], samples=args.samples, seed=0
+    )
     timings = {}
     for executor, workers in (("serial", 1), ("local", args.workers)):
         start = time.perf_counter()

@@ -21,6 +21,8 @@ from typing import Literal
 from sdr.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_RATE",
+    "DEFAULT_RTT",
     "PAPER_PROPAGATION_SPEED",
     "FIBRE_PROPAGATION_SPEED",
     "DropUnit",
@@ -28,6 +30,11 @@ __all__ = [
     "chunk_drop_probability",
 ]
 
+#: The SDK's default line rate, bits/s: ``LinkSpec``'s, ``sdr send --rate``'s and every
+#: simulator command's (``sdr sim --rate``, ``sdr sweep --rates``).
+DEFAULT_RATE = 1e9
+#: The default round-trip time, seconds: 3750 km at :data:`PAPER_PROPAGATION_SPEED`.
+DEFAULT_RTT = 0.025
 #: Propagation speed implied by the paper's figures (3750 km <-> 25 ms RTT): 3e8 m/s.
 PAPER_PROPAGATION_SPEED = 3.0e8
 #: Light in silica fibre, about 2/3 c (~5 us/km one way).

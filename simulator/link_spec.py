@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from sdr.errors import ConfigError
-from sdr.simulator.link import Link
+from sdr.simulator.link import DEFAULT_RATE, DEFAULT_RTT, Link
 from sdr.simulator.loss import Bernoulli, LossModel
 from sdr.units import parse_rate, parse_size, parse_time
 
@@ -111,8 +111,8 @@ class LinkSpec:
 
     # defaults of the attribute's type (the converter passes them through): attrs types a
     # field's value as its default's type
-    rate: float = attrs.field(default=1e9, converter=_rate)  # 1 Gbit/s
-    rtt: float = attrs.field(default=0.025, converter=_rtt)  # 25 ms
+    rate: float = attrs.field(default=DEFAULT_RATE, converter=_rate)  # 1 Gbit/s
+    rtt: float = attrs.field(default=DEFAULT_RTT, converter=_rtt)  # 25 ms
     queue: int = attrs.field(default=None, converter=_queue)
     loss: LossModel | None = attrs.field(factory=lambda: Bernoulli(0.0), converter=_loss)
     control_loss: LossModel | None = attrs.field(default=None, converter=_control_loss)

@@ -17,7 +17,7 @@ import numpy as np
 from sdr.errors import ConfigError
 from sdr.simulator.bounds import check_drop, check_grid_points, check_samples, check_write_size
 from sdr.simulator.evaluate import evaluate
-from sdr.simulator.link import PAPER_PROPAGATION_SPEED, Link
+from sdr.simulator.link import DEFAULT_RATE, PAPER_PROPAGATION_SPEED, Link
 from sdr.simulator.schemes import SCHEMES, SchemeSpec
 
 __all__ = ["SweepGrid", "SweepPoint", "make_grid", "run_batch", "run_point"]
@@ -120,7 +120,7 @@ def make_grid(
     drops: Iterable[float],
     schemes: Iterable[str] = SCHEMES,
     *,
-    rates: Iterable[float] = (400e9,),
+    rates: Iterable[float] = (DEFAULT_RATE,),
     rtts: Iterable[float] | None = None,
     distances: Iterable[float] | None = None,
     propagation_speed: float = PAPER_PROPAGATION_SPEED,
@@ -129,9 +129,9 @@ def make_grid(
 ) -> SweepGrid:
     """The cartesian grid, one :class:`SweepPoint` per combination, with per-point seeds.
 
-    ``rates`` are line rates in bits/s (default 400 Gbit/s). Give either ``rtts``
-    (seconds) or ``distances`` (metres, at ``propagation_speed`` m/s); the default is
-    3750 km.
+    ``rates`` are line rates in bits/s (default 1 Gbit/s, :data:`~sdr.simulator.link.
+    DEFAULT_RATE`). Give either ``rtts`` (seconds) or ``distances`` (metres, at
+    ``propagation_speed`` m/s); the default is 3750 km.
     ``fixed`` sets the remaining :class:`SweepPoint` fields (chunk_size, k, m, samples ...).
     Every value is checked here, before any point runs, and the grid is refused past
     :data:`~sdr.simulator.bounds.MAX_GRID_POINTS` (ConfigError, one line); the points are

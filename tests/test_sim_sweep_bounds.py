@@ -14,6 +14,7 @@ import pytest
 from sdr.cli.sim_sweep import _interrupted_line
 from sdr.errors import ConfigError
 from sdr.simulator.bounds import MAX_GRID_POINTS, MAX_SAMPLES
+from sdr.simulator.link import DEFAULT_RATE
 from sdr.simulator.sweep import SweepInterrupted, make_grid, read_csv, sweep_to_csv
 
 SDR = str(Path(sys.executable).with_name("sdr"))
@@ -44,7 +45,7 @@ def test_grid_points_are_built_as_they_are_read() -> None:
     assert len(grid) == 20 * 10 * 50 * 4 == 40_000
     assert built < 1 << 20  # a list of 40,000 points takes tens of MB
     # the same points, seeds and order as the cartesian product
-    combos = list(itertools.product([400e9], rtts, sizes, drops, schemes))
+    combos = list(itertools.product([DEFAULT_RATE], rtts, sizes, drops, schemes))
     for index in (0, 1, 3999, 39_999):
         rate, rtt, size, drop, scheme = combos[index]
         point = grid[index]

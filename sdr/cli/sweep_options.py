@@ -27,6 +27,7 @@ from typing import Any
 import typer
 from typer.models import OptionInfo
 
+from sdr.cli.defaults import DEFAULT_RATE
 from sdr.cli.sim_options import (
     ALPHA,
     CHUNK,
@@ -126,7 +127,11 @@ SWEEP_OPTIONS: tuple[SweepOption, ...] = (
     SweepOption(
         "rates",
         str,
-        typer.Option("400Gbit/s", "--rates", help="Comma list of line rates (e.g. 10Gbit/s,100G)."),
+        typer.Option(
+            DEFAULT_RATE,
+            "--rates",
+            help="Comma list of line rates (e.g. 10Gbit/s,100G; the paper's figures: 400Gbit/s).",
+        ),
         _list("rates", parse_rate),
     ),
     SweepOption(
