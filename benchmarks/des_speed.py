@@ -34,7 +34,7 @@ from sdr.simulator.schemes import SchemeSpec
 
 MIB = 1 << 20
 RTT = 0.025
-# (scheme, size, bandwidth bit/s, per-chunk drop, copy payload)
+# (scheme, size, line rate bit/s, per-chunk drop, copy payload)
 CASES = [
     ("sr-rto", 4 * MIB, 1e9, 1e-2, False),
     ("sr-nack", 4 * MIB, 10e9, 1e-2, False),
@@ -45,9 +45,9 @@ CASES = [
 ]
 
 
-def run_case(scheme: str, size: int, bw: float, drop: float, copy: bool, writes: int) -> dict:
+def run_case(scheme: str, size: int, rate: float, drop: float, copy: bool, writes: int) -> dict:
     """Simulate one case and compare it with Monte Carlo; returns a result row."""
-    link, spec = Link(bw, RTT), SchemeSpec(scheme)
+    link, spec = Link(rate, RTT), SchemeSpec(scheme)
     run = simulate_writes(
         link,
         size,
@@ -71,7 +71,7 @@ def run_case(scheme: str, size: int, bw: float, drop: float, copy: bool, writes:
     return {
         "scheme": scheme,
         "size_bytes": size,
-        "bandwidth_bps": bw,
+        "rate": rate,
         "drop_per_chunk": drop,
         "copy_payload": copy,
         "writes": writes,
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         table.add_column(col, justify="right")
     for r in rows:
         name = (
-            f"{r['scheme']} {r['size_bytes'] >> 20}MiB {r['bandwidth_bps'] / 1e9:g}G "
+            f"{r['scheme']} {r['size_bytes'] >> 20}MiB {r['rate'] / 1e9:g}G "
             f"p={r['drop_per_chunk']:g}" + (" copy" if r["copy_payload"] else "")
         )
         table.add_row(

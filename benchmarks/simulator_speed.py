@@ -43,7 +43,7 @@ def naive_sr(rng: np.random.Generator, link: Link, size: int, p: float, spec: Sc
     z = rng.geometric(1 - p, size=(n, chunks)) - 1
     return (np.arange(1, chunks + 1) * link.t_inj_s + retry_cost_s(link, spec) * z).max(
         axis=1
-    ) + link.rtt_s
+    ) + link.rtt
 
 
 def time_sr_samplers(max_size: int, samples: int) -> tuple[float, float, int]:
@@ -76,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="out/simulator_speed.json", help="result file")
     args = parser.parse_args(argv)
 
-    points = make_grid(SIZES, DROPS, SCHEMES, rtts=[0.025], samples=args.samples, seed=0)
+    points = make_grid(
+        SIZES, DROPS, SCHEMES, rates=[400e9], rtts=[0.025], samples=args.samples, seed=0
+    )
     timings = {}
     for executor, workers in (("serial", 1), ("local", args.workers)):
         start = time.perf_counter()
@@ -112,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             "drops": DROPS,
             "schemes": SCHEMES,
             "samples": args.samples,
-            "bandwidth_bps": 400e9,
-            "rtt_s": 0.025,
+            "rate": 400e9,
+            "rtt": 0.025,
             "chunk_size": 65536,
             "workers": args.workers,
         },

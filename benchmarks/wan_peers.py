@@ -66,8 +66,8 @@ def run_sdr(
         ],
     )
     model = Link(
-        bandwidth_bps=parse_rate(args.rate),
-        rtt_s=parse_time(args.rtt),
+        rate=parse_rate(args.rate),
+        rtt=parse_time(args.rtt),
         mtu=args.mtu,
         chunk_size=parse_size(args.chunk),
     )

@@ -241,7 +241,7 @@ def _deadline(rtt: str, loss: float, calibrated: float | None, args: Any) -> tup
     from sdr.simulator.link import Link
 
     n_bytes = sum(a * b + b for a, b in zip(WIDTHS, WIDTHS[1:], strict=False)) * 4
-    link = Link(bandwidth_bps=parse_rate(args.rate), rtt_s=parse_time(rtt), mtu=8192,
+    link = Link(rate=parse_rate(args.rate), rtt=parse_time(rtt), mtu=8192,
                 chunk_size=8192)  # fmt: skip
     model = deadline_for(link, n_bytes, loss, q=0.99).seconds
     if args.deadline != "auto":

@@ -12,6 +12,7 @@ from __future__ import annotations
 from figure_common import (
     DROPS,
     PAPER_FALLBACK,
+    PAPER_LINK,
     QUICK_DROPS,
     QUICK_SIZES,
     SCHEMES,
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         sizes,
         drops,
         SCHEMES,
+        rates=[PAPER_LINK.rate],
         distances=[3.75e6],
         samples=samples,
         seed=args.seed,

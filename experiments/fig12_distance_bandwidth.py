@@ -18,7 +18,7 @@ from sdr.simulator.link import Link
 from sdr.simulator.schemes import SchemeSpec
 
 DISTANCES_KM = [375, 1000, 3750, 10000]
-BANDWIDTHS = [100e9, 400e9, 800e9]
+RATES = [100e9, 400e9, 800e9]
 FIG_DROPS = [1e-5, 1e-3]
 METRICS = ["mean", "p999"]
 SIZES = [2**e for e in range(17, 36)]  # 128 KiB .. 32 GiB
@@ -51,16 +51,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     for metric in METRICS:
         for drop in FIG_DROPS:
             for km in DISTANCES_KM:
-                for bw in BANDWIDTHS:
-                    link = Link.from_distance(km * 1e3, bw)
+                for rate in RATES:
+                    link = Link.from_distance(km * 1e3, rate)
                     cross = crossover(link, drop, sizes, metric)
                     rows.append(
                         {
                             "metric": metric,
                             "drop": drop,
                             "distance_km": km,
-                            "bandwidth_bps": bw,
-                            "rtt_s": link.rtt_s,
+                            "rate": rate,
+                            "rtt": link.rtt,
                             "bdp_bytes": link.bdp_bytes,
                             "ec_wins_up_to_bytes": cross if cross is not None else "",
                         }
@@ -69,11 +69,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     fig, axes = plt.subplots(len(METRICS), len(FIG_DROPS), figsize=(10, 7), sharey=True)
     for metric, ax_row in zip(METRICS, axes, strict=True):
         for ax, drop in zip(ax_row, FIG_DROPS, strict=True):
-            for i, bw in enumerate(BANDWIDTHS):  # one colour per bandwidth in every panel
+            for i, rate in enumerate(RATES):  # one colour per line rate in every panel
                 pts = [
                     (r["bdp_bytes"], r["ec_wins_up_to_bytes"])
                     for r in rows
-                    if (r["metric"], r["drop"], r["bandwidth_bps"]) == (metric, drop, bw)
+                    if (r["metric"], r["drop"], r["rate"]) == (metric, drop, rate)
                     and r["ec_wins_up_to_bytes"] != ""
                 ]
                 if pts:
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                         *zip(*pts, strict=True),
                         marker="o",
                         color=f"C{i}",
-                        label=f"{bw / 1e9:.0f} Gbit/s",
+                        label=f"{rate / 1e9:.0f} Gbit/s",
                     )
             ax.set_xscale("log", base=2)
             ax.set_yscale("log", base=2)

@@ -158,8 +158,8 @@ def _measure(n: int, scheme: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def _model(n: int, scheme: str, args: argparse.Namespace) -> dict[str, Any]:
     link = Link(
-        bandwidth_bps=parse_rate(args.rate),
-        rtt_s=parse_time(args.rtt),
+        rate=parse_rate(args.rate),
+        rtt=parse_time(args.rtt),
         mtu=MTU,
         chunk_size=MTU,
         alpha=2.0,

@@ -16,7 +16,7 @@ like ``b`` independent losses and SR like one, so the EC candidates are scored w
 chunk drop rate while SR candidates see the rate of loss *events* (drop / burst).
 An evaluation costs a few milliseconds per candidate (one analytic mean each), run in the
 sender's progress loop; so inputs are quantized (drop rate to 1/16 decade, RTT to 0.1 ms,
-bandwidth to 1/32 decade) and scores cached: a steady link costs a dictionary lookup.
+delivery rate to 1/32 decade) and scores cached: a steady link costs a dictionary lookup.
 """
 
 from __future__ import annotations
@@ -50,23 +50,23 @@ def analytic_selector(
     def select(
         est: LinkEstimate, size: int, candidates: Sequence[Candidate]
     ) -> Mapping[Candidate, float]:
-        bandwidth = min(rate, est.bandwidth) if est.bandwidth else rate
+        delivered = min(rate, est.bandwidth) if est.bandwidth else rate
         p_chunk = min(est.chunk_drop or 0.0, 0.999)
         burst = est.burst or 1.0
         events = p_chunk / burst if burst > burst_threshold else p_chunk
         return dict(
             scores(
-                _q(bandwidth, 32), round(est.rtt or base_rtt, 4), _q(p_chunk, 16), _q(events, 16),
+                _q(delivered, 32), round(est.rtt or base_rtt, 4), _q(p_chunk, 16), _q(events, 16),
                 size, tuple(candidates),
             )
         )  # fmt: skip
 
     @functools.lru_cache(maxsize=4096)
     def scores(
-        bandwidth: float, rtt_s: float, p_chunk: float, events: float, size: int,
+        rate: float, rtt: float, p_chunk: float, events: float, size: int,
         candidates: tuple[Candidate, ...],
     ) -> tuple[tuple[Candidate, float], ...]:  # fmt: skip
-        link = Link(bandwidth_bps=bandwidth, rtt_s=rtt_s, mtu=mtu_b, chunk_size=chunk, alpha=alpha)
+        link = Link(rate=rate, rtt=rtt, mtu=mtu_b, chunk_size=chunk, alpha=alpha)
         out: dict[Candidate, float] = {}
         for cand in candidates:
             if cand.is_ec:

@@ -61,19 +61,19 @@ def retry_cost_s(link: Link, spec: SchemeSpec) -> float:
 def sr_mean(link: Link, size: int, p: float, spec: SchemeSpec) -> float:
     """E[T_SR] in seconds for a write of ``size`` bytes (tail integral of the product CDF)."""
     n = link.num_chunks(size)
-    return max_delay_mean(n, p, link.t_inj_s, retry_cost_s(link, spec)) + link.rtt_s
+    return max_delay_mean(n, p, link.t_inj_s, retry_cost_s(link, spec)) + link.rtt
 
 
 def sr_cdf(t: float | np.ndarray, link: Link, size: int, p: float, spec: SchemeSpec) -> np.ndarray:
     """Exact P(T_SR <= t)."""
     n = link.num_chunks(size)
-    return max_delay_cdf(np.asarray(t) - link.rtt_s, n, p, link.t_inj_s, retry_cost_s(link, spec))
+    return max_delay_cdf(np.asarray(t) - link.rtt, n, p, link.t_inj_s, retry_cost_s(link, spec))
 
 
 def sr_quantile(q: float, link: Link, size: int, p: float, spec: SchemeSpec) -> float:
     """Exact q-quantile of T_SR in seconds."""
     n = link.num_chunks(size)
-    return max_delay_quantile(q, n, p, link.t_inj_s, retry_cost_s(link, spec)) + link.rtt_s
+    return max_delay_quantile(q, n, p, link.t_inj_s, retry_cost_s(link, spec)) + link.rtt
 
 
 def ec_layout(link: Link, size: int, spec: SchemeSpec) -> ECLayout:
@@ -84,9 +84,9 @@ def ec_layout(link: Link, size: int, spec: SchemeSpec) -> ECLayout:
 def ec_parts(link: Link, size: int, spec: SchemeSpec) -> tuple[float, float, ECLayout]:
     """(lossless completion time, extra delay of a fallback before SR's chunks, layout)."""
     layout = ec_layout(link, size, spec)
-    lossless = layout.total_chunks * link.t_inj_s + link.rtt_s
+    lossless = layout.total_chunks * link.t_inj_s + link.rtt
     # fallback: the timer fires beta*RTT late, then SR resends (its own RTT is in lossless)
-    penalty = (1.0 + link.beta) * link.rtt_s
+    penalty = (1.0 + link.beta) * link.rtt
     return lossless, penalty, layout
 
 
@@ -115,7 +115,7 @@ def _sr_mean_interpolated(link: Link, x: float, p: float, o: float) -> float:
     """E[T_SR(x)] for a fractional chunk count: linear between floor and ceil; T_SR(0) = RTT."""
 
     def whole(n: int) -> float:
-        return link.rtt_s + (max_delay_mean(n, p, link.t_inj_s, o) if n > 0 else 0.0)
+        return link.rtt + (max_delay_mean(n, p, link.t_inj_s, o) if n > 0 else 0.0)
 
     lo = math.floor(x)
     frac = x - lo
@@ -133,7 +133,7 @@ def ec_mean_bound(link: Link, size: int, p: float, spec: SchemeSpec) -> float:
     p_fb = layout.fallback_probability(p, spec.code)
     x = layout.expected_retransmit_chunks(p, spec.code)
     sr_part = _sr_mean_interpolated(link, x, p, retry_cost_s(link, spec))
-    return float(base + p_fb * (link.rtt_s + link.beta * link.rtt_s) + sr_part)
+    return float(base + p_fb * (link.rtt + link.beta * link.rtt) + sr_part)
 
 
 def _mixture_cdf(

@@ -48,8 +48,8 @@ def resolve_auto(
     if chunk_sizes is None and config.chunk_size:
         chunk_sizes = (chunk,)
     link = Link(
-        bandwidth_bps=float(config.link_rate),
-        rtt_s=float(config.rtt),
+        rate=float(config.link_rate),
+        rtt=float(config.rtt),
         mtu=mtu,
         chunk_size=chunk,
         alpha=config.alpha,

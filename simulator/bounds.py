@@ -74,6 +74,6 @@ def check_grid_points(points: int) -> int:
     if points > MAX_GRID_POINTS:
         raise ConfigError(
             f"the sweep has {points:,} points, more than the {MAX_GRID_POINTS:,} one sweep "
-            "runs: split it (fewer sizes, drops, schemes, paths or bandwidths per run)"
+            "runs: split it (fewer sizes, drops, schemes, paths or rates per run)"
         )
     return points

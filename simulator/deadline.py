@@ -61,5 +61,5 @@ def deadline_for(
     if best is None:
         raise ConfigError(f"no scheme can be evaluated for {size_bytes} B at drop {drop:g}")
     t, variant, spec = best
-    ideal = size_bytes * 8 / variant.bandwidth_bps + variant.rtt_s
+    ideal = size_bytes * 8 / variant.rate + variant.rtt
     return Deadline(t, q, spec, variant, size_bytes, ideal)

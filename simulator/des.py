@@ -31,10 +31,10 @@ from sdr.reliability import ReliabilityConfig
 from sdr.runtime import ReceiveHandle, ReliableQP, WriteHandle
 from sdr.simulator.des_driver import DesHost, DesSim
 from sdr.simulator.des_encode import with_encode_time
-from sdr.simulator.des_link import PathImpairments
+from sdr.simulator.des_link import PathBlackouts, check_path_blackouts
 from sdr.simulator.des_losslog import LossLog
 from sdr.simulator.link import DropUnit, Link
-from sdr.simulator.link_model import LinkStats
+from sdr.simulator.link_spec import LinkSpec
 from sdr.simulator.loss import Bernoulli, LossModel
 from sdr.simulator.schemes import SchemeSpec
 
@@ -57,8 +57,10 @@ class DesOptions:
         control_loss: loss model of control messages in both directions (CTS, DIGEST,
             SACK, ACK, NACK); None: the control path is lossless.
         reorder: probability a packet (data or control) is held back.
-        reorder_delay_s: hold-back bound in seconds (default: 8 packet times).
-        buffer_bytes: switch queue per direction (default: the link's alpha RTTs).
+        reorder_jitter: a held-back packet arrives up to this much later, uniform, in
+            seconds (``LinkSpec.reorder_jitter``; default: 8 packet times).
+        queue: switch queue per direction in bytes (``LinkSpec.queue``; default:
+            ``link.queue``, the link's alpha RTTs of line rate).
         header_bytes: wire bytes added per packet (default 0, as the model counts).
         encode_s_per_byte: EC encode time per data byte (0: free).
         copy_payload: place real bytes and check them after each write (slower).
@@ -70,16 +72,18 @@ class DesOptions:
         paths: QP channels; more than one turns multipath on (``ReliabilityConfig.
             multipath``: each chunk takes one path, picked by the SDK's path selector).
             The paths share the one link; they differ only by their blackouts.
-        blackouts: per path, ``(start, end)`` intervals of simulated time in seconds
+        path_blackouts: per path, ``(start, end)`` intervals of simulated time in seconds
             during which that path drops every data packet, in both directions
-            (:attr:`~sdr.simulator.des_link.PathImpairments.blackouts`; control messages
-            take path 0, so a blackout of path 0 is an outage of the whole link).
+            (:data:`~sdr.simulator.des_link.PathBlackouts`; control messages take path 0,
+            so a blackout of path 0 is an outage of the whole link).
+
+    Each direction of the simulated link is the :class:`LinkSpec` that :meth:`spec` makes.
     """
 
     control_loss: LossModel | None = None
     reorder: float = 0.0
-    reorder_delay_s: float | None = None
-    buffer_bytes: float | None = None
+    reorder_jitter: float | None = None
+    queue: float | None = None
     header_bytes: int = 0
     encode_s_per_byte: float = 0.0
     copy_payload: bool = False
@@ -87,23 +91,33 @@ class DesOptions:
     congestion: str = "fixed"
     congestion_params: dict[str, Any] = field(default_factory=dict)
     paths: int = 1
-    blackouts: tuple[tuple[tuple[float, float], ...], ...] = ()
+    path_blackouts: PathBlackouts = ()
 
     def __post_init__(self) -> None:
         paths = self.paths
         if isinstance(paths, bool) or not isinstance(paths, int) or not 1 <= paths <= 16:
             raise ConfigError(f"paths must be an integer in [1, 16], got {paths!r}")
-        if len(self.blackouts) > paths:
+        blackouts = check_path_blackouts(self.path_blackouts)
+        if len(blackouts) > paths:
             raise ConfigError(
-                f"blackouts name {len(self.blackouts)} paths but there are {paths} (set paths)"
+                f"path_blackouts name {len(blackouts)} paths but there are {paths} (set paths)"
             )
+        object.__setattr__(self, "path_blackouts", blackouts)
 
-    def impairments(self, link: Link, loss: LossModel | None) -> PathImpairments:
-        """One direction's impairments with ``loss`` on its data packets."""
-        delay = self.reorder_delay_s
-        if delay is None:
-            delay = 8 * link.serialization_s(link.mtu + self.header_bytes) if self.reorder else 0.0
-        return PathImpairments(loss, self.control_loss, self.reorder, delay, self.blackouts)
+    def spec(self, link: Link, loss: LossModel | None) -> LinkSpec:
+        """One direction of ``link`` with ``loss`` on its data packets and these options."""
+        jitter = self.reorder_jitter
+        if jitter is None:
+            jitter = 8 * link.serialization_s(link.mtu + self.header_bytes) if self.reorder else 0.0
+        return LinkSpec.from_link(
+            link,
+            queue=self.queue,
+            loss=loss,
+            control_loss=self.control_loss,
+            reorder=self.reorder,
+            reorder_delay=0.0,
+            reorder_jitter=jitter,
+        )
 
 
 @dataclass
@@ -130,7 +144,7 @@ class DesRun:
     link: dict[str, Any] = field(default_factory=dict)
     """Per direction (``"a->b"``, ``"b->a"``): the link's counters
     (:class:`~sdr.simulator.link_model.LinkStats`: packets, queue_drops, loss_drops,
-    control_lost, reordered, max_backlog_bytes ...; ``lost`` is loss_drops' older name)."""
+    control_lost, reordered, max_backlog_bytes ...)."""
     chunk_losses: list[tuple[np.ndarray, np.ndarray | None]] = field(default_factory=list)
     """Per write: lost transmissions of each data chunk and each parity chunk (EC)."""
 
@@ -164,13 +178,13 @@ def reliability_config(link: Link, spec: SchemeSpec) -> ReliabilityConfig:
     rto_rtts = spec.resolved_rto_rtts(link)
     return ReliabilityConfig(
         scheme=spec.name,
-        rtt=link.rtt_s,
+        rtt=link.rtt,
         alpha=rto_rtts - 1.0,
         beta=link.beta,
         k=spec.k,
         m=spec.m,
         chunk_size=link.chunk_size,
-        link_rate=link.bandwidth_bps,
+        link_rate=link.rate,
     )
 
 
@@ -194,10 +208,10 @@ def _new_sim(link: Link, loss: LossModel | None, seed: int | None, opts: DesOpti
         loss = packet_loss(link, loss.p, "chunk")
     return DesSim(
         link,
-        forward=opts.impairments(link, loss),
-        reverse=opts.impairments(link, None),
+        forward=opts.spec(link, loss),
+        reverse=opts.spec(link, None),
+        path_blackouts=opts.path_blackouts,
         seed=seed,
-        buffer_bytes=opts.buffer_bytes,
         header_bytes=opts.header_bytes,
         copy_payload=opts.copy_payload,
         nic_queue_packets=opts.nic_queue_packets,
@@ -246,7 +260,7 @@ def _writes(
     sim: DesSim, flow: _Flow, writes: int, rng: np.random.Generator, verify: bool, settle: bool
 ) -> Generator[Any, Any, None]:
     """Scenario process: ``writes`` writes on one flow, one after the other."""
-    env, cts_wait = sim.env, sim.link.one_way_delay_s * 1.01 + 1e-6
+    env, cts_wait = sim.env, sim.link.one_way_delay * 1.01 + 1e-6
     mr_src, mr_dst = flow.a.ctx.register(flow.src), flow.b.ctx.register(flow.dst)
     lanes = flow.ra.scheme.lanes(flow.src.size)
     flow.log = LossLog(flow.ra.qp.transport_qp, mr_src, sim.link.chunk_size)  # type: ignore[arg-type]
@@ -280,16 +294,10 @@ def _writes(
             yield from sim.quiet()
 
 
-def _link_stats(stats: LinkStats) -> dict[str, Any]:
-    out: dict[str, Any] = stats.as_dict()
-    out["lost"] = out["loss_drops"]  # the name this counter had before loss_drops
-    return out
-
-
 def _run(
     sim: DesSim, flows: list[_Flow], spec: SchemeSpec, wall: float, cpu: float
 ) -> list[DesRun]:
-    stats = {site: _link_stats(d.stats) for site, d in sim.fabric.directions.items()}
+    stats = {site: d.stats.as_dict() for site, d in sim.fabric.directions.items()}
     link = {"a->b": stats["a"], "b->a": stats["b"]}
     out = []
     for f in flows:
@@ -343,12 +351,12 @@ def simulate_flows(
     writes: int = 10,
     seed: int | None = 0,
     options: DesOptions | None = None,
-    rate_bps: float | None = None,
+    nic_rate: float | None = None,
 ) -> list[DesRun]:
     """Several reliable flows (one sender and one receiver host each) share one link.
 
     All senders sit at site a and feed the same switch queue; each NIC sends at
-    ``rate_bps`` (default: the link rate, so two or more flows overload the queue, as
+    ``nic_rate`` bits/s (default: the link rate, so two or more flows overload the queue, as
     SDR has no congestion control). Every flow makes ``writes`` writes back to back; the
     link is not left to drain between them. Returns one :class:`DesRun` per flow.
     """
@@ -361,7 +369,7 @@ def simulate_flows(
     rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(3)[2])
     made = []
     for _ in range(flows):
-        a, b = sim.host("a", rate_bps), sim.host("b")
+        a, b = sim.host("a", nic_rate), sim.host("b")
         ra, rb = _pair(sim, a, b, link, size_bytes, spec, opts)
         src, dst = np.zeros(size_bytes, np.uint8), np.zeros(size_bytes, np.uint8)
         made.append(_Flow(a, b, ra, rb, src, dst))

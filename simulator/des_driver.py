@@ -20,9 +20,9 @@ import simpy
 import sdr
 from sdr.errors import SDRError
 from sdr.runtime import ReliableQP
-from sdr.simulator.des_link import PathImpairments
 from sdr.simulator.des_transport import DesFabric, DesTransport
 from sdr.simulator.link import Link
+from sdr.simulator.link_spec import LinkSpec
 
 __all__ = ["CountingEnvironment", "DesHost", "DesSim"]
 
@@ -110,15 +110,16 @@ class DesHost:
 class DesSim:
     """A simulation: a simpy environment, one link (:class:`DesFabric`) and its hosts.
 
-    Keyword arguments go to :class:`DesFabric` (impairments, seed, buffer, headers ...).
+    Keyword arguments go to :class:`DesFabric` (the two directions' :class:`LinkSpec`,
+    path blackouts, seed, headers ...).
     """
 
     def __init__(
         self,
         link: Link,
         *,
-        forward: PathImpairments | None = None,
-        reverse: PathImpairments | None = None,
+        forward: LinkSpec | None = None,
+        reverse: LinkSpec | None = None,
         **fabric_options: Any,
     ) -> None:
         self.env = CountingEnvironment()
@@ -130,9 +131,9 @@ class DesSim:
         self.finished_at: dict[int, float] = {}
         """Simulated time at which each watched handle finished, by ``id(handle)``."""
 
-    def host(self, site: str, rate_bps: float | None = None) -> DesHost:
-        """Add a host at ``site`` ("a" or "b") with a NIC of ``rate_bps`` (link rate)."""
-        host = DesHost(self, self.fabric.host(site, rate_bps))
+    def host(self, site: str, nic_rate: float | None = None) -> DesHost:
+        """Add a host at ``site`` ("a" or "b") with a NIC of ``nic_rate`` (the link rate)."""
+        host = DesHost(self, self.fabric.host(site, nic_rate))
         self.hosts.append(host)
         return host
 

@@ -16,92 +16,34 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
 from sdr.errors import ConfigError
 from sdr.simulator import link_model
-from sdr.simulator.link import Link
 from sdr.simulator.link_model import LinkSpec, LinkStats
-from sdr.simulator.loss import LossModel
 
-__all__ = ["PathImpairments", "Nic", "DirectionScheduler", "DirectionStats"]
+__all__ = ["PathBlackouts", "Nic", "DirectionScheduler", "check_path_blackouts", "dark"]
 
-DirectionStats = LinkStats
-"""Deprecated name of :class:`sdr.simulator.link_model.LinkStats`."""
-
-
-@dataclass(frozen=True)
-class PathImpairments:
-    """What happens to packets in one direction of the simulated link.
-
-    Attributes:
-        loss: loss model of data packets (None: lossless), drawn once per packet.
-        control_loss: loss model of control messages (CTS, DIGEST, SACK, ACK, NACK ...).
-        reorder: probability that a packet is held back (delayed, so later ones overtake).
-        reorder_delay_s: a held-back packet is delayed by a uniform extra in
-            ``[0, reorder_delay_s]`` seconds.
-        blackouts: per path (a QP channel: ``blackouts[p]`` for channel ``p``), the
-            ``(start, end)`` intervals of simulated time, in seconds, during which the
-            path is a black hole: a data packet of that channel that reaches the switch
-            in one is dropped before the switch queue (it takes no room there); a path
-            past the tuple's end never goes dark. Control messages travel on path 0.
-    """
-
-    loss: LossModel | None = None
-    control_loss: LossModel | None = None
-    reorder: float = 0.0
-    reorder_delay_s: float = 0.0
-    blackouts: tuple[tuple[tuple[float, float], ...], ...] = ()
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.reorder <= 1.0:
-            raise ConfigError(f"reorder must be a probability in [0, 1], got {self.reorder!r}")
-        if self.reorder_delay_s < 0:
-            raise ConfigError(f"reorder_delay_s must be >= 0 s, got {self.reorder_delay_s!r}")
-        if self.reorder > 0 and self.reorder_delay_s == 0:
-            raise ConfigError("reorder > 0 needs reorder_delay_s > 0 (how far packets are held)")
-        object.__setattr__(self, "blackouts", _blackouts(self.blackouts))
-
-    def dark(self, starts: np.ndarray, paths: np.ndarray) -> np.ndarray:
-        """Which packets, reaching the switch at ``starts`` on ``paths``, a blackout drops."""
-        out = np.zeros(len(starts), bool)
-        for path, spans in enumerate(self.blackouts):
-            on_path = paths == path
-            for lo, hi in spans:
-                out |= on_path & (lo <= starts) & (starts < hi)
-        return out
-
-    def spec(self, link: Link, buffer_bytes: float | None = None, seed: int = 0) -> LinkSpec:
-        """The :class:`LinkSpec` of one direction of ``link`` with these impairments."""
-        if buffer_bytes is not None and not buffer_bytes > 0:
-            raise ConfigError(f"switch buffer must be > 0 bytes, got {buffer_bytes!r}")
-        if buffer_bytes is None and not link.buffer_bytes > 0:
-            raise ConfigError(f"switch buffer must be > 0 bytes, got {link.buffer_bytes!r}")
-        return LinkSpec.from_link(
-            link,
-            queue=buffer_bytes,
-            loss=self.loss,
-            control_loss=self.control_loss,
-            reorder=self.reorder,
-            reorder_delay=0.0,
-            reorder_jitter=self.reorder_delay_s,
-            seed=seed,
-        )
+PathBlackouts = tuple[tuple[tuple[float, float], ...], ...]
+"""Per path (a QP channel: ``path_blackouts[p]`` for channel ``p``), the ``(start, end)``
+intervals of simulated time, in seconds, during which the path is a black hole: a data
+packet of that channel that reaches the switch in one is dropped before the switch queue
+(it takes no room there); a path past the tuple's end never goes dark. Control messages
+travel on path 0. (A :class:`LinkSpec`'s own ``blackouts`` darken the whole direction,
+relative to its first packet: a one-path link cannot say more.)"""
 
 
-def _blackouts(
-    value: Iterable[Iterable[tuple[float, float]]],
-) -> tuple[tuple[tuple[float, float], ...], ...]:
+def check_path_blackouts(value: Iterable[Iterable[tuple[float, float]]]) -> PathBlackouts:
     """``value`` as per-path tuples of (start, end) seconds, else a one-line ConfigError."""
     example = "e.g. ((), ((0.5, 0.8),)) for path 1 dark from 0.5 s to 0.8 s"
     try:
         spans = tuple(tuple((float(lo), float(hi)) for lo, hi in path) for path in value)
     except (TypeError, ValueError):
         raise ConfigError(
-            f"blackouts must be, per path, (start, end) pairs in seconds; got {value!r}; " + example
+            f"path blackouts must be, per path, (start, end) pairs in seconds; got {value!r}; "
+            + example
         ) from None
     for path in spans:
         for lo, hi in path:
@@ -113,8 +55,18 @@ def _blackouts(
     return spans
 
 
+def dark(path_blackouts: PathBlackouts, starts: np.ndarray, paths: np.ndarray) -> np.ndarray:
+    """Which packets, reaching the switch at ``starts`` on ``paths``, a blackout drops."""
+    out = np.zeros(len(starts), bool)
+    for path, spans in enumerate(path_blackouts):
+        on_path = paths == path
+        for lo, hi in spans:
+            out |= on_path & (lo <= starts) & (starts < hi)
+    return out
+
+
 class Nic:
-    """A host's transmitter: serializes at ``rate_bps`` and accepts ``horizon_s`` ahead.
+    """A host's transmitter: serializes at ``rate`` (bits/s) and accepts ``horizon_s`` ahead.
 
     ``budget`` says how many packets fit before the transmitter is ``horizon_s`` ahead of
     ``now``; a sender that filled it is woken again when the transmitter drains
@@ -122,22 +74,22 @@ class Nic:
     post time, as with a real NIC's send queue.
     """
 
-    def __init__(self, rate_bps: float, horizon_s: float) -> None:
-        if not rate_bps > 0:
-            raise ConfigError(f"NIC rate must be > 0 bit/s, got {rate_bps!r}")
-        self.rate_bps = float(rate_bps)
+    def __init__(self, rate: float, horizon_s: float) -> None:
+        if not rate > 0:
+            raise ConfigError(f"NIC rate must be > 0 bit/s, got {rate!r}")
+        self.rate = float(rate)
         self.horizon_s = float(horizon_s)
         self.free_at = 0.0
 
     def budget(self, now: float, packet_bytes: int) -> int:
         """Packets of ``packet_bytes`` that may be posted at ``now``."""
         room = now + self.horizon_s - max(self.free_at, now)
-        per_packet = packet_bytes * 8.0 / self.rate_bps
+        per_packet = packet_bytes * 8.0 / self.rate
         return max(0, int(room / per_packet + 1e-9)) if per_packet > 0 else 1 << 16
 
     def reserve(self, now: float, sizes: np.ndarray) -> np.ndarray:
         """Queue packets of ``sizes`` bytes; returns when each starts on the wire."""
-        ser = sizes * (8.0 / self.rate_bps)
+        ser = sizes * (8.0 / self.rate)
         t0 = max(now, self.free_at)
         ends = t0 + np.cumsum(ser)
         self.free_at = float(ends[-1]) if len(ends) else self.free_at
@@ -175,7 +127,7 @@ class DirectionScheduler:
     propagation delay's worth of packets.
 
     ``rng`` (optional) spawns the direction's random streams instead of ``spec.seed``.
-    ``paths`` (optional) black-holes packets per path (:attr:`PathImpairments.blackouts`).
+    ``path_blackouts`` (optional) black-holes packets per path (:data:`PathBlackouts`).
     The simulator does not model duplication or corruption (a spec with them is refused).
     """
 
@@ -184,7 +136,7 @@ class DirectionScheduler:
         env: simpy.Environment,
         spec: LinkSpec,
         rng: np.random.Generator | None = None,
-        paths: PathImpairments | None = None,
+        path_blackouts: Iterable[Iterable[tuple[float, float]]] = (),
     ) -> None:
         if spec.duplicate or spec.corrupt:
             raise ConfigError(
@@ -193,11 +145,9 @@ class DirectionScheduler:
             )
         self.env = env
         self.spec = spec
-        self.paths = paths if paths is not None and paths.blackouts else None
+        self.path_blackouts = check_path_blackouts(path_blackouts)
         self.direction = link_model.LinkDirection(spec, rng)
-        self.rate_bps = self.direction.rate_bps
-        self.delay_s = self.direction.delay_s
-        self.buffer_bytes = self.direction.queue_bytes
+        self.one_way_delay = self.direction.one_way_delay
         self._pending: list[_Submission] = []
         self._tick: float | None = None
 
@@ -240,7 +190,7 @@ class DirectionScheduler:
 
     def _schedule(self, first: float) -> None:
         """Carry at ``first + delay`` (unless an earlier carry is already due)."""
-        when = max(first + self.delay_s, self.env.now)
+        when = max(first + self.one_way_delay, self.env.now)
         if self._tick is None or when < self._tick:
             self._tick = when
             self.env.timeout(when - self.env.now).callbacks.append(lambda _e: self._fire(when))
@@ -267,11 +217,11 @@ class DirectionScheduler:
         control = np.concatenate([np.full(b - a, sub.control) for sub, a, b in parts])
         order = np.argsort(starts, kind="stable")
         arrive = np.full(len(starts), np.nan)
-        if self.paths is None:
+        if not self.path_blackouts:
             arrive[order] = self.carry(starts[order], sizes[order], control[order])
         else:  # a dark path's packets never reach the queue
             paths = np.concatenate([sub.paths[a:b] for sub, a, b in parts])
-            lit = order[~self.paths.dark(starts[order], paths[order])]
+            lit = order[~dark(self.path_blackouts, starts[order], paths[order])]
             self.stats.blackout_drops += len(order) - len(lit)
             if len(lit):
                 arrive[lit] = self.carry(starts[lit], sizes[lit], control[lit])

@@ -64,7 +64,7 @@ def paired_model_time(
     n = link.num_chunks(size_bytes)
     if len(z) != n:
         raise ConfigError(f"expected {n} data chunk loss counts, got {len(z)}")
-    t, rtt = link.t_inj_s, link.rtt_s
+    t, rtt = link.t_inj_s, link.rtt
     if not spec.is_ec:
         over = np.full(n, spec.retry_rtts(link) * rtt + t)
         if protocol and spec.name == "sr-nack":  # no later chunk shows the last one's hole
@@ -134,7 +134,7 @@ def _fallback_time(
     The protocol: the fallback timer runs from the first chunk that arrived (and not
     before ``beta*RTT`` after the last), and every resend has its own place in the queue.
     """
-    t, rtt, n = link.t_inj_s, link.rtt_s, len(z)
+    t, rtt, n = link.t_inj_s, link.rtt, len(z)
     o = spec.retry_rtts(link) * rtt + t
     # every missing data chunk of a failed submessage is resent (those of submessages that
     # decode are not NACKed)

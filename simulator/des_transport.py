@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -33,8 +33,9 @@ from sdr.config import QPAttr
 from sdr.errors import ConfigError, LocalProtocolError, TransportError
 from sdr.key_table import KeyTable, KeyTableBindings
 from sdr.pacing import TokenBucket
-from sdr.simulator.des_link import DirectionScheduler, Nic, PathImpairments
+from sdr.simulator.des_link import DirectionScheduler, Nic
 from sdr.simulator.link import Link
+from sdr.simulator.link_spec import LinkSpec
 from sdr.transport import (
     MAX_CONTROL_SIZE,
     CompletionBatch,
@@ -244,9 +245,14 @@ class DesFabric:
 
     Args:
         env: the simpy environment (its ``now`` is every host's clock).
-        link: bandwidth, RTT, MTU, chunk size; ``buffer_bytes`` defaults to its alpha RTTs.
-        forward, reverse: impairments of the a->b and b->a directions.
-        seed: seeds both directions' loss and reordering draws (independent streams).
+        link: the hosts' side of the link: MTU, chunk size, and the rate their NICs send at.
+        forward, reverse: the a->b and b->a directions (default:
+            ``LinkSpec.from_link(link)``: the link's rate and RTT, a queue of its alpha RTTs,
+            lossless).
+        path_blackouts: per path, when it is dark, in both directions
+            (:data:`~sdr.simulator.des_link.PathBlackouts`).
+        seed: seeds both directions' loss and reordering draws (independent streams;
+            the specs' own ``seed`` is not used).
         header_bytes: bytes added to every packet on the wire (0: payload only, as the
             completion-time model counts).
         copy_payload: place real bytes (True) or move only bitmaps (False).
@@ -260,10 +266,10 @@ class DesFabric:
         env: simpy.Environment,
         link: Link,
         *,
-        forward: PathImpairments | None = None,
-        reverse: PathImpairments | None = None,
+        forward: LinkSpec | None = None,
+        reverse: LinkSpec | None = None,
+        path_blackouts: Iterable[Iterable[tuple[float, float]]] = (),
         seed: int | None = 0,
-        buffer_bytes: float | None = None,
         header_bytes: int = 0,
         copy_payload: bool = True,
         nic_queue_packets: int | None = None,
@@ -280,10 +286,11 @@ class DesFabric:
         self.copy_payload = copy_payload
         self.nic_queue_packets = int(queue)
         rng_ab, rng_ba = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
-        fwd, rev = forward or PathImpairments(), reverse or PathImpairments()
+        fwd = forward if forward is not None else LinkSpec.from_link(link)
+        rev = reverse if reverse is not None else LinkSpec.from_link(link)
         self.directions = {
-            "a": DirectionScheduler(env, fwd.spec(link, buffer_bytes), rng_ab, fwd),
-            "b": DirectionScheduler(env, rev.spec(link, buffer_bytes), rng_ba, rev),
+            "a": DirectionScheduler(env, fwd, rng_ab, path_blackouts),
+            "b": DirectionScheduler(env, rev, rng_ba, path_blackouts),
         }
         self.endpoints: dict[int, DesQP] = {}
         self.hosts: list[DesTransport] = []
@@ -291,15 +298,15 @@ class DesFabric:
         """Packet capture: called with (sending QP, batch, first, stop, arrival times of
         packets [first, stop) of the batch, NaN = lost) when the link carried them."""
 
-    def host(self, site: str, rate_bps: float | None = None) -> DesTransport:
-        """A new host at ``site`` (``"a"`` or ``"b"``) whose NIC sends at ``rate_bps``.
+    def host(self, site: str, nic_rate: float | None = None) -> DesTransport:
+        """A new host at ``site`` (``"a"`` or ``"b"``) whose NIC sends at ``nic_rate``.
 
         The NIC rate defaults to the link rate; a lower one paces the host (several hosts
         at full rate overload the switch queue: SDR has no congestion control).
         """
         if site not in self.directions:
             raise ConfigError(f"site must be 'a' or 'b', got {site!r}")
-        rate = self.link.bandwidth_bps if rate_bps is None else rate_bps
+        rate = self.link.rate if nic_rate is None else nic_rate
         horizon = self.nic_queue_packets * (self.link.mtu + self.header_bytes) * 8.0 / rate
         transport = DesTransport(self, site, Nic(rate, horizon))
         self.hosts.append(transport)
@@ -314,7 +321,7 @@ class DesFabric:
     def busy_until(self) -> float:
         """When the last queued or in-flight packet is through (-inf when idle)."""
         times = [h.nic.free_at for h in self.hosts]
-        times += [d.pending_until() + d.delay_s for d in self.directions.values()]
+        times += [d.pending_until() + d.one_way_delay for d in self.directions.values()]
         times += [q.last_arrival() for h in self.hosts for q in h.endpoints.values()]
         return max(times, default=float("-inf"))
 

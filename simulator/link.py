@@ -1,11 +1,13 @@
-"""The long-haul link: bandwidth, round-trip time, MTU, chunk size and switch buffering.
+"""The link as the completion-time models see it: rate, RTT, MTU, chunk size, alpha.
 
-One :class:`Link` describes a point-to-point path between two datacenters. It is shared by
-the analytic models, the Monte Carlo samplers, the scheme selector and (later) the
-discrete-event simulator and the WAN emulator, so "the link" is defined once. The chunk-level
-models use ``t_inj_s`` and ``rtt_s``; a packet-level user (a simpy process in
-``simulator/des.py``, the emulator) uses ``serialization_s``, ``one_way_delay_s``,
-``buffer_bytes`` and a loss model from :mod:`sdr.simulator.loss` called once per packet.
+One :class:`Link` describes a point-to-point path between two datacenters, both directions
+alike, together with what the protocol does on it (packets of ``mtu`` bytes, chunks of
+``chunk_size``, switch buffering ``alpha`` that sets the RTO). The analytic models, the
+Monte Carlo samplers, the scheme selector and the sweeps take it. What one direction does
+to single packets (queue, loss model, reordering, blackouts ...) is the packet-level link,
+:class:`sdr.simulator.link_spec.LinkSpec`, which the discrete-event simulator and the WAN
+emulator share; :meth:`LinkSpec.from_link` makes one from a :class:`Link`. Both name a
+quantity alike: ``rate`` (bits/s), ``rtt`` and ``one_way_delay`` (s), ``queue`` (bytes).
 
 Units are the SDK's internal ones: bytes, bits per second, seconds, metres.
 """
@@ -19,6 +21,8 @@ from typing import Literal
 from sdr.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_RATE",
+    "DEFAULT_RTT",
     "PAPER_PROPAGATION_SPEED",
     "FIBRE_PROPAGATION_SPEED",
     "DropUnit",
@@ -26,6 +30,11 @@ __all__ = [
     "chunk_drop_probability",
 ]
 
+#: The SDK's default line rate, bits/s: ``LinkSpec``'s, ``sdr send --rate``'s and every
+#: simulator command's (``sdr sim --rate``, ``sdr sweep --rates``).
+DEFAULT_RATE = 1e9
+#: The default round-trip time, seconds: 3750 km at :data:`PAPER_PROPAGATION_SPEED`.
+DEFAULT_RTT = 0.025
 #: Propagation speed implied by the paper's figures (3750 km <-> 25 ms RTT): 3e8 m/s.
 PAPER_PROPAGATION_SPEED = 3.0e8
 #: Light in silica fibre, about 2/3 c (~5 us/km one way).
@@ -54,25 +63,25 @@ class Link:
     """A long-haul link as the paper models it.
 
     Attributes:
-        bandwidth_bps: line rate in bits per second (e.g. 400e9).
-        rtt_s: round-trip time in seconds (propagation plus fixed delays).
+        rate: line rate in bits per second (e.g. 400e9).
+        rtt: round-trip time in seconds (propagation plus fixed delays).
         mtu: packet payload size in bytes; a chunk is a whole number of packets.
         chunk_size: bytes per chunk (one bitmap bit, the unit of retransmission and coding).
         alpha: switch buffering along the path in RTTs; the SR retransmission timeout is
             ``RTO = RTT + alpha * RTT`` and EC's fallback timer adds ``beta = alpha / 2`` RTTs.
     """
 
-    bandwidth_bps: float
-    rtt_s: float
+    rate: float
+    rtt: float
     mtu: int = 4096
     chunk_size: int = 65536
     alpha: float = 2.0
 
     def __post_init__(self) -> None:
-        if not (self.bandwidth_bps > 0 and math.isfinite(self.bandwidth_bps)):
-            raise ConfigError(f"bandwidth must be > 0 bit/s, got {self.bandwidth_bps!r}")
-        if not (self.rtt_s >= 0 and math.isfinite(self.rtt_s)):
-            raise ConfigError(f"RTT must be >= 0 s, got {self.rtt_s!r}")
+        if not (self.rate > 0 and math.isfinite(self.rate)):
+            raise ConfigError(f"line rate must be > 0 bit/s, got {self.rate!r}")
+        if not (self.rtt >= 0 and math.isfinite(self.rtt)):
+            raise ConfigError(f"RTT must be >= 0 s, got {self.rtt!r}")
         if self.mtu <= 0:
             raise ConfigError(f"MTU must be > 0 bytes, got {self.mtu!r}")
         if self.chunk_size <= 0 or self.chunk_size % self.mtu:
@@ -86,24 +95,25 @@ class Link:
     @classmethod
     def from_distance(
         cls,
-        distance_m: float,
-        bandwidth_bps: float,
+        distance: float,
+        rate: float,
         *,
-        propagation_speed_mps: float = PAPER_PROPAGATION_SPEED,
-        extra_rtt_s: float = 0.0,
+        propagation_speed: float = PAPER_PROPAGATION_SPEED,
+        extra_rtt: float = 0.0,
         **kwargs: float | int,
     ) -> Link:
-        """A link whose RTT is the round trip over ``distance_m`` at the propagation speed.
+        """A link whose RTT is the round trip over ``distance`` metres at the propagation
+        speed (m/s), plus ``extra_rtt`` seconds.
 
         The default speed (3e8 m/s) reproduces the paper's 3750 km = 25 ms RTT; pass
         :data:`FIBRE_PROPAGATION_SPEED` for ~5 us/km one way in fibre.
         """
-        if not (propagation_speed_mps > 0):
-            raise ConfigError(f"propagation speed must be > 0 m/s, got {propagation_speed_mps!r}")
-        if not (distance_m >= 0):
-            raise ConfigError(f"distance must be >= 0 m, got {distance_m!r}")
-        rtt = 2.0 * distance_m / propagation_speed_mps + extra_rtt_s
-        return cls(bandwidth_bps=bandwidth_bps, rtt_s=rtt, **kwargs)  # type: ignore[arg-type]
+        if not (propagation_speed > 0):
+            raise ConfigError(f"propagation speed must be > 0 m/s, got {propagation_speed!r}")
+        if not (distance >= 0):
+            raise ConfigError(f"distance must be >= 0 m, got {distance!r}")
+        rtt = 2.0 * distance / propagation_speed + extra_rtt
+        return cls(rate=rate, rtt=rtt, **kwargs)  # type: ignore[arg-type]
 
     def with_chunk(self, chunk_size: int) -> Link:
         """The same link with another chunk size."""
@@ -111,21 +121,22 @@ class Link:
 
     @property
     def t_inj_s(self) -> float:
-        """Injection time of one chunk: chunk bits / bandwidth (T_INJ)."""
-        return self.chunk_size * 8.0 / self.bandwidth_bps
+        """Injection time of one chunk: chunk bits / line rate (T_INJ)."""
+        return self.chunk_size * 8.0 / self.rate
 
     @property
-    def one_way_delay_s(self) -> float:
-        """Propagation delay in one direction, ``RTT / 2`` (what a per-packet model delays by)."""
-        return self.rtt_s / 2.0
+    def one_way_delay(self) -> float:
+        """Propagation delay in one direction, ``rtt / 2`` (what a per-packet model delays by)."""
+        return self.rtt / 2.0
 
     def serialization_s(self, nbytes: int) -> float:
         """Time to put ``nbytes`` on the wire at the line rate (per packet in a DES/emulator)."""
-        return nbytes * 8.0 / self.bandwidth_bps
+        return nbytes * 8.0 / self.rate
 
     @property
-    def buffer_bytes(self) -> float:
-        """Switch buffering along the path, ``alpha`` RTTs of line rate, in bytes."""
+    def queue(self) -> float:
+        """Switch buffering along the path, ``alpha`` RTTs of line rate, in bytes (the
+        default ``queue`` of :meth:`LinkSpec.from_link`)."""
         return self.alpha * self.bdp_bytes
 
     @property
@@ -136,7 +147,7 @@ class Link:
     @property
     def bdp_bytes(self) -> float:
         """Bandwidth-delay product in bytes."""
-        return self.bandwidth_bps * self.rtt_s / 8.0
+        return self.rate * self.rtt / 8.0
 
     @property
     def beta(self) -> float:
@@ -153,7 +164,7 @@ class Link:
         """Retransmission timeout in seconds for a timeout of ``rto_rtts`` RTTs."""
         if not (rto_rtts > 0):
             raise ConfigError(f"RTO must be > 0 RTTs, got {rto_rtts!r}")
-        return rto_rtts * self.rtt_s
+        return rto_rtts * self.rtt
 
     @property
     def default_rto_rtts(self) -> float:
@@ -162,7 +173,7 @@ class Link:
 
     def ideal_time_s(self, size_bytes: int) -> float:
         """Completion time on a lossless link, ``M * T_INJ + RTT`` (the normalizer)."""
-        return self.num_chunks(size_bytes) * self.t_inj_s + self.rtt_s
+        return self.num_chunks(size_bytes) * self.t_inj_s + self.rtt
 
     def chunk_drop(self, p: float, unit: DropUnit = "chunk") -> float:
         """Chunk loss probability for this link's chunk size, see :func:`chunk_drop_probability`."""

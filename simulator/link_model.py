@@ -64,9 +64,9 @@ class LinkDirection:
 
     def __init__(self, spec: LinkSpec, rng: np.random.Generator | None = None) -> None:
         self.spec = spec
-        self.rate_bps = float(spec.rate)
-        self.delay_s = spec.one_way_delay
-        self.queue_bytes = float(spec.queue)
+        self.rate = float(spec.rate)
+        self.one_way_delay = spec.one_way_delay
+        self.queue = float(spec.queue)
         # each direction owns its loss models' state (one spec may serve both directions)
         self.loss = copy.deepcopy(spec.loss)
         self.control_loss = copy.deepcopy(spec.control_loss)
@@ -87,7 +87,7 @@ class LinkDirection:
 
     def queued_bytes(self, now: float) -> float:
         """Bytes waiting for the wire at ``now``."""
-        return max(0.0, self.last_finish - now) * self.rate_bps / 8
+        return max(0.0, self.last_finish - now) * self.rate / 8
 
     def admit(self, now: float, size: int) -> Verdict:
         """One packet of ``size`` bytes enters the link at ``now`` (see :meth:`offer`)."""
@@ -131,7 +131,7 @@ class LinkDirection:
             lost[ctl] = self._losses(self.control_loss, self._control_rng, sizes[ctl])
         cause[lost & (cause == DELIVERED)] = LOSS
         ok = cause == DELIVERED
-        arrive = np.where(ok, finish + self.delay_s, np.nan)
+        arrive = np.where(ok, finish + self.one_way_delay, np.nan)
         if spec.reorder > 0:
             held = (self._reorder_rng.random(n) < spec.reorder) & ok
             k = int(held.sum())
@@ -144,7 +144,7 @@ class LinkDirection:
         out = Decisions(arrive, cause)
         if spec.duplicate > 0:
             twice = (self._duplicate_rng.random(n) < spec.duplicate) & ok
-            dup = np.where(twice, arrive + sizes * (8.0 / self.rate_bps), np.nan)
+            dup = np.where(twice, arrive + sizes * (8.0 / self.rate), np.nan)
             st.duplicated += int(twice.sum())
             out = Decisions(arrive, cause, duplicate_at=dup)
         if spec.corrupt > 0:
@@ -178,11 +178,11 @@ class LinkDirection:
         st, spec = self.stats, self.spec
         if self._start is None:
             self._start = now
-        ser = size * (8.0 / self.rate_bps)
-        queued = max(self.last_finish - now, 0.0) * (self.rate_bps / 8.0)
+        ser = size * (8.0 / self.rate)
+        queued = max(self.last_finish - now, 0.0) * (self.rate / 8.0)
         st.max_backlog_bytes = max(st.max_backlog_bytes, queued)
         cause = DELIVERED
-        if queued + size > self.queue_bytes + _QUEUE_SLACK_BYTES:
+        if queued + size > self.queue + _QUEUE_SLACK_BYTES:
             cause = QUEUE
         else:
             self.last_finish = max(self.last_finish, now) + ser
@@ -210,7 +210,7 @@ class LinkDirection:
         st.queue_drops += cause == QUEUE
         st.blackout_drops += cause == BLACKOUT
         ok = cause == DELIVERED
-        arrive = self.last_finish + self.delay_s if ok else float("nan")
+        arrive = self.last_finish + self.one_way_delay if ok else float("nan")
         if spec.reorder > 0 and self._reorder_rng.random() < spec.reorder and ok:
             extra = spec.reorder_delay
             if spec.reorder_jitter:
@@ -219,7 +219,7 @@ class LinkDirection:
             st.reordered += 1
         dup = float("nan")
         if spec.duplicate > 0 and self._duplicate_rng.random() < spec.duplicate and ok:
-            dup = arrive + size * (8.0 / self.rate_bps)
+            dup = arrive + size * (8.0 / self.rate)
             st.duplicated += 1
         bad, where, bit = False, 0.0, 0
         if spec.corrupt > 0 and self._corrupt_rng.random() < spec.corrupt and ok:
@@ -251,14 +251,14 @@ class LinkDirection:
     def _queue(self, starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Serialization finish of each packet (NaN: the queue was full) and the backlog
         (bytes) each found."""
-        ser = sizes * (8.0 / self.rate_bps)
+        ser = sizes * (8.0 / self.rate)
         cum = np.cumsum(ser)
         # FIFO: finish_i = max(last, max_j<=i (start_j - cum_{j-1})) + cum_i
         base = np.maximum.accumulate(np.maximum(starts - (cum - ser), self.last_finish))
         finish = base + cum
         before = np.concatenate(([self.last_finish], finish[:-1]))
-        backlog = np.maximum(before - starts, 0.0) * (self.rate_bps / 8.0)
-        if (backlog + sizes > self.queue_bytes + _QUEUE_SLACK_BYTES).any():
+        backlog = np.maximum(before - starts, 0.0) * (self.rate / 8.0)
+        if (backlog + sizes > self.queue + _QUEUE_SLACK_BYTES).any():
             return self._queue_overflowing(starts, sizes, ser)
         self.last_finish = float(finish[-1])
         return finish, backlog
@@ -269,7 +269,7 @@ class LinkDirection:
         """Packet by packet: drop-tail when the backlog plus the packet exceeds the queue."""
         finish = np.full(len(starts), np.nan)
         backlog = np.zeros(len(starts))
-        last, cap, bytes_per_s = self.last_finish, self.queue_bytes, self.rate_bps / 8.0
+        last, cap, bytes_per_s = self.last_finish, self.queue, self.rate / 8.0
         cap += _QUEUE_SLACK_BYTES
         for i, (s, size, t) in enumerate(
             zip(starts.tolist(), sizes.tolist(), ser.tolist(), strict=True)

@@ -1,6 +1,10 @@
 """The description of one direction of a long-haul link (:class:`LinkSpec`).
 
-Its state machine is :class:`sdr.simulator.link_model.LinkDirection`.
+Its state machine is :class:`sdr.simulator.link_model.LinkDirection`. The discrete-event
+simulator takes one per direction (:class:`sdr.simulator.des_transport.DesFabric`), the
+WAN emulator applies them to real packets. Its names are the link's everywhere: ``rate``,
+``rtt``, ``one_way_delay``, ``queue`` (the model's :class:`~sdr.simulator.link.Link` says
+the same).
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from typing import Any
 import attrs
 
 from sdr.errors import ConfigError
-from sdr.simulator.link import Link
+from sdr.simulator.link import DEFAULT_RATE, DEFAULT_RTT, Link
 from sdr.simulator.loss import Bernoulli, LossModel
 from sdr.units import parse_rate, parse_size, parse_time
 
@@ -107,8 +111,8 @@ class LinkSpec:
 
     # defaults of the attribute's type (the converter passes them through): attrs types a
     # field's value as its default's type
-    rate: float = attrs.field(default=1e9, converter=_rate)  # 1 Gbit/s
-    rtt: float = attrs.field(default=0.025, converter=_rtt)  # 25 ms
+    rate: float = attrs.field(default=DEFAULT_RATE, converter=_rate)  # 1 Gbit/s
+    rtt: float = attrs.field(default=DEFAULT_RTT, converter=_rtt)  # 25 ms
     queue: int = attrs.field(default=None, converter=_queue)
     loss: LossModel | None = attrs.field(factory=lambda: Bernoulli(0.0), converter=_loss)
     control_loss: LossModel | None = attrs.field(default=None, converter=_control_loss)
@@ -131,10 +135,12 @@ class LinkSpec:
 
     @classmethod
     def from_link(cls, link: Link, *, queue: float | None = None, **kwargs: Any) -> LinkSpec:
-        """One direction of the analytic :class:`~sdr.simulator.link.Link` (its rate and
-        RTT; the queue defaults to its switch buffering, ``alpha`` RTTs of line rate)."""
-        buffer = link.buffer_bytes if queue is None else queue
-        return cls(rate=link.bandwidth_bps, rtt=link.rtt_s, queue=buffer, **kwargs)
+        """One direction of the model's :class:`~sdr.simulator.link.Link` (its rate and
+        RTT; the queue defaults to its switch buffering, ``link.queue``: ``alpha`` RTTs of
+        line rate)."""
+        return cls(
+            rate=link.rate, rtt=link.rtt, queue=link.queue if queue is None else queue, **kwargs
+        )
 
     @property
     def one_way_delay(self) -> float:

@@ -75,7 +75,7 @@ def sample_sr(
 ) -> np.ndarray:
     """Samples of T_SR in seconds for a ``size``-byte write at chunk loss ``p``."""
     n = link.num_chunks(size)
-    return sample_max_delay(rng, n, p, link.t_inj_s, retry_cost_s(link, spec), samples) + link.rtt_s
+    return sample_max_delay(rng, n, p, link.t_inj_s, retry_cost_s(link, spec), samples) + link.rtt
 
 
 def sample_failures(

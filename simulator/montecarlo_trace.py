@@ -166,7 +166,7 @@ def sample_sr_trace(
         _max_delay_trace(rng, model, link, o, np.full(b, n))
         for b in _batched(samples, n * link.packets_per_chunk)
     ]
-    return np.concatenate(out) + link.rtt_s
+    return np.concatenate(out) + link.rtt
 
 
 def ec_failures_trace(

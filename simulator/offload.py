@@ -91,29 +91,30 @@ class OffloadModel:
         message_bytes: int | np.ndarray,
         threads: int,
         *,
-        line_rate_bps: float = 400e9,
+        rate: float = 400e9,
         mtu: int = 4096,
         chunk_size: int = 65536,
     ) -> np.ndarray:
-        """Achievable bits per second for back-to-back messages of ``message_bytes``.
+        """Achievable bits per second for back-to-back messages of ``message_bytes`` on a
+        line ``rate`` bits/s.
 
         A message takes the longest of: its wire time, its packets at the workers' rate,
         and the per-message re-post cost.
         """
         size = np.asarray(message_bytes, dtype=float)
         packets = np.ceil(size / mtu)
-        rate = self.packet_rate(threads, max(chunk_size // mtu, 1))
+        packets_per_s = self.packet_rate(threads, max(chunk_size // mtu, 1))
         per_message = np.maximum.reduce(
-            [size * 8 / line_rate_bps, packets / rate, np.full_like(size, self.repost_s)]
+            [size * 8 / rate, packets / packets_per_s, np.full_like(size, self.repost_s)]
         )
         return size * 8 / per_message
 
     def threads_for_line_rate(
-        self, line_rate_bps: float = 400e9, mtu: int = 4096, chunk_size: int = 65536
+        self, rate: float = 400e9, mtu: int = 4096, chunk_size: int = 65536
     ) -> int:
-        """Fewest threads whose packet rate reaches ``line_rate_bps`` of MTU packets."""
-        need = line_rate_bps / (mtu * 8)
+        """Fewest threads whose packet rate reaches a line ``rate`` (bits/s) of MTU packets."""
+        need = rate / (mtu * 8)
         for n in range(1, 1025):
             if self.packet_rate(n, max(chunk_size // mtu, 1)) >= need:
                 return n
-        raise ConfigError(f"no thread count up to 1024 reaches {line_rate_bps:g} bit/s")
+        raise ConfigError(f"no thread count up to 1024 reaches {rate:g} bit/s")

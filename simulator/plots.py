@@ -2,7 +2,7 @@
 
 A cell is ``T(baseline) / T(candidate)`` at one (size, drop) point for the mean or the
 p99.9; values above 1 mean the candidate (EC) is faster. Where a row has the exact
-analytic value of a metric it is used, else the sampled one. Every path swept (bandwidth
+analytic value of a metric it is used, else the sampled one. Every path swept (rate
 x RTT or distance) gets its own row of panels, labelled; the parameters common to all
 rows (link, chunk, MTU, EC code, drop unit) are in the title. matplotlib runs headless
 (Agg).
@@ -48,7 +48,7 @@ def speedup_grid(
     """``(sizes, drops, ratio[size, drop])`` of ``baseline / candidate`` for ``metric``.
 
     The analytic value of ``metric`` is used where a row has one. Rows of other
-    bandwidths or distances must be filtered out by the caller; NaN marks a missing point.
+    rates or distances must be filtered out by the caller; NaN marks a missing point.
     """
     sizes = sorted({int(r["size_bytes"]) for r in rows})
     drops = sorted({float(r["drop"]) for r in rows})
@@ -95,15 +95,15 @@ def _cell_text(value: float) -> str:
 
 
 def _path_key(row: dict[str, Any]) -> tuple[float, float, float | None]:
-    return (float(row["bandwidth_bps"]), float(row["rtt_s"]), row.get("distance_m"))
+    return (float(row["rate"]), float(row["rtt"]), row.get("distance"))
 
 
 def _path_label(key: tuple[float, float, float | None]) -> str:
-    bandwidth, rtt, distance = key
+    rate, rtt, distance = key
     where = f"RTT {format_time(rtt)}"
     if distance:
         where = f"{distance / 1e3:g} km ({where})"
-    return f"{format_rate(bandwidth)}, {where}"
+    return f"{format_rate(rate)}, {where}"
 
 
 def _common_caption(rows: Sequence[dict[str, Any]], paths: list[tuple]) -> str:
@@ -173,7 +173,7 @@ def speedup_figure(
     per metric and path.
 
     Defaults: the candidates are the EC schemes (``ec-mds``, ``ec-xor``) and the baselines
-    the SR schemes present in ``rows``. Every path (bandwidth, RTT) in ``rows`` gets its
+    the SR schemes present in ``rows``. Every path (rate, RTT) in ``rows`` gets its
     own rows of panels, labelled with it; one colour scale (log, centred on 1) for all.
     Cell labels are black on light cells and white on dark ones.
     """

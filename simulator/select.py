@@ -74,8 +74,8 @@ class Selection:
         if self.scheme == "sr-rto":
             alpha = float(self.params["rto_rtts"]) - 1.0
         if self.link is not None:
-            lines.append(f'rtt = "{format_time(self.link.rtt_s)}"')
-            lines.append(f'link_rate = "{format_rate(self.link.bandwidth_bps)}"')
+            lines.append(f'rtt = "{format_time(self.link.rtt)}"')
+            lines.append(f'link_rate = "{format_rate(self.link.rate)}"')
         lines.append(f"alpha = {alpha:.6g}" if alpha != int(alpha) else f"alpha = {alpha:.1f}")
         if "k" in self.params:
             lines.append(f"k = {self.params['k']}")
@@ -129,7 +129,7 @@ def select_scheme(
     """Pick the scheme and parameters that minimize ``objective`` for this write.
 
     Args:
-        link: the path (bandwidth, RTT, MTU, chunk size, alpha).
+        link: the path (rate, RTT, MTU, chunk size, alpha).
         size_bytes: the write size.
         drop: loss probability per ``drop_unit``.
         objective: ``"mean"`` or ``"p999"`` (ties broken by the other one).

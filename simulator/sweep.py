@@ -1,4 +1,4 @@
-"""Parameter sweeps: sizes x drop rates x schemes (x distances, bandwidths).
+"""Parameter sweeps: sizes x drop rates x schemes (x distances or RTTs, rates).
 
 Every grid point carries its own seed (derived from the sweep seed and the point's index
 with :class:`numpy.random.SeedSequence`), so a point's row is the same whichever executor

@@ -17,7 +17,7 @@ import numpy as np
 from sdr.errors import ConfigError
 from sdr.simulator.bounds import check_drop, check_grid_points, check_samples, check_write_size
 from sdr.simulator.evaluate import evaluate
-from sdr.simulator.link import PAPER_PROPAGATION_SPEED, Link
+from sdr.simulator.link import DEFAULT_RATE, PAPER_PROPAGATION_SPEED, Link
 from sdr.simulator.schemes import SCHEMES, SchemeSpec
 
 __all__ = ["SweepGrid", "SweepPoint", "make_grid", "run_batch", "run_point"]
@@ -25,14 +25,19 @@ __all__ = ["SweepGrid", "SweepPoint", "make_grid", "run_batch", "run_point"]
 
 @dataclass(frozen=True)
 class SweepPoint:
-    """One configuration to evaluate; ``seed`` makes its Monte Carlo run reproducible."""
+    """One configuration to evaluate; ``seed`` makes its Monte Carlo run reproducible.
+
+    The link's quantities have the names of :class:`~sdr.simulator.link.Link` and of the
+    sweep's options: ``rate`` (bits/s), ``rtt`` (s), ``distance`` (m, or None when the
+    RTT was given); each field is a column of the sweep's rows.
+    """
 
     scheme: str
     size_bytes: int
     drop: float
-    bandwidth_bps: float
-    rtt_s: float
-    distance_m: float | None
+    rate: float
+    rtt: float
+    distance: float | None
     drop_unit: str = "chunk"
     chunk_size: int = 65536
     mtu: int = 4096
@@ -51,7 +56,7 @@ class SweepGrid(Sequence[SweepPoint]):
     """The cartesian grid of a sweep, built point by point as it is read (never all at once).
 
     Indexing and iteration compute a point from its index (``schemes`` varying fastest, then
-    drops, sizes, paths, bandwidths), so a grid of many points costs memory only for the
+    drops, sizes, paths, rates), so a grid of many points costs memory only for the
     points in use, and the first batch can run before the last point exists.
     """
 
@@ -94,17 +99,17 @@ class SweepGrid(Sequence[SweepPoint]):
         for axis in reversed(self._axes):
             rest, i = divmod(rest, len(axis))
             picked.append(i)
-        i_scheme, i_drop, i_size, i_path, i_bw = picked
-        bandwidths, paths, sizes, drops, schemes = self._axes
-        rtt, dist = paths[i_path]
+        i_scheme, i_drop, i_size, i_path, i_rate = picked
+        rates, paths, sizes, drops, schemes = self._axes
+        rtt, distance = paths[i_path]
         point_seed = int(np.random.SeedSequence([self._seed, index]).generate_state(1)[0])
         return SweepPoint(
             scheme=schemes[i_scheme],
             size_bytes=sizes[i_size],
             drop=drops[i_drop],
-            bandwidth_bps=bandwidths[i_bw],
-            rtt_s=rtt,
-            distance_m=dist,
+            rate=rates[i_rate],
+            rtt=rtt,
+            distance=distance,
             seed=point_seed,
             **self._fixed,
         )
@@ -115,16 +120,18 @@ def make_grid(
     drops: Iterable[float],
     schemes: Iterable[str] = SCHEMES,
     *,
-    bandwidths: Iterable[float] = (400e9,),
+    rates: Iterable[float] = (DEFAULT_RATE,),
     rtts: Iterable[float] | None = None,
     distances: Iterable[float] | None = None,
-    propagation_speed_mps: float = PAPER_PROPAGATION_SPEED,
+    propagation_speed: float = PAPER_PROPAGATION_SPEED,
     seed: int = 0,
     **fixed: Any,
 ) -> SweepGrid:
     """The cartesian grid, one :class:`SweepPoint` per combination, with per-point seeds.
 
-    Give either ``rtts`` (seconds) or ``distances`` (metres); the default is 3750 km.
+    ``rates`` are line rates in bits/s (default 1 Gbit/s, :data:`~sdr.simulator.link.
+    DEFAULT_RATE`). Give either ``rtts`` (seconds) or ``distances`` (metres, at
+    ``propagation_speed`` m/s); the default is 3750 km.
     ``fixed`` sets the remaining :class:`SweepPoint` fields (chunk_size, k, m, samples ...).
     Every value is checked here, before any point runs, and the grid is refused past
     :data:`~sdr.simulator.bounds.MAX_GRID_POINTS` (ConfigError, one line); the points are
@@ -132,11 +139,11 @@ def make_grid(
     """
     if rtts is not None and distances is not None:
         raise ConfigError("give either RTTs or distances for a sweep, not both")
-    bws, sizes, drops, schemes = list(bandwidths), list(sizes), list(drops), list(schemes)
+    rates, sizes, drops, schemes = list(rates), list(sizes), list(drops), list(schemes)
     rtts = list(rtts) if rtts is not None else None
     dists = list(distances) if distances is not None else [3.75e6] if rtts is None else []
     n_paths = len(rtts) if rtts is not None else len(dists)
-    total = len(bws) * n_paths * len(sizes) * len(drops) * len(schemes)
+    total = len(rates) * n_paths * len(sizes) * len(drops) * len(schemes)
     if total == 0:
         raise ConfigError("the sweep is empty: give at least one value of every list")
     check_grid_points(total)
@@ -156,16 +163,16 @@ def make_grid(
     paths: list[tuple[float, float | None]] = []
     for value in rtts if rtts is not None else dists:  # each through Link's checks
         if rtts is not None:
-            paths.append((Link(1.0, float(value), **link_fields).rtt_s, None))
+            paths.append((Link(1.0, float(value), **link_fields).rtt, None))
         else:
             link = Link.from_distance(
-                float(value), 1.0, propagation_speed_mps=propagation_speed_mps, **link_fields
+                float(value), 1.0, propagation_speed=propagation_speed, **link_fields
             )
-            paths.append((link.rtt_s, float(value)))
-    for bw in bws:
-        Link(float(bw), 0.0, **link_fields)
+            paths.append((link.rtt, float(value)))
+    for rate in rates:
+        Link(float(rate), 0.0, **link_fields)
     axes = (
-        [float(b) for b in bws],
+        [float(r) for r in rates],
         paths,
         [check_write_size(s) for s in sizes],
         [check_drop(d) for d in drops],
@@ -176,7 +183,7 @@ def make_grid(
 
 def run_point(point: SweepPoint) -> dict[str, Any]:
     """Evaluate one grid point; returns a flat row (the point's fields plus the results)."""
-    link = Link(point.bandwidth_bps, point.rtt_s, point.mtu, point.chunk_size, point.alpha)
+    link = Link(point.rate, point.rtt, point.mtu, point.chunk_size, point.alpha)
     spec = SchemeSpec(
         point.scheme,
         rto_rtts=point.rto_rtts,

@@ -1,12 +1,12 @@
 """How a sweep's answer moves with its swept path parameters, in one figure.
 
-The heatmaps of :mod:`sdr.simulator.plots` show one path (bandwidth, RTT) at a time: a
-sweep over 3 RTTs x 4 bandwidths is 12 rows of panels and no view of the trend. The
+The heatmaps of :mod:`sdr.simulator.plots` show one path (rate, RTT) at a time: a
+sweep over 3 RTTs x 4 rates is 12 rows of panels and no view of the trend. The
 summary reduces each path and drop rate to one number, the **crossover size**: the
 smallest write size from which the best SR scheme is at least as fast as the best EC
 scheme at every larger size of the grid (EC's parity costs a fixed share of the line rate,
 so for large enough writes SR wins; below the crossover EC's one-round repair wins). A
-figure then has a row per swept dimension (RTT, bandwidth) with the crossover against it,
+figure then has a row per swept dimension (RTT, rate) with the crossover against it,
 one line per drop rate and one panel per value of the other dimension.
 """
 
@@ -55,13 +55,13 @@ def crossover_size(rows: Sequence[dict[str, Any]], metric: str = "p999_s") -> in
 
 
 def _path(row: dict[str, Any]) -> tuple[float, float]:
-    return float(row["bandwidth_bps"]), float(row["rtt_s"])
+    return float(row["rate"]), float(row["rtt"])
 
 
 def crossovers(
     rows: Sequence[dict[str, Any]], metric: str = "p999_s"
 ) -> dict[tuple[float, float, float], int | None]:
-    """:func:`crossover_size` per (bandwidth, RTT, drop) of the sweep's rows."""
+    """:func:`crossover_size` per (rate, RTT, drop) of the sweep's rows."""
     groups: dict[tuple[float, float, float], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((*_path(r), float(r["drop"])), []).append(r)
@@ -69,10 +69,10 @@ def crossovers(
 
 
 def swept_dimensions(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The path parameters with more than one value in ``rows``: "rtt", "bandwidth"."""
-    bandwidths = {_path(r)[0] for r in rows}
+    """The path parameters with more than one value in ``rows``: "rtt", "rate"."""
+    rates = {_path(r)[0] for r in rows}
     rtts = {_path(r)[1] for r in rows}
-    return [name for name, values in (("rtt", rtts), ("bandwidth", bandwidths)) if len(values) > 1]
+    return [name for name, values in (("rtt", rtts), ("rate", rates)) if len(values) > 1]
 
 
 def plot_sweep_summary(
@@ -81,7 +81,7 @@ def plot_sweep_summary(
     """Draw the crossover size against each swept dimension to the PNG ``path``: a row of
     panels per swept dimension (x: that dimension, log), a panel per value of the other
     one, a line per drop rate; a crossover above the grid is drawn as an open marker at
-    the top edge. ConfigError when the rows sweep neither RTT nor bandwidth."""
+    the top edge. ConfigError when the rows sweep neither RTT nor rate."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,20 +89,20 @@ def plot_sweep_summary(
 
     dims = swept_dimensions(rows)
     if not dims:
-        raise ConfigError("the sweep summary needs more than one RTT or bandwidth")
+        raise ConfigError("the sweep summary needs more than one RTT or rate")
     table = crossovers(rows, metric)
     sizes = sorted({int(r["size_bytes"]) for r in rows})
-    bandwidths = sorted({k[0] for k in table})
+    rates = sorted({k[0] for k in table})
     rtts = sorted({k[1] for k in table})
     drops = sorted({k[2] for k in table})
-    columns = max(len(rtts) if "bandwidth" in dims else 1, len(bandwidths) if "rtt" in dims else 1)
+    columns = max(len(rtts) if "rate" in dims else 1, len(rates) if "rtt" in dims else 1)
     width = max(6.0, 4.0 * columns)
     fig, axes = plt.subplots(
         len(dims), columns, figsize=(width, 3.4 * len(dims) + 0.6), squeeze=False
     )
     colours = plt.get_cmap("viridis")
     for row, dim in enumerate(dims):
-        xs, others = (rtts, bandwidths) if dim == "rtt" else (bandwidths, rtts)
+        xs, others = (rtts, rates) if dim == "rtt" else (rates, rtts)
         for col in range(columns):
             ax = axes[row][col]
             if col >= len(others):
@@ -129,7 +129,7 @@ def plot_sweep_summary(
             ax.set_yticks(ticks, [format_size(s) for s in ticks])
             ax.set_xticks(xs, [format_time(x) if dim == "rtt" else format_rate(x) for x in xs])
             ax.minorticks_off()
-            ax.set_xlabel("RTT" if dim == "rtt" else "bandwidth")
+            ax.set_xlabel("RTT" if dim == "rtt" else "line rate")
             ax.set_ylabel("crossover size")
             ax.set_title(format_rate(other) if dim == "rtt" else f"RTT {format_time(other)}")
             ax.grid(alpha=0.3)

@@ -88,3 +88,30 @@ def test_the_line_rate_is_rate_in_every_command() -> None:
         assert "--rate " in _sdr(command, "--help").stdout, command
         assert "--bandwidth" not in _sdr(command, "--help").stdout, command
     assert "--rates " in _sdr("sweep", "--help").stdout
+
+
+def test_the_line_rate_defaults_to_one_value_in_every_command() -> None:
+    """1 Gbit/s: ``sdr send``'s (its ``link_rate`` default), ``LinkSpec``'s and every
+    simulator and emulator command's; the paper's 400 Gbit/s is given where it is meant.
+    (Before: ``sim``, ``select``, ``allreduce-sim`` and ``sweep`` said 400 Gbit/s.)"""
+    from typer.core import TyperGroup
+    from typer.main import get_command
+
+    from sdr.cli.main import app
+    from sdr.cli.transfer_options import DEFAULTS
+    from sdr.simulator.link import DEFAULT_RATE
+    from sdr.simulator.link_spec import LinkSpec
+    from sdr.simulator.sweep import make_grid
+    from sdr.units import parse_rate
+
+    assert parse_rate(DEFAULTS["link_rate"]) == DEFAULT_RATE == LinkSpec().rate == 1e9
+    assert make_grid([1 << 20], [1e-3])[0].rate == DEFAULT_RATE
+    group = get_command(app)
+    commands = {name: group.commands[name] for name in ("sim", "select", "allreduce-sim")}
+    commands |= {"sweep": group.commands["sweep"], "demo": group.commands["demo"]}
+    emulate = group.commands["emulate"]
+    assert isinstance(emulate, TyperGroup)
+    commands |= {f"emulate {n}": c for n, c in emulate.commands.items()}
+    for name, command in commands.items():
+        (rate,) = [p for p in command.params if {"--rate", "--rates"} & set(p.opts)]
+        assert parse_rate(rate.default) == DEFAULT_RATE, name

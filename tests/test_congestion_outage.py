@@ -119,11 +119,12 @@ def _bbr_write(
     rate the sender's pacer was given after every step, and the sender. ``forge_at``:
     a SACK claiming the first half of the chunks reaches the sender then, as if from the
     peer (it is indistinguishable from the peer's)."""
-    opts = DesOptions(congestion="bbr", blackouts=blackouts)
+    opts = DesOptions(congestion="bbr", path_blackouts=blackouts)
     sim = DesSim(
         LINK,
-        forward=opts.impairments(LINK, None),
-        reverse=opts.impairments(LINK, None),
+        forward=opts.spec(LINK, None),
+        reverse=opts.spec(LINK, None),
+        path_blackouts=opts.path_blackouts,
         seed=1,
         copy_payload=False,
     )
@@ -139,7 +140,7 @@ def _bbr_write(
         env = sim.env
         rb.post_recv(b.ctx.register(dst))
         b.kick()
-        yield env.timeout(LINK.one_way_delay_s * 1.01 + 1e-6)
+        yield env.timeout(LINK.one_way_delay * 1.01 + 1e-6)
         start = env.now
         wh = ra.write(a.ctx.register(src))
         a.kick()
@@ -169,7 +170,7 @@ def test_bbr_comes_back_after_an_outage_at_the_rate_it_had() -> None:
     dark, paced, ra = _bbr_write(blackouts=((OUTAGE,),))
     cc = ra.connection.controller
     assert ra.qp.transport_qp.transport.direction.stats.blackout_drops > 0  # the outage happened
-    assert min(paced) >= 0.5 * LINK.bandwidth_bps  # before: 0.0077 x (766 kbit/s)
+    assert min(paced) >= 0.5 * LINK.rate  # before: 0.0077 x (766 kbit/s)
     assert min(paced) >= cc.min_rate
     # the outage and the repairs it takes, not a crawl back (before: 6.44 s vs 0.70 s)
     assert dark < free + 3 * (OUTAGE[1] - OUTAGE[0])
@@ -184,5 +185,5 @@ def test_a_forged_sack_during_an_outage_is_no_configuration_error() -> None:
     free, _, _ = _bbr_write()
     forged, paced, ra = _bbr_write(blackouts=((OUTAGE,),), forge_at=0.45)
     assert min(paced) >= ra.connection.controller.min_rate > 0
-    assert min(paced) >= 0.3 * LINK.bandwidth_bps
+    assert min(paced) >= 0.3 * LINK.rate
     assert forged < free + 3 * (OUTAGE[1] - OUTAGE[0])

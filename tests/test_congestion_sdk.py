@@ -252,7 +252,7 @@ def test_the_des_controller_shares_a_queue_with_fewer_drops_than_fixed_pacing() 
             flows=2,
             writes=2,
             seed=1,
-            options=DesOptions(buffer_bytes=3.125e6, copy_payload=True, congestion=cc),
+            options=DesOptions(queue=3.125e6, copy_payload=True, congestion=cc),
         )
         for cc in ("fixed", "delay")
     }

@@ -10,7 +10,7 @@ from sdr.simulator.deadline import deadline_for
 from sdr.simulator.link import Link
 from sdr.simulator.select import candidate_specs
 
-LINK = Link(bandwidth_bps=1e9, rtt_s=0.025, mtu=8192, chunk_size=8192)
+LINK = Link(rate=1e9, rtt=0.025, mtu=8192, chunk_size=8192)
 SIZE = 5_200_000
 
 

@@ -11,7 +11,8 @@ from sdr.backends.wan import LinkDirection as WanLinkDirection
 from sdr.backends.wan import LinkSpec as WanLinkSpec
 from sdr.backends.wan.forwarder import Forwarder
 from sdr.errors import ConfigError
-from sdr.simulator.des_link import DirectionScheduler, PathImpairments
+from sdr.simulator.des import DesOptions
+from sdr.simulator.des_link import DirectionScheduler
 from sdr.simulator.link import Link
 from sdr.simulator.link_model import (
     BLACKOUT,
@@ -172,8 +173,9 @@ def test_one_spec_serves_both_directions_with_their_own_loss_state() -> None:
 
 def test_the_simulator_builds_its_spec_from_the_analytic_link() -> None:
     link = Link(1e9, 0.02)
-    spec = PathImpairments(reorder=0.1, reorder_delay_s=1e-4).spec(link)
-    assert spec.rate == 1e9 and spec.one_way_delay == 0.01 and spec.queue == link.buffer_bytes
+    spec = DesOptions(reorder=0.1, reorder_jitter=1e-4).spec(link, None)
+    assert spec.rate == link.rate == 1e9 and spec.rtt == link.rtt and spec.queue == link.queue
+    assert spec.one_way_delay == link.one_way_delay == 0.01
     assert spec.reorder_delay == 0 and spec.reorder_jitter == 1e-4
     env = simpy.Environment()
     with pytest.raises(ConfigError, match="duplication or corruption"):

@@ -5,7 +5,7 @@ Before: with four paths under ``delay``, black-holing paths 1-3 mid-transfer fai
 16 MiB write at its 30 s global timeout in 4 of 5 runs on the emulator; in the DES below
 it took 1.36 s against 0.35 s on one path (the selector judged paths against the lower
 median, a dead one, so three quarters of all chunks and repairs went into the holes).
-Also the simulator's per-path blackouts (``DesOptions.blackouts``) themselves.
+Also the simulator's per-path blackouts (``DesOptions.path_blackouts``) themselves.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from sdr.congestion import paths as paths_module
 from sdr.errors import ConfigError
 from sdr.simulator.des import DesOptions, simulate_writes
-from sdr.simulator.des_link import PathImpairments
+from sdr.simulator.des_link import check_path_blackouts, dark
 from sdr.simulator.link import Link
 from sdr.simulator.schemes import SchemeSpec
 
@@ -40,7 +40,7 @@ def selectors(monkeypatch) -> list[paths_module.PathSelector]:
 
 
 def _write(scheme: str, paths: int, blackouts: tuple = (), size: int = SIZE):
-    opts = DesOptions(congestion="delay", paths=paths, blackouts=blackouts)
+    opts = DesOptions(congestion="delay", paths=paths, path_blackouts=blackouts)
     run = simulate_writes(LINK, size, SchemeSpec(scheme), None, samples=1, seed=1, options=opts)
     assert run.failed == 0
     return run
@@ -76,19 +76,22 @@ def test_an_outage_of_every_path_kills_none(selectors) -> None:
 
 
 def test_blackouts_drop_only_their_paths_data_in_their_interval() -> None:
-    imp = PathImpairments(blackouts=((), ((0.5, 0.8),)))
+    blackouts = check_path_blackouts(((), ((0.5, 0.8),)))
     starts = np.array([0.4, 0.5, 0.6, 0.8, 0.6])
     paths = np.array([1, 1, 1, 1, 0])
-    assert imp.dark(starts, paths).tolist() == [False, True, True, False, False]
+    assert dark(blackouts, starts, paths).tolist() == [False, True, True, False, False]
 
 
 @pytest.mark.parametrize(
     ("make", "words"),
     [
-        (lambda: PathImpairments(blackouts=(((0.8, 0.5),),)), "0 <= start <= end"),
-        (lambda: PathImpairments(blackouts=((("a", 1),),)), "blackouts must be, per path"),
+        (lambda: DesOptions(path_blackouts=(((0.8, 0.5),),)), "0 <= start <= end"),
+        (lambda: DesOptions(path_blackouts=((("a", 1),),)), "blackouts must be, per path"),
         (lambda: DesOptions(paths=0), r"paths must be an integer in \[1, 16\]"),
-        (lambda: DesOptions(blackouts=((), ((0, 1),))), "blackouts name 2 paths but there are 1"),
+        (
+            lambda: DesOptions(path_blackouts=((), ((0, 1),))),
+            "path_blackouts name 2 paths but there are 1",
+        ),
     ],
 )
 def test_bad_blackouts_and_paths_are_one_line_errors(make, words) -> None:

@@ -68,7 +68,7 @@ def test_sim_montecarlo_ec_distance_packet_unit(app) -> None:
     out = _json(app, _a(args))
     assert out.keys() >= SIM_KEYS
     assert out["quantile_method"] == "montecarlo"
-    assert out["rtt_s"] == pytest.approx(0.025)
+    assert out["rtt"] == pytest.approx(0.025)
     assert out["chunk_drop_probability"] == pytest.approx(1 - (1 - 1e-4) ** 16)
     assert out["params"]["k"] == 16 and out["params"]["m"] == 4
     assert 0.0 < out["fallback_probability"] < 1.0

@@ -48,7 +48,7 @@ def test_lossless_write_takes_the_ideal_time_and_lands_intact(scheme):
     assert (run.retransmissions == 0).all()
 
 
-# (scheme, bandwidth, size, per-chunk drop, writes)
+# (scheme, rate, size, per-chunk drop, writes)
 AGREEMENT = [
     ("sr-rto", 1e9, 4 * MIB, 1e-2, 40),
     ("sr-nack", 10e9, 4 * MIB, 1e-2, 40),
@@ -58,9 +58,9 @@ AGREEMENT = [
 ]
 
 
-@pytest.mark.parametrize(("scheme", "bandwidth", "size", "drop", "writes"), AGREEMENT)
-def test_agrees_with_monte_carlo(scheme, bandwidth, size, drop, writes):
-    link, spec = Link(bandwidth, RTT), SchemeSpec(scheme)
+@pytest.mark.parametrize(("scheme", "rate", "size", "drop", "writes"), AGREEMENT)
+def test_agrees_with_monte_carlo(scheme, rate, size, drop, writes):
+    link, spec = Link(rate, RTT), SchemeSpec(scheme)
     run = simulate_writes(link, size, spec, packet_loss(link, drop), samples=writes, seed=7)
     assert run.failed == 0
     # the simulated link loses chunks i.i.d. at the model's rate (first transmissions)
@@ -114,7 +114,7 @@ def test_bursts_defeat_erasure_coding_more_than_iid_losses():
     iid = simulate_writes(link, size, spec, Bernoulli(0.05), samples=40, seed=5, options=opts)
     assert bursty.correct and iid.correct and bursty.failed == iid.failed == 0
     # a similar number of packets lost, but in bursts that no (8, 2) code survives
-    assert bursty.link["a->b"]["lost"] > 0.5 * iid.link["a->b"]["lost"]
+    assert bursty.link["a->b"]["loss_drops"] > 0.5 * iid.link["a->b"]["loss_drops"]
     assert bursty.fell_back.sum() >= 4
     assert bursty.fell_back.sum() > iid.fell_back.sum() + 2
     assert bursty.times_s.mean() > iid.times_s.mean()
@@ -156,13 +156,13 @@ def test_reordering_delivers_intact_without_loss_of_time(scheme):
 def test_flows_share_one_switch_queue():
     link, size, spec = Link(1e9, RTT), MIB, SchemeSpec("sr-rto")
     # two senders at half the link rate each: the queue stays short, no drops
-    paced = simulate_flows(link, size, spec, None, flows=2, writes=3, seed=1, rate_bps=0.5e9)
+    paced = simulate_flows(link, size, spec, None, flows=2, writes=3, seed=1, nic_rate=0.5e9)
     assert paced[0].link["a->b"]["queue_drops"] == 0
     for run in paced:
         assert run.failed == 0
         assert run.times_s == pytest.approx(2 * size * 8 / 1e9 + RTT, rel=0.01)
     # both at full rate into a 64-packet buffer: drop-tail losses, repaired by SR
-    opts = DesOptions(buffer_bytes=64 * 4096, copy_payload=True)
+    opts = DesOptions(queue=64 * 4096, copy_payload=True)
     crowded = simulate_flows(link, size, spec, None, flows=2, writes=3, seed=1, options=opts)
     assert crowded[0].link["a->b"]["queue_drops"] > 0
     assert all(r.correct and r.failed == 0 for r in crowded)
@@ -177,7 +177,7 @@ def test_encode_time_delays_parity():
     free = simulate_writes(link, size, spec, loss, samples=10, seed=4)
     # encoding at a quarter of the line rate: parity of submessage s is ready (s+1) * 4x
     # its data's injection time after the start
-    slow = 4 * 8 / link.bandwidth_bps
+    slow = 4 * 8 / link.rate
     timed = simulate_writes(
         link,
         size,

@@ -14,9 +14,9 @@ from sdr.simulator.loss import Bernoulli, GilbertElliott, LossModel, SizeDepende
 
 def test_paper_distance_gives_25ms_rtt() -> None:
     link = Link.from_distance(3.75e6, 400e9)
-    assert link.rtt_s == pytest.approx(0.025)
-    fibre = Link.from_distance(1e6, 400e9, propagation_speed_mps=FIBRE_PROPAGATION_SPEED)
-    assert fibre.rtt_s == pytest.approx(0.010)  # 5 us/km one way
+    assert link.rtt == pytest.approx(0.025)
+    fibre = Link.from_distance(1e6, 400e9, propagation_speed=FIBRE_PROPAGATION_SPEED)
+    assert fibre.rtt == pytest.approx(0.010)  # 5 us/km one way
 
 
 def test_link_derived_quantities() -> None:
@@ -40,10 +40,10 @@ def test_chunk_drop_formula_matches_paper_example() -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        dict(bandwidth_bps=0, rtt_s=0.01),
-        dict(bandwidth_bps=1e9, rtt_s=-1),
-        dict(bandwidth_bps=1e9, rtt_s=0.01, mtu=4096, chunk_size=5000),
-        dict(bandwidth_bps=1e9, rtt_s=0.01, alpha=-1),
+        dict(rate=0, rtt=0.01),
+        dict(rate=1e9, rtt=-1),
+        dict(rate=1e9, rtt=0.01, mtu=4096, chunk_size=5000),
+        dict(rate=1e9, rtt=0.01, alpha=-1),
     ],
 )
 def test_bad_links_are_rejected(kwargs: dict) -> None:
@@ -144,7 +144,7 @@ def test_a_bad_trace_file_names_the_line(tmp_path, text, where) -> None:
 
 def test_packet_level_helpers() -> None:
     link = Link(400e9, 0.025, alpha=2.0)
-    assert link.one_way_delay_s == pytest.approx(0.0125)
+    assert link.one_way_delay == pytest.approx(0.0125)
     assert link.serialization_s(4096) == pytest.approx(4096 * 8 / 400e9)
-    assert link.buffer_bytes == pytest.approx(2 * link.bdp_bytes)
+    assert link.queue == pytest.approx(2 * link.bdp_bytes)
     assert link.with_chunk(16384).packets_per_chunk == 4

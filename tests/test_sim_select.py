@@ -160,7 +160,7 @@ for loss in (5e-2, 3e-2, 0.3):
     link = Link(10e9, 0.03)
     choice = select_scheme(link, 1 << 20, loss, drop_unit="packet")
     finite = bool(choice.ranking) and all(math.isfinite(r["mean_s"]) for r in choice.ranking)
-    out.append([loss, finite, choice.mean_s >= link.rtt_s, peak() - base])
+    out.append([loss, finite, choice.mean_s >= link.rtt, peak() - base])
 print(json.dumps(out))
 """
 

@@ -21,7 +21,7 @@ def test_grid_shape_and_seeds() -> None:
     assert len(points) == 2 * 2 * 2 * 4
     assert len({p.seed for p in points}) == len(points)
     assert [p.seed for p in points] == [p.seed for p in _grid()]
-    assert sorted({p.rtt_s for p in points}) == pytest.approx([0.025, 0.05])
+    assert sorted({p.rtt for p in points}) == pytest.approx([0.025, 0.05])
     with pytest.raises(ConfigError, match="not both"):
         make_grid(SIZES, DROPS, rtts=[0.01], distances=[1e6])
 

@@ -14,6 +14,7 @@ import pytest
 from sdr.cli.sim_sweep import _interrupted_line
 from sdr.errors import ConfigError
 from sdr.simulator.bounds import MAX_GRID_POINTS, MAX_SAMPLES
+from sdr.simulator.link import DEFAULT_RATE
 from sdr.simulator.sweep import SweepInterrupted, make_grid, read_csv, sweep_to_csv
 
 SDR = str(Path(sys.executable).with_name("sdr"))
@@ -44,12 +45,12 @@ def test_grid_points_are_built_as_they_are_read() -> None:
     assert len(grid) == 20 * 10 * 50 * 4 == 40_000
     assert built < 1 << 20  # a list of 40,000 points takes tens of MB
     # the same points, seeds and order as the cartesian product
-    combos = list(itertools.product([400e9], rtts, sizes, drops, schemes))
+    combos = list(itertools.product([DEFAULT_RATE], rtts, sizes, drops, schemes))
     for index in (0, 1, 3999, 39_999):
-        bw, rtt, size, drop, scheme = combos[index]
+        rate, rtt, size, drop, scheme = combos[index]
         point = grid[index]
         seed = int(np.random.SeedSequence([7, index]).generate_state(1)[0])
-        assert (point.bandwidth_bps, point.rtt_s, point.size_bytes) == (bw, rtt, size)
+        assert (point.rate, point.rtt, point.size_bytes) == (rate, rtt, size)
         assert (point.drop, point.scheme, point.seed, point.samples) == (drop, scheme, seed, 10)
     assert grid[-1] == grid[39_999] and grid[2:4] == [grid[2], grid[3]]
     assert next(iter(grid)) == grid[0]
@@ -70,9 +71,9 @@ def test_a_grid_past_the_bound_is_refused_before_any_point_is_built() -> None:
         (dict(sizes=[0]), "write size"),
         (dict(drops=[1.0]), "drop probability"),
         (dict(drops=[float("nan")]), "drop probability"),
-        (dict(distances=[1e6], propagation_speed_mps=0.0), "propagation speed"),
+        (dict(distances=[1e6], propagation_speed=0.0), "propagation speed"),
         (dict(rtts=[float("inf")]), "RTT"),
-        (dict(bandwidths=[0.0]), "bandwidth"),
+        (dict(rates=[0.0]), "line rate"),
         (dict(samples=10**12), f"[1, {MAX_SAMPLES:,}]"),
         (dict(samples=0), "samples"),
         (dict(schemes=["sr-foo"]), "unknown scheme"),

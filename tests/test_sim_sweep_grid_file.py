@@ -43,7 +43,7 @@ def test_grid_file_sets_the_grid_and_a_flag_given_overrides_it(tmp_path) -> None
     assert len(rows) == 2 * 1 * 2 * 2  # sizes x the flag's one drop x schemes x RTTs
     assert {r["drop"] for r in rows} == {1e-3}
     assert {r["size_bytes"] for r in rows} == {128 << 10, 1 << 20}
-    assert {r["rtt_s"] for r in rows} == {0.01, 0.1}
+    assert {r["rtt"] for r in rows} == {0.01, 0.1}
     assert {r["samples"] for r in rows} == {20}
 
 

@@ -21,7 +21,7 @@ SDR = str(Path(sys.executable).with_name("sdr"))
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def _rows(sr: list[float], ec: list[float], rtt: float = 0.025, bw: float = 1e10) -> list:
+def _rows(sr: list[float], ec: list[float], rtt: float = 0.025, rate: float = 1e10) -> list:
     sizes = [2**20 * 2**i for i in range(len(sr))]
     rows = []
     for family, times in (("sr-nack", sr), ("ec-mds", ec)):
@@ -31,8 +31,8 @@ def _rows(sr: list[float], ec: list[float], rtt: float = 0.025, bw: float = 1e10
                     "scheme": family,
                     "size_bytes": size,
                     "drop": 1e-3,
-                    "bandwidth_bps": bw,
-                    "rtt_s": rtt,
+                    "rate": rate,
+                    "rtt": rtt,
                     "p999_s": t,
                     "mean_s": t,
                 }
@@ -67,11 +67,11 @@ def test_crossovers_per_path_and_swept_dimensions(tmp_path: Path) -> None:
     assert crossovers(rows) == {(1e10, 0.01, 1e-3): 4 * 2**20, (1e10, 0.1, 1e-3): None}
     assert swept_dimensions(rows) == ["rtt"]
     assert swept_dimensions(_rows([1], [1])) == []
-    both = rows + _rows([2, 3, 4], [1, 2, 5], rtt=0.01, bw=1e11)
-    assert swept_dimensions(both) == ["rtt", "bandwidth"]
+    both = rows + _rows([2, 3, 4], [1, 2, 5], rtt=0.01, rate=1e11)
+    assert swept_dimensions(both) == ["rtt", "rate"]
     path = plot_sweep_summary(both, tmp_path / "summary.png")
     assert path.read_bytes()[:8] == PNG
-    with pytest.raises(ConfigError, match="more than one RTT or bandwidth"):
+    with pytest.raises(ConfigError, match="more than one RTT or rate"):
         plot_sweep_summary(_rows([1], [1]), tmp_path / "one.png")
 
 

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress
 
 from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces
+from sdr.cli.defaults import DEFAULT_RATE
 from sdr.cli.emulator_report import LATE_FRACTION, late_run, lateness, print_report, run_drops
 from sdr.cli.progress_columns import BinarySpeed, WindowSpeed
 from sdr.cli.wan_transfer import make_payload, transfer_over_link
@@ -33,7 +34,7 @@ SCHEMES = "sr-rto,sr-nack,ec-mds,ec-xor,auto"
 
 def demo(
     size: str = typer.Option("64MiB", help="bytes to transfer (one reliable message)"),
-    rate: str = typer.Option("1Gbit/s", help="link rate"),
+    rate: str = typer.Option(DEFAULT_RATE, help="link rate"),
     rtt: str = typer.Option("25ms", help="round-trip time"),
     loss: float = typer.Option(1e-3, help="packet loss probability on the link"),
     schemes: str = typer.Option(SCHEMES, help="comma-separated schemes to run"),
@@ -80,9 +81,9 @@ def demo(
         results_table,
     )
 
-    nbytes, bps, rtt_s = parse_size(size), parse_rate(rate), parse_time(rtt)
-    model = Link(bandwidth_bps=bps, rtt_s=rtt_s, mtu=mtu, chunk_size=parse_size(chunk))
-    ideal = lossless_at_receiver(nbytes, bps, rtt_s)  # completion_s is the receiver's
+    nbytes, rate_value, rtt_value = parse_size(size), parse_rate(rate), parse_time(rtt)
+    model = Link(rate=rate_value, rtt=rtt_value, mtu=mtu, chunk_size=parse_size(chunk))
+    ideal = lossless_at_receiver(nbytes, rate_value, rtt_value)  # completion_s is the receiver's
     title = f"{format_size(nbytes)} over {rate}, RTT {rtt}, loss {loss:g} per packet"
     console.print(f"[bold]SDR demo[/]: {title}; two processes, two namespaces, emulated link")
     common = [

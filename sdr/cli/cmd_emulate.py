@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from sdr.backends.wan import LinkSpec, RelayLink, TunLink, can_use_namespaces
+from sdr.cli.defaults import DEFAULT_RATE
 from sdr.cli.emulator_report import print_report
 from sdr.cli.transfer_relay import write_map
 from sdr.errors import ConfigError, TransportError
@@ -66,7 +67,7 @@ def _host_port(item: str) -> tuple[str, int]:
     return host, int(port)
 
 
-RATE = typer.Option("1Gbit/s", help="link rate")
+RATE = typer.Option(DEFAULT_RATE, help="link rate")
 RTT = typer.Option("25ms", help="round-trip time (half each way)")
 LOSS = typer.Option(0.0, help="packet loss probability (long-run rate with --burst)")
 BURST = typer.Option(0.0, help="mean loss burst length in packets (Gilbert-Elliott)")

@@ -155,9 +155,7 @@ def sim(
     except (SDRError, OSError) as exc:
         raise fail(exc) from None
     out = est.to_dict()
-    out.update(
-        bandwidth_bps=link.bandwidth_bps, rtt_s=link.rtt_s, drop=drop, drop_unit=drop_unit.value
-    )
+    out.update(rate=link.rate, rtt=link.rtt, drop=drop, drop_unit=drop_unit.value)
     if as_json:
         emit_json(out)
         return
@@ -245,8 +243,8 @@ def select(
     label = "p99.9" if objective == ObjectiveName.p999 else "mean"
     table = Table(
         title=f"candidates by {objective.value} (best first): {format_size(parse_size(size))}, "
-        f"drop {probability_text(drop, drop_unit.value)}, {format_rate(link.bandwidth_bps)}, "
-        f"RTT {format_time(link.rtt_s)}"
+        f"drop {probability_text(drop, drop_unit.value)}, {format_rate(link.rate)}, "
+        f"RTT {format_time(link.rtt)}"
         + (f" ({distance} at {speed:g} m/s)" if distance and not rtt else ""),
         caption=f"decided by the {label} completion time (ties: the other one), drop per "
         f"{drop_unit.value}; the 10 best and the best of every scheme"

@@ -34,13 +34,14 @@ def predict(link: Link, size: int, loss: float, config: dict[str, Any]) -> float
     at_sender = evaluate(
         link.with_chunk(int(config["chunk_size"])), size, loss, spec, drop_unit="packet"
     ).mean_s
-    return at_sender - link.rtt_s / 2
+    return at_sender - link.one_way_delay
 
 
-def lossless_at_receiver(size: int, rate_bps: float, rtt_s: float) -> float:
-    """The lossless ideal at the receiver: the bytes at the line rate plus the one-way delay
-    (the time an emulated run's ``completion_s`` is compared with)."""
-    return size * 8 / rate_bps + rtt_s / 2
+def lossless_at_receiver(size: int, rate: float, rtt: float) -> float:
+    """The lossless ideal at the receiver: the bytes at the line ``rate`` (bits/s) plus the
+    one-way delay, half the ``rtt`` (the time an emulated run's ``completion_s`` is
+    compared with)."""
+    return size * 8 / rate + rtt / 2
 
 
 def _label(row: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ from enum import StrEnum
 
 import typer
 
-from sdr.cli.defaults import DEFAULT_MTU
+from sdr.cli.defaults import DEFAULT_MTU, DEFAULT_RATE
 from sdr.errors import ConfigError
 from sdr.simulator.link import PAPER_PROPAGATION_SPEED, Link
 from sdr.units import format_size, parse_distance, parse_rate, parse_size, parse_time
@@ -49,7 +49,7 @@ class ExecutorName(StrEnum):
 
 
 def link_from_options(
-    bandwidth: str,
+    rate: str,
     rtt: str | None,
     distance: str | None,
     speed: float,
@@ -62,7 +62,7 @@ def link_from_options(
     mtu_bytes, chunk_bytes = parse_size(mtu), parse_size(chunk)
     if rtt is not None:
         return Link(
-            parse_rate(bandwidth),
+            parse_rate(rate),
             parse_time(rtt),
             mtu=mtu_bytes,
             chunk_size=chunk_bytes,
@@ -70,8 +70,8 @@ def link_from_options(
         )
     return Link.from_distance(
         parse_distance(distance or "3750km"),
-        parse_rate(bandwidth),
-        propagation_speed_mps=speed,
+        parse_rate(rate),
+        propagation_speed=speed,
         mtu=mtu_bytes,
         chunk_size=chunk_bytes,
         alpha=alpha,
@@ -108,9 +108,10 @@ def split_list(text: str) -> list[str]:
 
 # Shared option declarations.
 RATE = typer.Option(
-    "400Gbit/s",
+    DEFAULT_RATE,
     "--rate",
-    help="Line rate of the link, e.g. 400Gbit/s or 400G (as sdr send's --rate).",
+    help="Line rate of the link, e.g. 10Gbit/s or 10G (as sdr send's --rate, and its "
+    "default); the paper's figures: 400Gbit/s.",
 )
 RTT = typer.Option(None, "--rtt", help="Round-trip time, e.g. 25ms (or give --distance).")
 DISTANCE = typer.Option(

@@ -11,82 +11,13 @@ from typing import Any
 
 import typer
 
-from sdr.cli.sim_options import (
-    ALPHA,
-    CHUNK,
-    DROP_UNIT,
-    FIG9_DROPS,
-    FIG9_SIZES,
-    MTU,
-    SPEED,
-    DropUnitName,
-    ExecutorName,
-    MethodName,
-    split_list,
-)
+from sdr.cli.sim_options import ExecutorName
 from sdr.cli.sim_output import err_console, fail
+from sdr.cli.sweep_options import grid_arguments, sweep_signature
 from sdr.errors import ConfigError, SDRError
-from sdr.units import parse_distance, parse_rate, parse_size, parse_time
 
 
-def sweep(
-    ctx: typer.Context,
-    grid: str | None = typer.Option(
-        None,
-        "--grid",
-        help='TOML (or YAML) file of these options, e.g. rtts = ["10ms", "100ms"]; '
-        "a flag given overrides the file.",
-    ),
-    sizes: str = typer.Option(FIG9_SIZES, "--sizes", help="Comma list of write sizes."),
-    drops: str = typer.Option(FIG9_DROPS, "--drops", help="Comma list of drop probabilities."),
-    schemes: str = typer.Option("sr-rto,sr-nack,ec-mds,ec-xor", "--schemes"),
-    rates: str = typer.Option(
-        "400Gbit/s", "--rates", help="Comma list of line rates (e.g. 10Gbit/s,100G)."
-    ),
-    distances: str | None = typer.Option(None, "--distances", help="Comma list (default 3750km)."),
-    rtts: str | None = typer.Option(
-        None, "--rtts", help="Comma list of RTTs (not with distances)."
-    ),
-    speed: float = SPEED,
-    drop_unit: DropUnitName = DROP_UNIT,
-    chunk: str = CHUNK,
-    mtu: str = MTU,
-    alpha: float = ALPHA,
-    ec: str = typer.Option("32,8", "--ec", help="EC data,parity chunks per submessage."),
-    method: MethodName = typer.Option(MethodName.montecarlo, "--method"),
-    samples: int | None = typer.Option(
-        None, "--samples", help="Samples per point (default 1000, 100 with --method des)."
-    ),
-    seed: int = typer.Option(0, "--seed"),
-    executor: ExecutorName = typer.Option(ExecutorName.local, "--executor"),
-    scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler address."),
-    workers: int | None = typer.Option(None, "--workers", help="Local worker processes."),
-    out: str = typer.Option(
-        "sweep.csv", "--out", help="File to write, rows as points finish ('-': stdout)."
-    ),
-    fmt: str | None = typer.Option(
-        None,
-        "--format",
-        metavar="csv|jsonl|parquet",
-        help="Output format (default: by the --out suffix, else csv; parquet needs pyarrow).",
-    ),
-    resume: bool = typer.Option(
-        False, "--resume", help="Keep the rows already in --out; evaluate only the rest."
-    ),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing --out."),
-    plot: str | None = typer.Option(
-        None,
-        "--plot",
-        help="PNG of the answer: with more than one RTT or rate, the EC/SR crossover "
-        "size against each swept one; with one path, the speedup heatmaps.",
-    ),
-    panels: str | None = typer.Option(
-        None,
-        "--panels",
-        help="PNG of Fig-9 style speedup heatmaps, a row of panels per path (slow to draw "
-        "for many paths).",
-    ),
-) -> None:
+def sweep(ctx: typer.Context, **options: Any) -> None:
     """Sweep sizes x drops x schemes (x distances or RTTs, rates) and write CSV or JSON Lines.
 
     Rows are appended to --out as the points finish, so Ctrl-C (exit 130), SIGTERM (exit
@@ -95,13 +26,13 @@ def sweep(
     """
     from sdr.cli.sweep_file import apply_grid_file
 
+    grid = options.get("grid")
     try:
         opts = apply_grid_file(ctx, grid) if grid else dict(ctx.params)
     except SDRError as exc:
         raise fail(exc) from None
-    opts.pop("grid", None)
     try:
-        _run_sweep(**opts)
+        _run_sweep(opts)
     except KeyboardInterrupt:  # before the sweep started (imports, the grid's checks)
         where = "" if opts["out"] == "-" else f"; {opts['out']} is as it was"
         err_console.print(
@@ -112,69 +43,32 @@ def sweep(
         raise typer.Exit(128 + signal.SIGINT) from None
 
 
-def _run_sweep(
-    *,
-    sizes: str,
-    drops: str,
-    schemes: str,
-    rates: str,
-    distances: str | None,
-    rtts: str | None,
-    speed: float,
-    drop_unit: DropUnitName,
-    chunk: str,
-    mtu: str,
-    alpha: float,
-    ec: str,
-    method: MethodName,
-    samples: int | None,
-    seed: int,
-    executor: ExecutorName,
-    scheduler: str | None,
-    workers: int | None,
-    out: str,
-    fmt: str | None,
-    resume: bool,
-    force: bool,
-    plot: str | None,
-    panels: str | None,
-) -> None:
+# typer reads the command's options from its signature: the one table's
+vars(sweep)["__signature__"] = sweep_signature()
+
+
+def _run_sweep(opts: dict[str, Any]) -> None:
+    """Run the sweep the options' values (by name, :data:`SWEEP_OPTIONS`) describe."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from sdr.simulator.plots import plot_speedup_heatmaps
-    from sdr.simulator.schemes import parse_ec
     from sdr.simulator.sweep import SweepInterrupted, format_for, make_grid, sweep_to_csv
     from sdr.simulator.sweep_summary import plot_sweep_summary, swept_dimensions
 
+    out: str = opts["out"]
+    plot: str | None = opts["plot"]
+    panels: str | None = opts["panels"]
+    executor: ExecutorName = opts["executor"]
+    scheduler: str | None = opts["scheduler"]
     try:
         to_stdout = out == "-"
-        fmt = format_for(None if to_stdout else out, fmt)
+        fmt = format_for(None if to_stdout else out, opts["fmt"])
         if to_stdout and fmt == "parquet":
             raise ConfigError("--format parquet needs an --out file, not stdout ('-')")
-        _check_sweep_out(out, resume=resume, force=force)
-        if samples is None:
-            samples = 100 if method == MethodName.des else 1000
+        _check_sweep_out(out, resume=opts["resume"], force=opts["force"])
         if executor == ExecutorName.dask and not scheduler:
             raise ConfigError("--executor dask needs --scheduler tcp://HOST:8786")
-        k, m = parse_ec(ec)
-        points = make_grid(
-            [parse_size(x) for x in split_list(sizes)],
-            [float(x) for x in split_list(drops)],
-            split_list(schemes),
-            bandwidths=[parse_rate(x) for x in split_list(rates)],
-            rtts=[parse_time(x) for x in split_list(rtts)] if rtts else None,
-            distances=[parse_distance(x) for x in split_list(distances)] if distances else None,
-            propagation_speed_mps=speed,
-            seed=seed,
-            drop_unit=drop_unit.value,
-            chunk_size=parse_size(chunk),
-            mtu=parse_size(mtu),
-            alpha=alpha,
-            k=k,
-            m=m,
-            method=method.value,
-            samples=samples,
-        )
+        points = make_grid(**grid_arguments(opts))
         columns = [BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
         with Progress(
             "[progress.description]{task.description}", *columns, console=err_console
@@ -185,10 +79,10 @@ def _run_sweep(
                     rows = sweep_to_csv(
                         points,
                         sys.stdout if to_stdout else out,
-                        resume=resume,
+                        resume=opts["resume"],
                         fmt=fmt,
                         executor=executor.value,
-                        workers=workers,
+                        workers=opts["workers"],
                         scheduler=scheduler,
                         progress=lambda n: bar.advance(task, n),
                     )

@@ -1,7 +1,8 @@
 """``sdr sweep --grid FILE``: the sweep's options from a TOML (or YAML) file.
 
 The file's keys are the long flags of ``sdr sweep`` without the dashes (``sizes``,
-``drops``, ``rtts``, ``drop_unit`` or ``drop-unit`` ...). A list is a comma list
+``drops``, ``rtts``, ``drop_unit`` or ``drop-unit`` ...), for every option of the one
+table (:data:`sdr.cli.sweep_options.SWEEP_OPTIONS`) that a file may set. A list is a comma list
 (``rtts = ["10ms", "100ms"]`` is ``--rtts 10ms,100ms``); a flag given on the command line
 overrides the file's value, a flag not given takes it.
 """
@@ -14,12 +15,10 @@ from typing import Any
 
 import typer
 
+from sdr.cli.sweep_options import SWEEP_OPTIONS
 from sdr.errors import ConfigError
 
 __all__ = ["apply_grid_file", "load_grid_file"]
-
-#: options that only make sense per invocation, never in a grid file
-_NOT_IN_FILE = {"grid", "resume", "force"}
 
 
 def load_grid_file(path: str | Path) -> dict[str, Any]:
@@ -58,14 +57,11 @@ def _as_flag_text(value: Any) -> str:
 
 
 def _file_keys(ctx: typer.Context) -> dict[str, Any]:
-    """Key in a grid file (the long flag without its dashes, ``_`` for ``-``) -> option."""
-    keys = {}
-    for param in ctx.command.params:
-        longs = [o for o in param.opts if o.startswith("--")]
-        if param.name in _NOT_IN_FILE or not longs:
-            continue
-        keys[longs[0][2:].replace("-", "_")] = param
-    return keys
+    """Key in a grid file (the long flag without its dashes, ``_`` for ``-``) -> the
+    command's parameter of that option (it converts and checks the file's value as it
+    does the flag's)."""
+    params = {param.name: param for param in ctx.command.params}
+    return {o.key: params[o.name] for o in SWEEP_OPTIONS if o.in_file}
 
 
 def apply_grid_file(ctx: typer.Context, path: str | Path) -> dict[str, Any]:
