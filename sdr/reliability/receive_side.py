@@ -24,6 +24,7 @@ from sdr.reliability.base import Finished, Machine, ReopenChunks, Scheme, SealCh
 from sdr.reliability.machine_round import run_machine
 from sdr.reliability.messages import Ack, ControlMessage, Probe
 from sdr.reliability.schedule import Schedule
+from sdr.reliability.stall_hold import StallHold
 from sdr.reliability.transfers import Incoming, Register
 from sdr.transport import MemoryRegion
 
@@ -61,6 +62,7 @@ class ReceiveSide:
         self.finished: OrderedDict[int, bool] = OrderedDict()
         """The last finished receives: completed (True) or failed."""
         self._schedule = Schedule()
+        self._stall = StallHold()
         self._lane_in: dict[RecvRecord, tuple[Incoming, int]] = {}
 
     def post(self, now: float, region: MemoryRegion, offset: int, length: int) -> int:
@@ -105,10 +107,11 @@ class ReceiveSide:
                     inc.chunks_in += len(chunks)
                     inc.machine.on_chunks(now, lane, chunks)
                     progress = True
-        if progress:
+        until = self._stall.push(now, stall_timeout) if progress else None
+        if until is not None:
             for other in self.receiving.values():
                 if other.machine is not None:
-                    other.machine.hold_deadline(now + stall_timeout)
+                    other.machine.hold_deadline(until)
         return progress
 
     def on_control(self, now: float, msg: ControlMessage) -> bool:

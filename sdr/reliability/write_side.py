@@ -40,6 +40,7 @@ from sdr.reliability.machine_round import run_machine
 from sdr.reliability.messages import Abort, ControlMessage, RangeMessage
 from sdr.reliability.rtt_estimator import RttEstimator
 from sdr.reliability.schedule import Schedule
+from sdr.reliability.stall_hold import StallHold
 from sdr.reliability.transfers import Outgoing, Register, open_outgoing
 from sdr.send_table import SendRecord, SendState
 from sdr.transport import MemoryRegion
@@ -87,6 +88,7 @@ class WriteSide:
         """Writes admitted and not finished, by sequence number."""
         self._lane_of: dict[SendRecord, tuple[Outgoing, int]] = {}
         self._schedule = Schedule()
+        self._stall = StallHold()
         self._rto_kept = rtt.rto  # the RTO when the write timers were last kept
 
     # --- what the connection asks ---------------------------------------------------------
@@ -270,8 +272,10 @@ class WriteSide:
     def _signal(self, now: float, out: Outgoing, signal: Delivered | Lost) -> None:
         if isinstance(signal, Delivered):  # the connection moves
             self._moved(now)
-            for other in self.sending.values():
-                other.machine.hold_deadline(now + self.config.stall_timeout)
+            until = self._stall.push(now, self.config.stall_timeout)
+            if until is not None:
+                for other in self.sending.values():
+                    other.machine.hold_deadline(until)
         self._books.signal(now, out, signal)
 
     def _end(self, now: float, out: Outgoing, error: SDRError | None) -> None:

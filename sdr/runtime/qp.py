@@ -219,10 +219,11 @@ class QP:
         work = 0
         while True:  # packets before control: a PROBE must see the chunks that came with it
             batch = tqp.poll_completions(_POLL_BATCH)
-            if not len(batch):
-                break
-            protocol.receive_completions(now, batch)
-            work += len(batch)
+            if len(batch):
+                protocol.receive_completions(now, batch)
+                work += len(batch)
+            if len(batch) < _POLL_BATCH:
+                break  # fewer than asked: nothing more had arrived (no empty read to learn it)
         for data in tqp.poll_control():
             protocol.receive_control(now, data)
             work += 1
