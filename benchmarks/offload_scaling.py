@@ -54,6 +54,7 @@ from sdr import placement  # noqa: E402
 from sdr.backends.offload import OffloadTransport  # noqa: E402
 from sdr.backends.offload.shared_state import QPLayout  # noqa: E402
 from sdr.backends.offload.wire import encode_header  # noqa: E402
+from sdr.transport import Bind  # noqa: E402
 
 PAPER_MPPS = {4: 11.6, 8: 22.9, 16: 42.9, 32: 70.5}
 
@@ -148,7 +149,10 @@ def measure(
         buf = transport.alloc(length * channels)
         mr = transport.register(buf)
         for slot in range(channels * per):  # a channel's slots land in its own buffer
-            qp.bind(0, slot, mr, slot // per * length, length, slot)
+            offset = slot // per * length
+            qp.bind(
+                Bind(generation=0, slot=slot, region=mr, offset=offset, length=length, msg_id=slot)
+            )
         reopen = _Reopener(qp, channels, per, attr.max_message_size, -(-length // attr.mtu))
         queue: Any = None
         if source == "udp":

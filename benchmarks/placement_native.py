@@ -32,13 +32,15 @@ from sdr.placement import (  # noqa: E402
     place_batch_native,
     place_batch_python,
 )
+from sdr.transport import Bind  # noqa: E402
 
 
-def _case(batch: int, mtu: int) -> tuple[PlacementTable, tuple, int]:
+def _case(batch: int, mtu: int) -> tuple[PlacementTable, Bind, tuple, int]:
     attr = sdr.QPAttr(mtu=mtu, chunk_size=mtu * 16, max_message_size=batch * mtu, max_messages=2)
     g = PlacementGeometry.from_attr(attr)
-    region = np.zeros(batch * mtu, dtype=np.uint8)
-    table = PlacementTable(g, regions={0: memoryview(region)})
+    region = sdr.MemoryRegion(key=0, view=memoryview(np.zeros(batch * mtu, dtype=np.uint8)))
+    binding = Bind(generation=0, slot=0, region=region, offset=0, length=batch * mtu, msg_id=0)
+    table = PlacementTable(g)
     pkt = np.arange(batch, dtype=np.int64)
     staging = memoryview(np.random.default_rng(1).integers(0, 256, batch * mtu, np.uint8))
     args = (
@@ -49,16 +51,16 @@ def _case(batch: int, mtu: int) -> tuple[PlacementTable, tuple, int]:
         staging,
         pkt * mtu,
     )
-    return table, args, batch * mtu
+    return table, binding, args, batch * mtu
 
 
-def _time(fn, table: PlacementTable, args: tuple, repeat: int) -> float:
+def _time(fn, table: PlacementTable, binding: Bind, args: tuple, repeat: int) -> float:
     rounds = []
     for _ in range(repeat):
         inner = max(1, 20000 // len(args[0]))
         total = 0.0
         for _ in range(inner):
-            table.bind(0, 0, 0, 0, len(args[0]) * table.geometry.mtu, 0)
+            table.bind(binding, 0)  # region 0; the guard opened again
             start = time.process_time()
             verdicts = fn(table, *args)
             total += time.process_time() - start
@@ -81,9 +83,9 @@ def main() -> None:
           f"{'python GB/s':>12} {'native GB/s':>12} {'ratio':>7}")  # fmt: skip
     for batch in [int(b) for b in args.batches.split(",")]:
         for size in [int(s) for s in args.sizes.split(",")]:
-            table, batch_args, nbytes = _case(batch, size)
-            py = _time(place_batch_python, table, batch_args, args.repeat)
-            nat = _time(place_batch_native, table, batch_args, args.repeat)
+            table, binding, batch_args, nbytes = _case(batch, size)
+            py = _time(place_batch_python, table, binding, batch_args, args.repeat)
+            nat = _time(place_batch_native, table, binding, batch_args, args.repeat)
             row = {"batch": batch, "size": size, "python_ns_per_packet": py / batch * 1e9,
                    "native_ns_per_packet": nat / batch * 1e9, "python_gbps": nbytes / py / 1e9,
                    "native_gbps": nbytes / nat / 1e9, "ratio": py / nat}  # fmt: skip

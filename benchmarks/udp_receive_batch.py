@@ -33,6 +33,7 @@ import sdr  # noqa: E402
 from sdr import placement  # noqa: E402
 from sdr.backends.udp import UdpTransport  # noqa: E402
 from sdr.backends.udp.roce import encode_packet  # noqa: E402
+from sdr.transport import Bind  # noqa: E402
 
 
 def _rig(mtu: int, peer: tuple[str, int]):  # noqa: ANN202
@@ -45,7 +46,7 @@ def _rig(mtu: int, peer: tuple[str, int]):  # noqa: ANN202
          "qpns": [[q + 1 for q in gen] for gen in qp.qpns], "rkeys": [1] * attr.generations}
     )  # fmt: skip
     region = transport.register(bytearray(16 << 20))
-    qp.bind(0, 0, region, 0, 16 << 20, 0)
+    qp.bind(Bind(generation=0, slot=0, region=region, offset=0, length=16 << 20, msg_id=0))
     return transport, qp
 
 

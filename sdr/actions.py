@@ -4,21 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sdr.transport import MemoryRegion
+from sdr.transport import Bind  # the record TransportQP.bind takes: the action itself
 
 __all__ = ["Bind", "Unbind", "Seal", "Reopen", "SendControl", "Action"]
-
-
-@dataclass(frozen=True, slots=True)
-class Bind:
-    """Point key-table entry (generation, slot) at message msg_id in region[offset:+length]."""
-
-    generation: int
-    slot: int
-    region: MemoryRegion
-    offset: int
-    length: int
-    msg_id: int
 
 
 @dataclass(frozen=True, slots=True)

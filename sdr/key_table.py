@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from sdr.config import QPAttr
-from sdr.errors import ConfigError
 from sdr.placement import (
     DISCARD_REASONS,
     PLACED,
@@ -27,7 +26,7 @@ from sdr.placement import (
     PlacementTable,
     place_batch,
 )
-from sdr.transport import CompletionBatch, MemoryRegion
+from sdr.transport import Bind, CompletionBatch, MemoryRegion
 
 __all__ = [
     "KeyTable",
@@ -71,26 +70,16 @@ class KeyTable:
         self.mtu = attr.mtu
         self._regions: dict[int, MemoryRegion] = {}
 
-    def bind(
-        self,
-        generation: int,
-        slot: int,
-        region: MemoryRegion,
-        offset: int,
-        length: int,
-        msg_id: int,
-    ) -> None:
-        """Bind entry (generation, slot) to message ``msg_id`` at region[offset:+length].
+    def bind(self, binding: Bind) -> None:
+        """Bind entry (generation, slot) to the binding's message and bytes, after its
+        range check (:meth:`Bind.check`: ConfigError).
 
         The binding starts with an open placement guard: every packet may land once.
         """
-        region.check_range(offset, length)
-        if length > self.slot_size:
-            raise ConfigError(f"binding of {length} bytes exceeds slot size {self.slot_size}")
-        index = generation * self.slots + slot
-        self._regions[index] = region
-        self.table.regions[index] = region.view
-        self.table.bind(generation, slot, index, offset, length, msg_id)
+        binding.check(self.slot_size)
+        index = binding.generation * self.slots + binding.slot
+        self._regions[index] = binding.region
+        self.table.bind(binding, index)
 
     def unbind(self, generation: int, slot: int) -> None:
         """Point entry (generation, slot) at NULL."""
@@ -203,16 +192,8 @@ class KeyTableBindings:
     keys: KeyTable
     guards_placement = True
 
-    def bind(
-        self,
-        generation: int,
-        slot: int,
-        region: MemoryRegion,
-        offset: int,
-        length: int,
-        msg_id: int,
-    ) -> None:
-        self.keys.bind(generation, slot, region, offset, length, msg_id)
+    def bind(self, binding: Bind) -> None:
+        self.keys.bind(binding)
 
     def unbind(self, generation: int, slot: int) -> None:
         self.keys.unbind(generation, slot)

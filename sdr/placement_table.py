@@ -18,6 +18,7 @@ import numpy as np
 
 from sdr.config import QPAttr
 from sdr.immediate import ImmediateLayout
+from sdr.transport import Bind
 
 __all__ = [
     "DISCARD_REASONS",
@@ -120,16 +121,18 @@ class PlacementTable:
         self.discards = np.zeros(len(DISCARD_REASONS), np.int64) if discards is None else discards
         self.regions: MutableMapping[int, Any] = {} if regions is None else regions
 
-    def bind(
-        self, generation: int, slot: int, region: int, offset: int, length: int, msg_id: int
-    ) -> None:
-        """Point entry (generation, slot) at region[offset:+length] for ``msg_id`` and open
-        the slot's guard: every packet may land once."""
-        g = self.geometry
+    def bind(self, binding: Bind, region_id: int) -> None:
+        """Point entry (generation, slot) at the binding's bytes for its message, its
+        region's view kept as ``regions[region_id]``, and open the slot's guard: every
+        packet may land once. No range check: :meth:`Bind.check` is the caller's (a
+        :class:`sdr.key_table.KeyTable`'s), so tests and fuzzers can bind what it refuses."""
+        g, slot, length = self.geometry, binding.slot, binding.length
+        self.regions[region_id] = binding.region.view
         n_packets = -(-length // g.mtu)
         self.packets[slot, :n_packets] = 0
         self.counts[slot, : -(-n_packets // g.packets_per_chunk)] = 0
-        self.entries[generation * g.slots + slot, 1:5] = (region, offset, length, msg_id)
+        entry = (region_id, binding.offset, length, binding.msg_id)
+        self.entries[binding.generation * g.slots + slot, 1:5] = entry
 
     def unbind(self, generation: int, slot: int) -> None:
         """Point entry (generation, slot) at NULL."""

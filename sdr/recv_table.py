@@ -184,7 +184,14 @@ class RecvTable:
         self.counters.cts_sent += 1
         cts = CTS(rec.seq, msg_id, slot, generation, length)
         return rec, [
-            Bind(generation, slot, region, offset, length, msg_id),
+            Bind(
+                generation=generation,
+                slot=slot,
+                region=region,
+                offset=offset,
+                length=length,
+                msg_id=msg_id,
+            ),
             SendControl(cts.encode()),
         ]
 

@@ -23,6 +23,7 @@ from sdr.errors import ConfigError
 
 __all__ = [
     "MemoryRegion",
+    "Bind",
     "WriteBatch",
     "CompletionBatch",
     "Transport",
@@ -84,6 +85,33 @@ class MemoryRegion:
                 f"of {self.length} bytes"
             )
         return length
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Bind:
+    """One binding: key-table entry (generation, slot) names message ``msg_id`` at
+    ``region[offset:offset+length]``.
+
+    The record crosses the interface whole, like a batch: the core hands it to the
+    driver as an action (:mod:`sdr.actions`), the driver loop passes it to
+    :meth:`TransportQP.bind`, and a software driver passes it on to its key table
+    (:meth:`sdr.key_table.KeyTable.bind`). Its fields are keyword-only: a binding is
+    always made with its six numbers named, never in an order to get wrong.
+    """
+
+    generation: int
+    slot: int
+    region: MemoryRegion
+    offset: int
+    length: int
+    msg_id: int
+
+    def check(self, slot_size: int) -> None:
+        """The range check of every ``bind``: ConfigError unless the bound bytes lie in
+        the region and fit one slot of ``slot_size`` bytes."""
+        self.region.check_range(self.offset, self.length)
+        if self.length > slot_size:
+            raise ConfigError(f"binding of {self.length} bytes exceeds slot size {slot_size}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,16 +204,9 @@ class TransportQP(ABC):
         """Connect to the peer described by its :meth:`info`."""
 
     @abstractmethod
-    def bind(
-        self,
-        generation: int,
-        slot: int,
-        region: MemoryRegion,
-        offset: int,
-        length: int,
-        msg_id: int,
-    ) -> None:
-        """Point key-table entry (generation, slot) at message msg_id in region[offset:+length]."""
+    def bind(self, binding: Bind) -> None:
+        """Point key-table entry (generation, slot) at the binding's message and bytes;
+        ConfigError for bytes outside the region or past a slot (:meth:`Bind.check`)."""
 
     @abstractmethod
     def unbind(self, generation: int, slot: int) -> None:

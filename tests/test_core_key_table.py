@@ -3,7 +3,7 @@ import pytest
 
 import sdr
 from sdr.key_table import LATE, MALFORMED, OUT_OF_RANGE, KeyTable, Placement
-from sdr.transport import MemoryRegion
+from sdr.transport import Bind, MemoryRegion
 
 ATTR = sdr.QPAttr(mtu=1000, chunk_size=1000, max_message_size=10_000, max_messages=4,
                   generations=2)  # fmt: skip
@@ -20,7 +20,7 @@ def imm(msg: int, pkt: int) -> int:
 def test_resolution_rules():
     kt = KeyTable(ATTR)
     mr = region(20_000)
-    kt.bind(1, 2, mr, offset=5_000, length=2_500, msg_id=7)
+    kt.bind(Bind(generation=1, slot=2, region=mr, offset=5_000, length=2_500, msg_id=7))
     base = 2 * ATTR.max_message_size
     assert kt.resolve(1, base + 1000, 1000, imm(7, 1)) == Placement(mr, 6_000)
     assert kt.resolve(1, base + 2000, 500, imm(7, 2)) == Placement(mr, 7_000)
@@ -41,7 +41,7 @@ def test_resolution_rules():
 def test_bind_outside_region_is_refused():
     kt = KeyTable(ATTR)
     try:
-        kt.bind(0, 0, region(100), offset=50, length=100, msg_id=0)
+        kt.bind(Bind(generation=0, slot=0, region=region(100), offset=50, length=100, msg_id=0))
     except sdr.ConfigError as exc:
         assert "outside the registered region" in str(exc)
     else:
@@ -52,7 +52,7 @@ def test_resolved_writes_never_leave_the_binding():
     rng = np.random.default_rng(3)
     kt = KeyTable(ATTR)
     mr = region(40_000)
-    kt.bind(0, 1, mr, offset=10_000, length=4_321, msg_id=3)
+    kt.bind(Bind(generation=0, slot=1, region=mr, offset=10_000, length=4_321, msg_id=3))
     for _ in range(5_000):
         gen = int(rng.integers(0, 3))
         roff = int(rng.integers(-10, 5 * ATTR.max_message_size))
@@ -73,4 +73,20 @@ def test_an_oversize_binding_is_a_config_error_as_in_every_backend() -> None:
     keys = KeyTable(attr)
     region = MemoryRegion(key=1, view=memoryview(bytearray(64 << 10)))
     with pytest.raises(ConfigError, match="exceeds slot size"):
-        keys.bind(0, 0, region, 0, 32 << 10, 0)
+        keys.bind(Bind(generation=0, slot=0, region=region, offset=0, length=32 << 10, msg_id=0))
+
+
+def test_a_binding_is_one_record_with_named_fields() -> None:
+    """The core's bind action is the record every bind takes, and it cannot be made with
+    its six numbers in an order to get wrong."""
+    import dataclasses
+
+    from sdr.actions import Bind as BindAction
+
+    assert BindAction is Bind
+    mr = region(100)
+    with pytest.raises(TypeError):
+        Bind(0, 0, mr, 0, 10, 0)  # positional: refused
+    binding = Bind(generation=0, slot=0, region=mr, offset=0, length=10, msg_id=0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        binding.length = 20  # frozen

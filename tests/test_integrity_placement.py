@@ -22,6 +22,7 @@ from sdr.backends.udp import UdpTransport
 from sdr.backends.udp.roce import encode_packet
 from sdr.id_reuse import receive_triple, reuse_period
 from sdr.runtime import wait_all
+from sdr.transport import Bind
 
 SCHEMES = ["sr-rto", "sr-nack", "ec-mds", "ec-xor"]
 CHUNK = ATTR.chunk_size
@@ -73,7 +74,7 @@ def test_a_late_damaged_copy_never_rewrites_a_verified_chunk(scheme: str) -> Non
 def test_a_packet_for_a_placed_offset_is_refused_by_the_key_table() -> None:
     keys = sdr.key_table.KeyTable(ATTR)
     mr = InprocTransport(InprocNetwork()).register(np.zeros(CHUNK, dtype=np.uint8))
-    keys.bind(0, 3, mr, 0, CHUNK, msg_id=9)
+    keys.bind(Bind(generation=0, slot=3, region=mr, offset=0, length=CHUNK, msg_id=9))
     imm = ATTR.layout.encode(9, 1, 0)
     va = 3 * ATTR.max_message_size + ATTR.mtu
     assert isinstance(keys.resolve(0, va, ATTR.mtu, imm), sdr.key_table.Placement)

@@ -20,7 +20,7 @@ from sdr.backends.offload.wire import (
     parse_header,
 )
 from sdr.key_table import KeyTable, Placement
-from sdr.transport import MemoryRegion
+from sdr.transport import Bind, MemoryRegion
 
 ATTR = sdr.QPAttr(
     mtu=64, chunk_size=256, max_message_size=1024, max_messages=4, channels=2, generations=2
@@ -66,7 +66,9 @@ def test_engine_agrees_with_the_key_table() -> None:
     engine = ChannelEngine(shared, 1, {0: memoryview(memory)})
     binds = [(0, 0, 0, 1000, 5), (1, 2, 1024, 700, 6), (0, 3, 2048, 64, 7)]
     for gen, slot, off, length, msg in binds:
-        table.bind(gen, slot, region, off, length, msg)
+        table.bind(
+            Bind(generation=gen, slot=slot, region=region, offset=off, length=length, msg_id=msg)
+        )
         shared.write_entry(gen, slot, 0, off, length, msg)
     reference = bytearray(4096)
     taken = 0

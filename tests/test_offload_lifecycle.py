@@ -16,6 +16,7 @@ import pytest
 import sdr
 from sdr.backends.offload import OffloadTransport, WorkerPool
 from sdr.backends.offload.shared_state import layout_for, segment_prefix
+from sdr.transport import Bind
 
 ATTR = sdr.QPAttr(mtu=512, chunk_size=2048, max_message_size="32KiB", channels=3)
 
@@ -126,9 +127,10 @@ def test_receive_into_a_private_buffer_needs_alloc(pool: WorkerPool) -> None:
         qp = transport.create_qp(ATTR)
         mr = transport.register(np.zeros(4096, dtype=np.uint8))
         with pytest.raises(sdr.ConfigError, match="alloc"):
-            qp.bind(0, 0, mr, 0, 4096, 0)
+            qp.bind(Bind(generation=0, slot=0, region=mr, offset=0, length=4096, msg_id=0))
         view = transport.alloc(8192)[4096:]  # a view into shared memory is fine
-        qp.bind(0, 0, transport.register(view), 0, 4096, 0)
+        mr = transport.register(view)
+        qp.bind(Bind(generation=0, slot=0, region=mr, offset=0, length=4096, msg_id=0))
     finally:
         transport.close()
     assert _our_segments() == before

@@ -28,6 +28,7 @@ from sdr.placement import (
     PlacementTable,
     place_batch_native,
 )
+from sdr.transport import Bind
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools" / "fuzz"))
@@ -98,8 +99,9 @@ def test_native_refuses_ill_shaped_columns(column, bad, error, words) -> None:
 @needs_native
 def test_native_refuses_a_copy_outside_a_buffer_and_writes_nothing() -> None:
     memory = bytearray(250)  # the binding says 300 bytes: packet 2 would not fit
-    table = PlacementTable(GEOMETRY, regions={0: memoryview(memory)})
-    table.bind(0, 0, 0, 0, 300, 1)
+    region = sdr.MemoryRegion(key=0, view=memoryview(memory))
+    table = PlacementTable(GEOMETRY)
+    table.bind(Bind(generation=0, slot=0, region=region, offset=0, length=300, msg_id=1), 0)
     with pytest.raises(ValueError, match="outside its region"):
         place_batch_native(table, *_batch(), [b"\x01" * 100] * 3)
     assert not any(memory) and not table.packets.any() and not table.discards.any()
@@ -163,13 +165,18 @@ def test_the_gil_is_released_while_a_batch_is_placed() -> None:
         ((pkt << 4) | (pkt % attr_layout.fragments)).astype(np.uint32),  # message id 0
         np.full(len(pkt), mtu, np.int64),
     )
+    region = sdr.MemoryRegion(key=0, view=memoryview(bytearray(0)))  # no payloads: no copy
+    every_slot = [
+        Bind(generation=0, slot=s, region=region, offset=0, length=g.slot_size, msg_id=0)
+        for s in range(slots)
+    ]
     seen = threading.Event()
     # 50 batches, and the watcher already spinning when each call starts: beside two busy
     # loops, 10 batches with a watcher just started once passed without it being scheduled
     for _ in range(50):
         table = PlacementTable(g)
-        for s in range(slots):
-            table.bind(0, s, 0, 0, g.slot_size, 0)
+        for binding in every_slot:
+            table.bind(binding, 0)
         first, last = table.packets[0, :1], table.packets[slots - 1, per_slot - 1 :]
         done, running = threading.Event(), threading.Event()
 

@@ -37,7 +37,7 @@ from sdr.placement import (
     place_batch_native,
     place_batch_python,
 )
-from sdr.transport import CompletionBatch, TransportQP, WriteBatch
+from sdr.transport import Bind, CompletionBatch, TransportQP, WriteBatch
 
 ATTR = sdr.QPAttr(
     mtu=100, chunk_size=200, max_message_size=1000, max_messages=4, channels=1, generations=2
@@ -57,6 +57,11 @@ IMPLEMENTATIONS: list[Any] = [
 ]
 """Implementations of the place_batch signature under test (the reference and the C one);
 the drivers below run whichever :data:`sdr.placement.DATAPATH` names."""
+
+
+def _binding(region: sdr.MemoryRegion) -> Bind:
+    """Entry (GEN, SLOT) -> message MSG at region[BASE:BASE + LENGTH]: what every test binds."""
+    return Bind(generation=GEN, slot=SLOT, region=region, offset=BASE, length=LENGTH, msg_id=MSG)
 
 
 def _imm(pkt: int, msg: int = MSG, fragment: int = 0) -> int:
@@ -167,8 +172,8 @@ def test_the_seam_places_exactly_the_expected_packets(
     implementation: Callable[..., np.ndarray], payload_form: str
 ) -> None:
     memory = bytearray(MEMORY)
-    table = PlacementTable(GEOMETRY, regions={7: memoryview(memory)})
-    table.bind(GEN, SLOT, 7, BASE, LENGTH, MSG)
+    table = PlacementTable(GEOMETRY)
+    table.bind(_binding(sdr.MemoryRegion(key=7, view=memoryview(memory))), 7)  # region 7
     table.packets[SLOT + 1, :] = 1  # another slot's state is never touched
     for step in STEPS:
         if step.seal:
@@ -205,8 +210,9 @@ def test_the_seam_places_exactly_the_expected_packets(
 def test_the_seam_refuses_unbound_and_out_of_table_addresses(
     implementation: Callable[..., np.ndarray],
 ) -> None:
-    table = PlacementTable(GEOMETRY, regions={0: memoryview(bytearray(MEMORY))})
-    table.bind(1, 0, 0, 0, 1000, 3)
+    table = PlacementTable(GEOMETRY)
+    region = sdr.MemoryRegion(key=0, view=memoryview(bytearray(MEMORY)))
+    table.bind(Bind(generation=1, slot=0, region=region, offset=0, length=1000, msg_id=3), 0)
     rows = [
         (2, 0, _imm(0, msg=3), 100),  # generation past the QP's
         (-1, 0, _imm(0, msg=3), 100),
@@ -231,7 +237,7 @@ def test_the_key_table_resolves_through_the_seam() -> None:
 
     keys = KeyTable(ATTR)
     region = sdr.MemoryRegion(key=1, view=memoryview(bytearray(MEMORY)))
-    keys.bind(GEN, SLOT, region, BASE, LENGTH, MSG)
+    keys.bind(_binding(region))
     names = ("placed", *DISCARD_REASONS)
     got = []
     for step in STEPS:
@@ -339,7 +345,7 @@ DRIVERS = {"inproc": _inproc_rig, "udp": _udp_rig, "offload": _offload_rig, "des
 
 def _run(rig: Rig) -> dict[str, Any]:
     """Drive STEPS through a driver; returns what it placed and counted."""
-    rig.rx.bind(GEN, SLOT, rig.region, BASE, LENGTH, MSG)
+    rig.rx.bind(_binding(rig.region))
     rows: list[list[tuple[int, int, int]]] = []
     for step in STEPS:
         if step.seal:

@@ -49,7 +49,7 @@ class Side:
     def carry_out(self) -> None:
         for a in self.conn.actions_to_do():
             if isinstance(a, Bind):
-                self.keys.bind(a.generation, a.slot, a.region, a.offset, a.length, a.msg_id)
+                self.keys.bind(a)
             elif isinstance(a, Unbind):
                 self.keys.unbind(a.generation, a.slot)
             elif isinstance(a, Seal):

@@ -23,7 +23,7 @@ import sdr
 from sdr.backends.inproc import InprocNetwork, InprocTransport
 from sdr.backends.offload import OffloadTransport, WorkerPool
 from sdr.pacing import UNPACED_BUDGET
-from sdr.transport import CompletionBatch, Transport, TransportQP, WriteBatch
+from sdr.transport import Bind, CompletionBatch, Transport, TransportQP, WriteBatch
 
 _DEADLINE_S = 20.0  # liveness guard only; nothing asserts on time
 
@@ -188,7 +188,7 @@ def _packet_rows(msg_id: int, slot: int, packets: range, length: int = SLOT):
 
 def test_writes_land_where_bound_and_complete(pair: Pair) -> None:
     mr = pair.tb.register(pair.buf)
-    pair.rx.bind(1, 2, mr, 1000, 3000, msg_id=5)
+    pair.rx.bind(Bind(generation=1, slot=2, region=mr, offset=1000, length=3000, msg_id=5))
     rows = _packet_rows(5, 2, range(12), length=3000)
     pair.tx.post_writes(pair.batch(1, rows))
     got = pair.completions(len(rows))
@@ -213,7 +213,7 @@ def test_unbound_slot_discards_as_late(pair: Pair) -> None:
 
 def test_unbind_guards_against_late_packets(pair: Pair) -> None:
     mr = pair.tb.register(pair.buf)
-    pair.rx.bind(0, 1, mr, 0, SLOT, msg_id=9)
+    pair.rx.bind(Bind(generation=0, slot=1, region=mr, offset=0, length=SLOT, msg_id=9))
     pair.tx.post_writes(pair.batch(0, _packet_rows(9, 1, range(8))))
     assert len(pair.completions(8)) == 8
     pair.rx.unbind(0, 1)
@@ -225,7 +225,7 @@ def test_unbind_guards_against_late_packets(pair: Pair) -> None:
 
 def test_other_generation_and_message_id_are_late(pair: Pair) -> None:
     mr = pair.tb.register(pair.buf)
-    pair.rx.bind(0, 0, mr, 0, SLOT, msg_id=3)
+    pair.rx.bind(Bind(generation=0, slot=0, region=mr, offset=0, length=SLOT, msg_id=3))
     pair.tx.post_writes(pair.batch(1, _packet_rows(3, 0, range(2))))  # generation 1 unbound
     pair.tx.post_writes(pair.batch(0, _packet_rows(4, 0, range(2))))  # another message id
     assert pair.discards(4).get("late") == 4
@@ -234,7 +234,7 @@ def test_other_generation_and_message_id_are_late(pair: Pair) -> None:
 
 def test_malformed_and_out_of_range_are_counted_not_written(pair: Pair) -> None:
     mr = pair.tb.register(pair.buf)
-    pair.rx.bind(0, 0, mr, 0, 1000, msg_id=2)
+    pair.rx.bind(Bind(generation=0, slot=0, region=mr, offset=0, length=1000, msg_id=2))
     mtu = ATTR.mtu
     bad = [
         (0, 1 * mtu, LAYOUT.encode(2, 2, 0), 0, mtu),  # address disagrees with the imm
@@ -260,7 +260,7 @@ def test_generation_beyond_the_qp_is_stale_or_refused(pair: Pair) -> None:
 
 def test_immediate_only_packet_completes_without_payload(pair: Pair) -> None:
     mr = pair.tb.register(pair.buf)
-    pair.rx.bind(1, 3, mr, 0, 10, msg_id=7)
+    pair.rx.bind(Bind(generation=1, slot=3, region=mr, offset=0, length=10, msg_id=7))
     imm = LAYOUT.encode(7, 1, 0xA)
     pair.tx.post_writes(pair.batch(1, [(2, 3 * SLOT, imm, 0, 0)]))
     got = pair.completions(1)

@@ -31,8 +31,8 @@ from sdr.peer_info import (
 from sdr.queue_pair import MAX_QUEUED_CONTROL
 from sdr.transport import (
     MAX_CONTROL_SIZE,
+    Bind,
     CompletionBatch,
-    MemoryRegion,
     TransportQP,
     WriteBatch,
 )
@@ -144,23 +144,18 @@ class OffloadQP(TransportQP):
         self._roce = roce
         self._peer, self._peer_control = channels, control
 
-    def bind(
-        self,
-        generation: int,
-        slot: int,
-        region: MemoryRegion,
-        offset: int,
-        length: int,
-        msg_id: int,
-    ) -> None:
-        region.check_range(offset, length)
-        if length > self.layout.slot_size:
-            raise ConfigError(
-                f"binding of {length} bytes exceeds slot size {self.layout.slot_size}"
-            )
-        segment, base = self.transport.placement_of(region)
-        self.shared.reset_slot(slot)
-        self.shared.write_entry(generation, slot, segment, base + offset, length, msg_id)
+    def bind(self, binding: Bind) -> None:
+        binding.check(self.layout.slot_size)
+        segment, base = self.transport.placement_of(binding.region)
+        self.shared.reset_slot(binding.slot)
+        self.shared.write_entry(
+            binding.generation,
+            binding.slot,
+            segment,
+            base + binding.offset,
+            binding.length,
+            binding.msg_id,
+        )
 
     guards_placement = True  # the engine places each packet once (its shared packet byte)
 

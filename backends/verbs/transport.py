@@ -54,6 +54,7 @@ from sdr.peer_info import (
 from sdr.queue_pair import MAX_QUEUED_CONTROL
 from sdr.transport import (
     MAX_CONTROL_SIZE,
+    Bind,
     CompletionBatch,
     MemoryRegion,
     Transport,
@@ -179,26 +180,16 @@ class VerbsQP(TransportQP):
         self._posted_recv[gen][ch] = RECV_DEPTH
 
     # --- key table ------------------------------------------------------------------------
-    def bind(
-        self,
-        generation: int,
-        slot: int,
-        region: MemoryRegion,
-        offset: int,
-        length: int,
-        msg_id: int,
-    ) -> None:
-        region.check_range(offset, length)
-        if length > self.attr.max_message_size:
-            raise ConfigError(f"binding of {length} bytes exceeds {self.attr.max_message_size}")
-        self.unbind(generation, slot)
-        addr = _address(region.view) + offset
+    def bind(self, binding: Bind) -> None:
+        binding.check(self.attr.max_message_size)
+        self.unbind(binding.generation, binding.slot)
+        addr = _address(binding.region.view) + binding.offset
         mr = None
-        if length:
+        if binding.length:
             e = self.pv.enums
             access = int(e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
-            mr = self.pv.mr.MR(self.transport.pd, length, access, address=addr)
-        self._bound[(generation, slot)] = (mr, addr, length)
+            mr = self.pv.mr.MR(self.transport.pd, binding.length, access, address=addr)
+        self._bound[(binding.generation, binding.slot)] = (mr, addr, binding.length)
 
     def unbind(self, generation: int, slot: int) -> None:
         entry = self._bound.pop((generation, slot), None)

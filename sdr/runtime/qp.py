@@ -258,14 +258,7 @@ class QP:
         tqp = self.transport_qp
         for action in actions:
             if isinstance(action, Bind):
-                tqp.bind(
-                    action.generation,
-                    action.slot,
-                    action.region,
-                    action.offset,
-                    action.length,
-                    action.msg_id,
-                )
+                tqp.bind(action)  # the record itself: TransportQP.bind takes a Bind
             elif isinstance(action, Unbind):
                 tqp.unbind(action.generation, action.slot)
             elif isinstance(action, Seal):

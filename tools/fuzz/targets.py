@@ -20,7 +20,7 @@ from registry import TARGETS, target
 import sdr
 from sdr.control import decode_cts, decode_cts_request, encode_cts_request
 from sdr.key_table import KeyTable, Placement
-from sdr.transport import CompletionBatch, MemoryRegion
+from sdr.transport import Bind, CompletionBatch, MemoryRegion
 
 __all__ = ["TARGETS", "target"]
 
@@ -121,8 +121,8 @@ def fuzz_key_table(data: bytes) -> None:
     """Forged packet headers: a placement never leaves its binding."""
     table = KeyTable(_ATTR)
     mr = MemoryRegion(key=1, view=memoryview(bytearray(8192)))
-    table.bind(1, 3, mr, offset=1000, length=1500, msg_id=5)
-    table.bind(0, 0, mr, offset=5000, length=256, msg_id=0)
+    table.bind(Bind(generation=1, slot=3, region=mr, offset=1000, length=1500, msg_id=5))
+    table.bind(Bind(generation=0, slot=0, region=mr, offset=5000, length=256, msg_id=0))
     bounds = {1000: 2500, 5000: 5256}
     for i in range(len(data) // 16):
         gen, roff, length, imm = struct.unpack_from("<BqHI", data, i * 16)

@@ -28,6 +28,7 @@ from registry import Reader, target
 
 from sdr.immediate import ImmediateLayout
 from sdr.placement import PlacementGeometry, PlacementTable, place_batch_native, place_batch_python
+from sdr.transport import Bind, MemoryRegion
 
 __all__ = ["Case", "build_case", "differential", "fuzz_placement_native"]
 
@@ -78,11 +79,17 @@ class Case:
             for i, size in enumerate(self.region_sizes)
         }
         regions[_RO_REGION] = memoryview(bytes(64))
-        if strict:
-            regions = {k: StrictRegion(v) for k, v in regions.items()}
-        table = PlacementTable(self.geometry, regions=regions)
+        table = PlacementTable(self.geometry)
         for gen, slot, region, offset, length, msg_id in self.bindings:
-            table.bind(gen, slot, region, offset, length, msg_id)
+            mr = MemoryRegion(key=region, view=regions.get(region, memoryview(b"")))
+            table.bind(
+                Bind(generation=gen, slot=slot, region=mr, offset=offset, length=length,
+                     msg_id=msg_id),
+                region,
+            )  # fmt: skip
+        # then the case's own regions over the views bind kept: _MISSING_REGION absent,
+        # the reference's strict
+        table.regions = {k: StrictRegion(v) for k, v in regions.items()} if strict else regions
         for row, word, value in self.entries_garbage:
             table.entries[row, word] = value
         for slot, pkt in self.seals:

@@ -94,6 +94,7 @@ class _ReceiveRig:
     def __init__(self) -> None:
         import sdr
         from sdr.backends.udp import UdpTransport
+        from sdr.transport import Bind
 
         self.attr = sdr.QPAttr(
             mtu=256, chunk_size=512, max_message_size=1024, max_messages=4, generations=3
@@ -110,7 +111,15 @@ class _ReceiveRig:
         self.guard = np.ones(_REGION, dtype=bool)
         self.bounds: dict[tuple[int, int], tuple[int, int]] = {}
         for gen, slot, offset, length, msg_id in _BINDINGS:
-            self.qp.bind(gen, slot, self.region, offset, length, msg_id)
+            binding = Bind(
+                generation=gen,
+                slot=slot,
+                region=self.region,
+                offset=offset,
+                length=length,
+                msg_id=msg_id,
+            )
+            self.qp.bind(binding)
             self.guard[offset : offset + length] = False
             self.bounds[(gen, slot)] = (offset, length)
         self.endpoints = [(gen, qpn) for gen, row in enumerate(self.qp.qpns) for qpn in row]
