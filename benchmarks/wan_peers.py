@@ -61,16 +61,12 @@ def run_sdr(
             format_size(message),
             "--mtu",
             str(args.mtu),
-            "--chunk",
-            args.chunk,
+            *(["--chunk", args.chunk] if args.chunk else []),
         ],
     )
-    model = Link(
-        rate=parse_rate(args.rate),
-        rtt=parse_time(args.rtt),
-        mtu=args.mtu,
-        chunk_size=parse_size(args.chunk),
-    )
+    # the chunk the transfer used (its own pick from --loss unless --chunk): predict()
+    # takes it from the run's config
+    model = Link(rate=parse_rate(args.rate), rtt=parse_time(args.rtt), mtu=args.mtu)
     predicted = predict(model, message, loss, report["config"]) if message == size else None
     return {
         "seconds": report["completion_s"],
@@ -105,7 +101,9 @@ def main() -> None:
     p.add_argument("--losses", default="0,1e-4,1e-3,1e-2")
     p.add_argument("--rate", default="1Gbit/s")
     p.add_argument("--rtt", default="25ms")
-    p.add_argument("--chunk", default="64KiB")
+    p.add_argument(
+        "--chunk", default=None, help="SDR chunk size (default: sdr send's pick from the loss)"
+    )
     p.add_argument("--mtu", type=int, default=DEFAULT_MTU, help="SDR payload bytes per packet")
     p.add_argument("--tun-mtu", type=int, default=9000, help="MTU of the emulated link")
     p.add_argument("--message-size", default="64MiB", help="largest SDR message")

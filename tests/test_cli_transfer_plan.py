@@ -69,3 +69,38 @@ def test_a_files_drop_out_of_range_is_refused_in_one_line(tmp_path: Path) -> Non
     path = _file(tmp_path, "1.5")
     with pytest.raises(ConfigError, match=r"drop must be in \[0, 1\)"):
         plan(TransferOptions(config=path, message_size=MESSAGE), MESSAGE)
+
+
+@pytest.mark.parametrize(
+    ("loss", "mtu", "chunk"),
+    [
+        (0.0, 4096, 64 << 10),  # a clean link keeps the paper's 64 KiB
+        (1e-4, 4096, 64 << 10),
+        (1e-3, 4096, 32 << 10),  # 8 packets: 0.7% resent for nothing
+        (1e-3, 8192, 64 << 10),
+        (1e-2, 4096, 8 << 10),  # 2 packets
+        (5e-2, 8192, 8 << 10),  # one packet: nothing smaller
+        (1e-2, 100_000, 100_000),  # a packet larger than 64 KiB is the chunk
+    ],
+)
+def test_the_chunk_follows_the_expected_loss(loss: float, mtu: int, chunk: int) -> None:
+    from sdr.cli.transfer_options import REPAIR_OVERHEAD, chunk_for_loss
+
+    got = chunk_for_loss(loss, mtu)
+    assert got == chunk
+    n = got // mtu
+    assert (n - 1) * loss <= REPAIR_OVERHEAD or n == 1  # what a lost packet resends for nothing
+
+
+def test_a_transfer_picks_its_chunk_from_the_loss_unless_told(tmp_path: Path) -> None:
+    lossy = TransferOptions(message_size=MESSAGE, mtu=8192, loss=1e-2)
+    assert merged_config(lossy).chunk_size == 16 << 10
+    assert qp_attr(lossy, merged_config(lossy)).chunk_size == 16 << 10  # the QP's, too
+    assert merged_config(TransferOptions(mtu=8192, loss=0.0)).chunk_size == 64 << 10
+    told = TransferOptions(message_size=MESSAGE, mtu=8192, loss=1e-2, chunk_size="64KiB")
+    assert merged_config(told).chunk_size == 64 << 10  # --chunk wins
+    path = tmp_path / "c.toml"
+    path.write_text('[reliability]\nchunk_size = "32KiB"\n[reliability.params]\ndrop = 1e-2\n')
+    assert merged_config(TransferOptions(config=str(path), mtu=8192)).chunk_size == 32 << 10
+    path.write_text("[reliability]\n[reliability.params]\ndrop = 1e-2\n")  # the file's drop
+    assert merged_config(TransferOptions(config=str(path), mtu=8192)).chunk_size == 16 << 10

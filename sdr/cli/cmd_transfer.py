@@ -166,7 +166,10 @@ def send(
     ),
     mtu: str = typer.Option(str(DEFAULT_MTU), help="payload bytes per packet"),
     chunk: str = typer.Option(
-        None, help="bitmap chunk size [default: file's chunk_size, else 64KiB]"
+        None,
+        help="bitmap chunk size [default: file's chunk_size, else from --loss: "
+        "the largest power-of-two number of packets, up to 64KiB, whose repairs resend at "
+        "most 1% beyond what was lost]",
     ),
     channels: int = typer.Option(2, help="channels (QPs) per generation"),
     paths: int = typer.Option(
