@@ -53,6 +53,8 @@ DEFAULT_LOSS = 1e-3
 REPAIR_OVERHEAD = 0.01
 """What chunk-granular repair may resend beyond the lost packets, at the expected loss,
 when the chunk size is left to the transfer (:func:`chunk_for_loss`)."""
+STREAM_JUDGED = 1 << 30
+"""The most of a transfer ``auto`` judges as one stream (:func:`plan`)."""
 LARGEST_CHUNK = 64 << 10
 """The largest chunk a transfer picks by itself (the paper's default)."""
 
@@ -171,10 +173,15 @@ def plan(opts: TransferOptions, size: int) -> tuple[ReliabilityConfig, Any]:
         return config, None
     from sdr.simulator.auto import resolve_auto  # the selector loads SciPy: only when needed
 
-    piece = min(parse_size(opts.message_size), max(size, 1))
+    # the pieces go back to back, so the selector judges the stream, not one piece: SR
+    # pays its repair round trip once, at the end (each piece's tail overlaps the next
+    # piece's data), EC its parity on every byte. Judged per 64 MiB piece at 100 ms and
+    # loss 1e-2 it picked ec-mds, which took 6.7 s for 256 MiB where sr-nack took 2.7 s
+    # (docs/benchmarks.md). Past a gigabyte the choice no longer moves.
+    stream = min(max(size, 1), STREAM_JUDGED)
     return resolve_auto(
         config,
-        size_bytes=piece,
+        size_bytes=stream,
         drop=expected_loss(opts, config),
         mtu=parse_size(opts.mtu),
         chunk_sizes=(_chunk_size(config),),
