@@ -8,11 +8,15 @@
 - Send: the native send (with and without GSO) puts the same datagrams on the wire as
   the reference, byte for byte; GRO on the receiving side changes nothing but the reads.
 - Bounds: a packet outside its region is refused before anything is sent; malformed
-  arguments raise TypeError or ValueError.
+  arguments (positional tables, short or misshapen arrays, missing keywords) raise
+  TypeError or ValueError.
+- Names: the module exports the names and order of its counters, discards, listed
+  columns and table fields; a build whose names differ fails at import.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import socket
@@ -20,8 +24,10 @@ import struct
 import subprocess
 import sys
 import time
+import types
 import zlib
-from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -361,24 +367,135 @@ def test_a_write_lands_the_same_through_every_path(gso: bool, gro: bool) -> None
 # --- argument checks ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def tables() -> Iterator[list[np.ndarray]]:
-    z, out = np.zeros(4, np.int64), [np.zeros(64 * 1821, np.int64) for _ in range(5)]
-    yield [z, z, z, z, z, *out, np.zeros(3, np.int64), np.zeros(16, np.int64)]
+def _module() -> ModuleType:
+    """The native module (the tests that call this are skipped where it is not built)."""
+    assert native.module is not None, native.NATIVE_ERROR
+    return native.module
+
+
+def _tables(**change: Any) -> native.ReceiveTables:
+    """Tables for four 64 KiB slots, room to list every segment GRO could make of them."""
+    fields: dict[str, Any] = dict(
+        staging=np.zeros(4 * 65536, np.uint8), slot_size=65536, local_ip=1, local_port=1,
+        verify=True, qpns=np.zeros(4, np.int64), order=np.zeros(4, np.int64),
+        rkeys=np.zeros(4, np.int64), owner=np.zeros(4, np.int64),
+        peer_sources=np.zeros(4, np.int64),
+        listed=np.zeros((len(native.LISTED), 4 * 1821), np.int64),
+        counters=np.zeros(len(native.COUNTERS), np.int64),
+        discards=np.zeros((4, len(native.DISCARDS)), np.int64),
+    )  # fmt: skip
+    fields.update(change)
+    return native.ReceiveTables(**fields)
 
 
 @needs_native
-def test_check_refuses_bad_arguments(tables: list[np.ndarray]) -> None:
-    check = native.module.check  # type: ignore[union-attr]
-    staging = np.zeros(4 * 65536, np.uint8)
+def test_check_refuses_bad_arguments() -> None:
+    check = _module().check
     one = np.zeros(1, np.int64)
+    assert check(_tables(), lengths=one, sources=one, gso_sizes=one) == (1, 0)  # a runt
+    with pytest.raises(TypeError, match="at most"):  # the tables are not positional columns
+        check(_tables(), one, one, one)
+    with pytest.raises(TypeError, match="'sources'"):
+        check(_tables(), lengths=one)
     with pytest.raises(TypeError, match="int64"):
-        check(staging, 65536, one.astype(np.int32), one, one, 1, 1, True, *tables)
+        check(_tables(), lengths=one.astype(np.int32), sources=one)
+    five = np.zeros(5, np.int64)
     with pytest.raises(ValueError, match="slots"):
-        check(staging, 65536, np.zeros(5, np.int64), np.zeros(5, np.int64),
-              np.zeros(5, np.int64), 1, 1, True, *tables)  # fmt: skip
-    short = [*tables[:5], np.zeros(3, np.int64), *tables[6:]]
-    with pytest.raises(ValueError, match="out_ep"):
-        check(staging, 65536, one, one, one, 1, 1, True, *short)
+        check(_tables(), lengths=five, sources=five, gso_sizes=five)
+    with pytest.raises(ValueError, match="listed"):  # too short for GRO's minimal segments
+        check(_tables(listed=np.zeros((5, 4), np.int64)), lengths=one, sources=one, gso_sizes=one)
+    with pytest.raises(ValueError, match="listed"):
+        check(_tables(listed=np.zeros((4, 8000), np.int64)), lengths=one, sources=one)
+    with pytest.raises(ValueError, match="discards"):  # a row per QP, a column per reason
+        check(_tables(discards=np.zeros((4, 3), np.int64)), lengths=one, sources=one)
+    with pytest.raises(ValueError, match="discards"):
+        check(_tables(discards=np.zeros((3, 4), np.int64)), lengths=one, sources=one)
+    with pytest.raises(TypeError, match="2-D"):
+        check(_tables(discards=np.zeros(16, np.int64)), lengths=one, sources=one)
+    with pytest.raises(ValueError, match="counters"):
+        check(_tables(counters=np.zeros(2, np.int64)), lengths=one, sources=one)
     with pytest.raises(TypeError, match="writable"):
-        check(bytes(65536), 65536, one, one, one, 1, 1, True, *tables)
+        check(_tables(staging=bytes(65536)), lengths=one, sources=one)
+    with pytest.raises(ValueError, match="local_port"):
+        check(_tables(local_port=1 << 16), lengths=one, sources=one)
+    full = _tables()
+    names = [f.name for f in dataclasses.fields(full) if f.name != "verify"]
+    partial = types.SimpleNamespace(**{name: getattr(full, name) for name in names})
+    with pytest.raises(TypeError, match="'verify'"):
+        check(partial, lengths=one, sources=one)
+    partial.verify = False  # any object with the fields will do
+    assert check(partial, lengths=one, sources=one) == (1, 0)
+
+
+@needs_native
+def test_receive_refuses_bad_arguments() -> None:
+    receive = _module().receive
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    try:
+        assert receive(sock.fileno(), _tables(), max_datagrams=4, gro=True) == (0, 0, 0)
+        assert receive(sock.fileno(), _tables()) == (0, 0, 0)  # as many as the staging holds
+        with pytest.raises(ValueError, match="max_datagrams"):
+            receive(sock.fileno(), _tables(), max_datagrams=0)
+        with pytest.raises(ValueError, match="slots"):
+            receive(sock.fileno(), _tables(), max_datagrams=5)
+        with pytest.raises(TypeError, match="positional"):
+            receive(sock.fileno(), _tables(), 4)
+    finally:
+        sock.close()
+
+
+# --- the names the module counts under --------------------------------------------------------
+
+
+@needs_native
+def test_the_module_names_its_counters_and_tables() -> None:
+    """The order of the counter arrays is the C module's: it exports the names, and the
+    Python side holds them to its own at import."""
+    m = _module()
+    assert m.COUNTERS == native.COUNTERS and m.DISCARDS == native.DISCARDS
+    assert m.LISTED == native.LISTED
+    assert tuple(f.name for f in dataclasses.fields(native.ReceiveTables)) == m.TABLES
+    native.check_names(m)
+    for name, value in [
+        ("COUNTERS", ("bad_opcode", "runt", "unknown_qpn")),  # two swapped
+        ("DISCARDS", (*native.DISCARDS, "bad_pkey")),  # one added
+        ("LISTED", native.LISTED[:-1]),
+        ("TABLES", None),  # missing
+    ]:
+        fake = types.SimpleNamespace(
+            COUNTERS=native.COUNTERS, DISCARDS=native.DISCARDS, LISTED=native.LISTED,
+            TABLES=m.TABLES,
+        )  # fmt: skip
+        setattr(fake, name, value)
+        with pytest.raises(ImportError, match=name):
+            native.check_names(fake)
+
+
+_MISMATCH = """
+import types
+import sdr.native
+real = sdr.native.load_extension
+def load(name, env):
+    module, why = real(name, env)
+    if name.endswith("_datapath"):
+        names = ("bad_source", "bad_icrc", "bad_length", "bad_rkey")  # two swapped
+        module = types.SimpleNamespace(**{**vars(module), "DISCARDS": names})
+    return module, why
+sdr.native.load_extension = load
+try:
+    import sdr.backends.udp.native
+except ImportError as exc:
+    print("ImportError:", exc)
+else:
+    print("imported")
+"""
+
+
+@needs_native
+def test_a_build_counting_in_another_order_fails_at_import() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _MISMATCH], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ImportError:") and "DISCARDS" in out.stdout, out.stdout

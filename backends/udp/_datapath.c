@@ -5,16 +5,16 @@
  *   crc32(data, value=0) -> int
  *       zlib's CRC-32 (same values): PCLMULQDQ folding where the CPU has it, else
  *       slicing-by-8 tables. implementation() says which.
- *   receive(fd, staging, slot_size, max_datagrams, gro, local_ip, local_port, verify,
- *           qpns, order, rkeys, owner, peer_sources,
- *           out_ep, out_offset, out_len, out_va, out_imm, counters, discards)
- *       -> (datagrams, segments, survivors)
- *       One recvmmsg into the staging slots (with UDP_GRO a datagram holds several
- *       segments, split at the gso_size the kernel reports), then per segment, in the
- *       reference's order: runt, bad_opcode, unknown_qpn (transport ``counters``[0..2]),
- *       bad_source, bad_length, bad_icrc, bad_rkey (``discards``[owner, 0..3]). The
- *       segments that pass are listed in the out_* columns for the key table's
- *       placement step (sdr.placement.place_batch); nothing is written anywhere else.
+ *   receive(fd, tables, *, max_datagrams=-1, gro=False) -> (datagrams, segments, listed)
+ *       One recvmmsg into the staging slots of ``tables`` (with UDP_GRO a datagram holds
+ *       several segments, split at the gso_size the kernel reports), then per segment, in
+ *       the reference's order: runt, bad_opcode, unknown_qpn (``tables.counters``, named
+ *       by COUNTERS), bad_source, bad_length, bad_icrc, bad_rkey (``tables.discards``, one
+ *       row per QP, columns named by DISCARDS). The segments that pass are listed in
+ *       ``tables.listed`` (one row per name in LISTED) for the key table's placement step
+ *       (sdr.placement.place_batch); nothing is written anywhere else.
+ *   check(tables, *, lengths, sources, gso_sizes=None) -> (segments, listed)
+ *       The same pass over datagrams already in the staging slots (no socket).
  *   send(fd, peer_ip, peer_port, local_ip, local_port, region, src_offsets, lengths,
  *        remote_offsets, imms, qpns, psns, rkey, gso_segments) -> IP bytes sent
  *       Builds BTH/RETH/ImmDt headers and the ICRC of every packet straight from the
@@ -22,8 +22,13 @@
  *       message with UDP_SEGMENT (GSO) when gso_segments > 1. Every offset and length is
  *       checked against the region before anything is sent.
  *
- * Columns are 1-D C-contiguous int64 buffers (the Python side converts). The GIL is
- * released around the system calls and the per-packet loops.
+ * ``tables`` is one object (backends/udp/native.py ReceiveTables) whose attributes, named
+ * by TABLES, are read once per call: the staging ring and its slot size, the local
+ * address, the ICRC switch, the QPN table, and the arrays the pass writes. The names of
+ * the counters, discards and listed columns are this module's (COUNTERS, DISCARDS,
+ * LISTED): the Python side checks them at import, so an order changed here fails there
+ * instead of miscounting. Arrays are C-contiguous int64 (the Python side converts). The
+ * GIL is released around the system calls and the per-packet loops.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -66,10 +71,36 @@ enum {
     SEND_CHUNK = 1024,       /* messages per sendmmsg (UIO_MAXIOV) */
     RETRY_MS = 10,
 };
-/* transport counters and per-QP discards, in the order of backends/udp/native.py */
-enum { C_RUNT, C_BAD_OPCODE, C_UNKNOWN_QPN, N_COUNTERS };
-enum { D_BAD_SOURCE, D_BAD_LENGTH, D_BAD_ICRC, D_BAD_RKEY, N_DISCARDS };
 
+/* What the receive pass counts and lists, in the order of its arrays. The names are
+ * exported (COUNTERS, DISCARDS, LISTED) and checked by backends/udp/native.py at import. */
+enum { C_RUNT, C_BAD_OPCODE, C_UNKNOWN_QPN, N_COUNTERS };
+static const char *const counter_names[N_COUNTERS] = {
+    [C_RUNT] = "runt", [C_BAD_OPCODE] = "bad_opcode", [C_UNKNOWN_QPN] = "unknown_qpn",
+};
+enum { D_BAD_SOURCE, D_BAD_LENGTH, D_BAD_ICRC, D_BAD_RKEY, N_DISCARDS };
+static const char *const discard_names[N_DISCARDS] = {
+    [D_BAD_SOURCE] = "bad_source", [D_BAD_LENGTH] = "bad_length",
+    [D_BAD_ICRC] = "bad_icrc", [D_BAD_RKEY] = "bad_rkey",
+};
+enum { L_ENDPOINT, L_OFFSET, L_LENGTH, L_VA, L_IMM, N_LISTED };
+static const char *const listed_names[N_LISTED] = {
+    [L_ENDPOINT] = "endpoint", [L_OFFSET] = "offset", [L_LENGTH] = "length",
+    [L_VA] = "va", [L_IMM] = "imm",
+};
+/* The attributes of the receive pass's ``tables`` object (exported as TABLES). */
+enum {
+    T_STAGING, T_SLOT_SIZE, T_LOCAL_IP, T_LOCAL_PORT, T_VERIFY, T_QPNS, T_ORDER, T_RKEYS,
+    T_OWNER, T_PEER_SOURCES, T_LISTED, T_COUNTERS, T_DISCARDS, N_TABLES
+};
+static const char *const table_names[N_TABLES] = {
+    [T_STAGING] = "staging", [T_SLOT_SIZE] = "slot_size", [T_LOCAL_IP] = "local_ip",
+    [T_LOCAL_PORT] = "local_port", [T_VERIFY] = "verify", [T_QPNS] = "qpns",
+    [T_ORDER] = "order", [T_RKEYS] = "rkeys", [T_OWNER] = "owner",
+    [T_PEER_SOURCES] = "peer_sources", [T_LISTED] = "listed", [T_COUNTERS] = "counters",
+    [T_DISCARDS] = "discards",
+};
+static PyObject *table_attrs[N_TABLES]; /* the names, interned at import */
 /* ------------------------------------------------------------------------------------ */
 /* CRC-32 (reflected polynomial 0xEDB88320), "raw": no pre/post inversion. zlib's
  * crc32(data, v) is ~raw(~v, data).                                                    */
@@ -282,8 +313,8 @@ static void release(Buf *b, int n)
         }
 }
 
-/* ``obj`` as a 1-D C-contiguous int64 column of at least ``min_len`` values. */
-static int get_i64(PyObject *obj, const char *name, Buf *b, int writable, Py_ssize_t min_len)
+/* ``obj`` as a C-contiguous int64 array of ``ndim`` dimensions. */
+static int get_i64_nd(PyObject *obj, const char *name, Buf *b, int writable, int ndim)
 {
     int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, &b->view, flags) < 0) {
@@ -296,14 +327,42 @@ static int get_i64(PyObject *obj, const char *name, Buf *b, int writable, Py_ssi
     const char *f = b->view.format ? b->view.format : "B";
     if (*f == '@' || *f == '=' || *f == '<')
         f++;
-    if (b->view.ndim != 1 || b->view.itemsize != 8 || !(f[0] == 'q' || f[0] == 'l') || f[1]) {
-        PyErr_Format(PyExc_TypeError, "%s must be a 1-D int64 array, got format %s", name,
-                     b->view.format ? b->view.format : "B");
+    if (b->view.ndim != ndim || b->view.itemsize != 8 || !(f[0] == 'q' || f[0] == 'l') || f[1]) {
+        PyErr_Format(PyExc_TypeError, "%s must be a %d-D int64 array, got %d-D format %s",
+                     name, ndim, b->view.ndim, b->view.format ? b->view.format : "B");
         return -1;
     }
+    return 0;
+}
+
+/* ``obj`` as a 1-D C-contiguous int64 column of at least ``min_len`` values. */
+static int get_i64(PyObject *obj, const char *name, Buf *b, int writable, Py_ssize_t min_len)
+{
+    if (get_i64_nd(obj, name, b, writable, 1) < 0)
+        return -1;
     if (b->view.shape[0] < min_len) {
         PyErr_Format(PyExc_ValueError, "%s has %zd values, needs at least %zd", name,
                      b->view.shape[0], min_len);
+        return -1;
+    }
+    return 0;
+}
+
+/* ``obj`` as a writable 2-D C-contiguous int64 table: ``rows`` rows of at least
+ * ``min_cols`` values when ``rows`` > 0, else at least ``min_rows`` rows of ``cols``. */
+static int get_i64_table(PyObject *obj, const char *name, Buf *b, Py_ssize_t rows,
+                         Py_ssize_t min_cols, Py_ssize_t min_rows, Py_ssize_t cols)
+{
+    if (get_i64_nd(obj, name, b, 1, 2) < 0)
+        return -1;
+    Py_ssize_t r = b->view.shape[0], c = b->view.shape[1];
+    if (rows > 0 ? r != rows || c < min_cols : r < min_rows || c != cols) {
+        if (rows > 0)
+            PyErr_Format(PyExc_ValueError, "%s is %zd x %zd, needs %zd x at least %zd", name,
+                         r, c, rows, min_cols);
+        else
+            PyErr_Format(PyExc_ValueError, "%s is %zd x %zd, needs at least %zd x %zd", name,
+                         r, c, min_rows, cols);
         return -1;
     }
     return 0;
@@ -324,6 +383,28 @@ static int get_bytes(PyObject *obj, const char *name, Buf *b, int writable)
 
 #define I64(b) ((int64_t *)(b).view.buf)
 #define LEN(b) ((b).view.shape ? (b).view.shape[0] : (b).view.len / 8)
+
+/* An unsigned integer argument no larger than ``max`` (addresses, ports, keys). */
+static int get_uint(PyObject *obj, const char *name, unsigned long max, unsigned long *out)
+{
+    unsigned long v = PyLong_Check(obj) ? PyLong_AsUnsignedLong(obj) : (unsigned long)-1;
+    if ((v == (unsigned long)-1 && PyErr_Occurred()) || !PyLong_Check(obj) || v > max) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s must be an integer in 0..%lu", name, max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A required keyword-only argument (PyArg_ParseTupleAndKeywords makes them optional). */
+static int required(PyObject *obj, const char *func, const char *name)
+{
+    if (obj != NULL)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s() missing required keyword argument '%s'", func, name);
+    return -1;
+}
 
 /* ------------------------------------------------------------------------------------ */
 /* crc32(data, value=0)                                                                 */
@@ -361,10 +442,11 @@ static PyObject *py_implementation(PyObject *self, PyObject *args)
 
 typedef struct {
     const uint8_t *staging;
+    Py_ssize_t slot_size;
     const int64_t *qpns, *order, *rkeys, *owner, *peer_sources;
     Py_ssize_t n_qpns, n_eps, n_owners;
-    int64_t *out_ep, *out_offset, *out_len, *out_va, *out_imm;
-    Py_ssize_t out_cap;
+    int64_t *listed[N_LISTED];
+    Py_ssize_t listed_cap;
     int64_t *counters, *discards;
     uint32_t local_ip, local_port;
     int verify;
@@ -440,11 +522,11 @@ static int recv_segment(RecvPass *r, Py_ssize_t *k, Py_ssize_t off, uint32_t len
         return 0;
     }
     Py_ssize_t i = (*k)++;
-    r->out_ep[i] = ep;
-    r->out_offset[i] = off + HEADER_SIZE;
-    r->out_len[i] = dlen;
-    r->out_va[i] = (int64_t)be64(p + 12); /* > 2^63 wraps negative: out of range */
-    r->out_imm[i] = be32(p + 28);
+    r->listed[L_ENDPOINT][i] = ep;
+    r->listed[L_OFFSET][i] = off + HEADER_SIZE;
+    r->listed[L_LENGTH][i] = dlen;
+    r->listed[L_VA][i] = (int64_t)be64(p + 12); /* > 2^63 wraps negative: out of range */
+    r->listed[L_IMM][i] = be32(p + 28);
     return 1;
 }
 
@@ -464,81 +546,117 @@ static void check_datagram(RecvPass *r, Py_ssize_t *k, Py_ssize_t *segments, Py_
     for (uint32_t at = 0; at < total; at += gso) {
         uint32_t len = total - at < gso ? total - at : gso;
         (*segments)++;
-        if (*k < r->out_cap)
+        if (*k < r->listed_cap)
             recv_segment(r, k, slot_off + at, len, source);
         else
-            r->counters[C_RUNT]++; /* cannot happen: out_cap covers minimal segments */
+            r->counters[C_RUNT]++; /* cannot happen: listed_cap covers minimal segments */
     }
 }
 
-/* The arguments both entry points share: staging, the QPN table, the outputs. */
-static int setup_pass(RecvPass *r, Buf *b, PyObject *staging, Py_ssize_t slot_size,
-                      Py_ssize_t slots, int gro, unsigned long local_ip, unsigned long local_port,
-                      int verify, PyObject **tail)
+/* The buffers of one pass, in ``Buf b[]``. */
+enum {
+    B_STAGING, B_QPNS, B_ORDER, B_RKEYS, B_OWNER, B_PEER_SOURCES, B_LISTED, B_COUNTERS,
+    B_DISCARDS, N_PASS_BUFS,
+    B_LENGTHS = N_PASS_BUFS, B_SOURCES, B_GSO, N_CHECK_BUFS
+};
+
+/* The pass over ``*slots`` staging slots (-1: as many as the staging holds, at most
+ * ``limit``) from ``tables``, every attribute named by TABLES: each array is checked
+ * against the most the pass can write before anything is written. */
+static int setup_pass(RecvPass *r, Buf *b, PyObject *tables, Py_ssize_t *slots,
+                      Py_ssize_t limit, int gro)
 {
-    static const char *names[] = {"qpns", "order", "rkeys", "owner", "peer_sources", "out_ep",
-                                  "out_offset", "out_len", "out_va", "out_imm", "counters",
-                                  "discards"};
-    if (get_bytes(staging, "staging", &b[0], 1) < 0)
-        return -1;
-    if (slot_size < MIN_PACKET || slot_size > (1 << 20) || slots < 0 ||
-        slots > b[0].view.len / slot_size) {
+    PyObject *o[N_TABLES] = {NULL};
+    unsigned long local_ip, local_port;
+    int rc = -1;
+    for (int i = 0; i < N_TABLES; i++) {
+        o[i] = PyObject_GetAttr(tables, table_attrs[i]);
+        if (o[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "tables (%.80s) has no attribute '%s' (TABLES)",
+                         Py_TYPE(tables)->tp_name, table_names[i]);
+            goto out;
+        }
+    }
+    Py_ssize_t slot_size = PyLong_Check(o[T_SLOT_SIZE]) ? PyLong_AsSsize_t(o[T_SLOT_SIZE]) : -1;
+    if (slot_size == -1 && PyErr_Occurred())
+        goto out;
+    if (get_uint(o[T_LOCAL_IP], "local_ip", 0xFFFFFFFFul, &local_ip) < 0 ||
+        get_uint(o[T_LOCAL_PORT], "local_port", 0xFFFFul, &local_port) < 0)
+        goto out;
+    int verify = PyObject_IsTrue(o[T_VERIFY]);
+    if (verify < 0 || get_bytes(o[T_STAGING], "staging", &b[B_STAGING], 1) < 0)
+        goto out;
+    int sized = slot_size >= MIN_PACKET && slot_size <= (1 << 20);
+    Py_ssize_t held = sized ? b[B_STAGING].view.len / slot_size : 0;
+    if (*slots < 0)
+        *slots = held < limit ? held : limit;
+    if (!sized || *slots > held) {
         PyErr_Format(PyExc_ValueError,
                      "staging of %zd bytes does not hold %zd slots of %zd bytes (%d..%d)",
-                     b[0].view.len, slots, slot_size, MIN_PACKET, 1 << 20);
-        return -1;
+                     b[B_STAGING].view.len, *slots, slot_size, MIN_PACKET, 1 << 20);
+        goto out;
     }
-    if (get_i64(tail[0], names[0], &b[1], 0, 0) < 0 ||
-        get_i64(tail[1], names[1], &b[2], 0, LEN(b[1])) < 0 ||
-        get_i64(tail[2], names[2], &b[3], 0, 0) < 0 ||
-        get_i64(tail[3], names[3], &b[4], 0, LEN(b[3])) < 0 ||
-        get_i64(tail[4], names[4], &b[5], 0, 0) < 0)
-        return -1;
+    if (get_i64(o[T_QPNS], "qpns", &b[B_QPNS], 0, 0) < 0 ||
+        get_i64(o[T_ORDER], "order", &b[B_ORDER], 0, LEN(b[B_QPNS])) < 0 ||
+        get_i64(o[T_RKEYS], "rkeys", &b[B_RKEYS], 0, 0) < 0 ||
+        get_i64(o[T_OWNER], "owner", &b[B_OWNER], 0, LEN(b[B_RKEYS])) < 0 ||
+        get_i64(o[T_PEER_SOURCES], "peer_sources", &b[B_PEER_SOURCES], 0, 0) < 0)
+        goto out;
     /* the most segments one call can list: every slot split into minimal segments */
-    Py_ssize_t cap = slots * (gro ? slot_size / MIN_PACKET + 1 : 1);
-    for (int i = 5; i < 10; i++)
-        if (get_i64(tail[i], names[i], &b[i + 1], 1, cap) < 0)
-            return -1;
-    if (get_i64(tail[10], names[10], &b[11], 1, N_COUNTERS) < 0 ||
-        get_i64(tail[11], names[11], &b[12], 1, LEN(b[5]) * N_DISCARDS) < 0)
-        return -1;
+    Py_ssize_t cap = *slots * (gro ? slot_size / MIN_PACKET + 1 : 1);
+    Py_ssize_t n_owners = LEN(b[B_PEER_SOURCES]);
+    if (get_i64_table(o[T_LISTED], "listed", &b[B_LISTED], N_LISTED, cap, 0, 0) < 0 ||
+        get_i64(o[T_COUNTERS], "counters", &b[B_COUNTERS], 1, N_COUNTERS) < 0 ||
+        get_i64_table(o[T_DISCARDS], "discards", &b[B_DISCARDS], 0, 0, n_owners, N_DISCARDS) < 0)
+        goto out;
     *r = (RecvPass){
-        .staging = b[0].view.buf,
-        .qpns = I64(b[1]), .order = I64(b[2]), .rkeys = I64(b[3]), .owner = I64(b[4]),
-        .peer_sources = I64(b[5]),
-        .n_qpns = LEN(b[1]), .n_eps = LEN(b[3]), .n_owners = LEN(b[5]),
-        .out_ep = I64(b[6]), .out_offset = I64(b[7]), .out_len = I64(b[8]),
-        .out_va = I64(b[9]), .out_imm = I64(b[10]), .out_cap = cap,
-        .counters = I64(b[11]), .discards = I64(b[12]),
+        .staging = b[B_STAGING].view.buf, .slot_size = slot_size,
+        .qpns = I64(b[B_QPNS]), .order = I64(b[B_ORDER]), .rkeys = I64(b[B_RKEYS]),
+        .owner = I64(b[B_OWNER]), .peer_sources = I64(b[B_PEER_SOURCES]),
+        .n_qpns = LEN(b[B_QPNS]), .n_eps = LEN(b[B_RKEYS]), .n_owners = n_owners,
+        .listed_cap = cap,
+        .counters = I64(b[B_COUNTERS]), .discards = I64(b[B_DISCARDS]),
         .local_ip = (uint32_t)local_ip, .local_port = (uint32_t)local_port, .verify = verify,
         .last_source = -2,
     };
-    return 0;
+    Py_ssize_t stride = b[B_LISTED].view.shape[1];
+    for (int i = 0; i < N_LISTED; i++)
+        r->listed[i] = I64(b[B_LISTED]) + i * stride;
+    rc = 0;
+out:
+    for (int i = 0; i < N_TABLES; i++)
+        Py_XDECREF(o[i]); /* a held buffer keeps its own reference */
+    return rc;
 }
 
-static PyObject *py_receive(PyObject *self, PyObject *args)
+static PyObject *py_receive(PyObject *self, PyObject *args, PyObject *kwargs)
 {
+    static char *kwlist[] = {"fd", "tables", "max_datagrams", "gro", NULL};
     (void)self;
-    int fd, gro, verify;
-    Py_ssize_t slot_size, max_dg;
-    unsigned long local_ip, local_port;
-    PyObject *staging, *t[12];
-    if (!PyArg_ParseTuple(args, "iOnnpkkpOOOOOOOOOOOO:receive", &fd, &staging, &slot_size,
-                          &max_dg, &gro, &local_ip, &local_port, &verify, &t[0], &t[1], &t[2],
-                          &t[3], &t[4], &t[5], &t[6], &t[7], &t[8], &t[9], &t[10], &t[11]))
+    int fd, gro = 0;
+    Py_ssize_t max_dg = -1;
+    PyObject *tables;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO|$np:receive", kwlist, &fd, &tables,
+                                     &max_dg, &gro))
         return NULL;
-    Buf b[13] = {{{0}}};
+    if (max_dg == 0 || max_dg < -1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "receive: max_datagrams must be >= 1 (or -1: what the staging holds)");
+        return NULL;
+    }
+    if (max_dg > MAX_DATAGRAMS)
+        max_dg = MAX_DATAGRAMS;
+    Buf b[N_PASS_BUFS] = {{{0}}};
     PyObject *result = NULL;
     struct mmsghdr *msgs = NULL;
     RecvPass r;
-    if (max_dg > MAX_DATAGRAMS)
-        max_dg = MAX_DATAGRAMS;
-    if (max_dg < 1) {
-        PyErr_SetString(PyExc_ValueError, "receive: max_datagrams must be >= 1");
-        return NULL;
-    }
-    if (setup_pass(&r, b, staging, slot_size, max_dg, gro, local_ip, local_port, verify, t) < 0)
+    if (setup_pass(&r, b, tables, &max_dg, MAX_DATAGRAMS, gro) < 0)
         goto done;
+    if (max_dg < 1) {
+        PyErr_SetString(PyExc_ValueError, "receive: the staging holds no slot");
+        goto done;
+    }
+    Py_ssize_t slot_size = r.slot_size;
     size_t cmsg_space = CMSG_SPACE(sizeof(int));
     size_t each = sizeof(struct mmsghdr) + sizeof(struct iovec) + sizeof(struct sockaddr_in) + cmsg_space;
     msgs = calloc((size_t)max_dg, each);
@@ -549,7 +667,7 @@ static PyObject *py_receive(PyObject *self, PyObject *args)
     struct iovec *iov = (struct iovec *)(msgs + max_dg);
     struct sockaddr_in *names = (struct sockaddr_in *)(iov + max_dg);
     char *cbuf = (char *)(names + max_dg);
-    uint8_t *slots = b[0].view.buf;
+    uint8_t *slots = b[B_STAGING].view.buf;
     for (Py_ssize_t i = 0; i < max_dg; i++) {
         iov[i].iov_base = slots + i * slot_size;
         iov[i].iov_len = (size_t)slot_size;
@@ -601,40 +719,42 @@ static PyObject *py_receive(PyObject *self, PyObject *args)
     result = Py_BuildValue("(inn)", got, segments, k);
 done:
     free(msgs);
-    release(b, 13);
+    release(b, N_PASS_BUFS);
     return result;
 }
 
-/* check(staging, slot_size, lengths, sources, gso_sizes, local_ip, local_port, verify,
- *       tables..., outputs...) -> (segments, listed): the receive pass over datagrams
- * already in the staging slots (tests and fuzzing feed it without a socket; a length
- * of -1 marks a truncated datagram, a gso size of 0 a datagram of one packet). */
-static PyObject *py_check(PyObject *self, PyObject *args)
+/* check(tables, *, lengths, sources, gso_sizes=None) -> (segments, listed): the receive
+ * pass over datagrams already in the staging slots (tests and fuzzing feed it without a
+ * socket; a length of -1 marks a truncated datagram, a gso size of 0 a datagram of one
+ * packet; None: every datagram is one packet). */
+static PyObject *py_check(PyObject *self, PyObject *args, PyObject *kwargs)
 {
+    static char *kwlist[] = {"tables", "lengths", "sources", "gso_sizes", NULL};
     (void)self;
-    int verify;
-    Py_ssize_t slot_size;
-    unsigned long local_ip, local_port;
-    PyObject *staging, *o_lengths, *o_sources, *o_gso, *t[12];
-    if (!PyArg_ParseTuple(args, "OnOOOkkpOOOOOOOOOOOO:check", &staging, &slot_size, &o_lengths,
-                          &o_sources, &o_gso, &local_ip, &local_port, &verify, &t[0], &t[1],
-                          &t[2], &t[3], &t[4], &t[5], &t[6], &t[7], &t[8], &t[9], &t[10], &t[11]))
+    PyObject *tables, *o_lengths = NULL, *o_sources = NULL, *o_gso = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOO:check", kwlist, &tables,
+                                     &o_lengths, &o_sources, &o_gso))
         return NULL;
-    Buf b[16] = {{{0}}};
+    if (required(o_lengths, "check", "lengths") < 0 || required(o_sources, "check", "sources") < 0)
+        return NULL;
+    Buf b[N_CHECK_BUFS] = {{{0}}};
     PyObject *result = NULL;
     RecvPass r;
-    if (get_i64(o_lengths, "lengths", &b[13], 0, 0) < 0)
+    int gro = o_gso != Py_None;
+    if (get_i64(o_lengths, "lengths", &b[B_LENGTHS], 0, 0) < 0)
         goto done;
-    Py_ssize_t n = LEN(b[13]);
-    if (get_i64(o_sources, "sources", &b[14], 0, n) < 0 || get_i64(o_gso, "gso_sizes", &b[15], 0, n) < 0)
+    Py_ssize_t n = LEN(b[B_LENGTHS]);
+    if (get_i64(o_sources, "sources", &b[B_SOURCES], 0, n) < 0 ||
+        (gro && get_i64(o_gso, "gso_sizes", &b[B_GSO], 0, n) < 0))
         goto done;
-    if (setup_pass(&r, b, staging, slot_size, n, 1, local_ip, local_port, verify, t) < 0)
+    if (setup_pass(&r, b, tables, &n, PY_SSIZE_T_MAX, gro) < 0)
         goto done;
-    const int64_t *lengths = I64(b[13]), *sources = I64(b[14]), *gso = I64(b[15]);
-    Py_ssize_t segments = 0, k = 0;
+    const int64_t *lengths = I64(b[B_LENGTHS]), *sources = I64(b[B_SOURCES]);
+    const int64_t *gso = gro ? I64(b[B_GSO]) : NULL;
+    Py_ssize_t slot_size = r.slot_size, segments = 0, k = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t len = lengths[i], g = gso[i];
+        int64_t len = lengths[i], g = gso ? gso[i] : 0;
         int truncated = len < 0 || len > slot_size;
         check_datagram(&r, &k, &segments, i * slot_size, slot_size,
                        truncated ? 0 : (uint32_t)len, truncated, sources[i],
@@ -643,7 +763,7 @@ static PyObject *py_check(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("(nn)", segments, k);
 done:
-    release(b, 16);
+    release(b, N_CHECK_BUFS);
     return result;
 }
 
@@ -813,10 +933,13 @@ static PyMethodDef methods[] = {
      "crc32(data, value=0)\n--\n\nzlib's CRC-32 of data, continuing from value."},
     {"implementation", py_implementation, METH_NOARGS,
      "implementation()\n--\n\n'vpclmul' (AVX-512 carry-less multiply folding), 'pclmul' (SSE), or 'table'\n(slicing-by-8)."},
-    {"receive", py_receive, METH_VARARGS,
-     "Receive and check one batch of datagrams (see backends/udp/native.py)."},
-    {"check", py_check, METH_VARARGS,
-     "The receive pass over datagrams already in staging (see backends/udp/native.py)."},
+    {"receive", (PyCFunction)(void (*)(void))py_receive, METH_VARARGS | METH_KEYWORDS,
+     "receive(fd, tables, *, max_datagrams=-1, gro=False)\n--\n\n"
+     "Receive and check one batch of datagrams into tables (see backends/udp/native.py);\n"
+     "returns (datagrams, segments, listed)."},
+    {"check", (PyCFunction)(void (*)(void))py_check, METH_VARARGS | METH_KEYWORDS,
+     "check(tables, *, lengths, sources, gso_sizes=None)\n--\n\n"
+     "The receive pass over datagrams already in staging; returns (segments, listed)."},
     {"send", py_send, METH_VARARGS,
      "Build and send one batch of packets from a region (see backends/udp/native.py)."},
     {NULL, NULL, 0, NULL},
@@ -826,6 +949,31 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_datapath",
     "The UDP backend's per-packet loops (ICRC, receive, send) in C.", -1, methods,
 };
+
+static PyObject *names_tuple(const char *const *names, int n)
+{
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t != NULL && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(names[i]);
+        if (s == NULL)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, i, s);
+    }
+    return t;
+}
+
+/* Adds ``value`` (a new reference, NULL on error) to the module as ``name``. */
+static int add(PyObject *m, const char *name, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    if (PyModule_AddObject(m, name, value) < 0) {
+        Py_DECREF(value);
+        return -1;
+    }
+    return 0;
+}
 
 PyMODINIT_FUNC PyInit__datapath(void)
 {
@@ -842,5 +990,18 @@ PyMODINIT_FUNC PyInit__datapath(void)
     else if (want && strcmp(want, "table") == 0)
         use_pclmul = use_vpclmul = 0;
 #endif
-    return PyModule_Create(&module);
+    for (int i = 0; i < N_TABLES; i++)
+        if (table_attrs[i] == NULL && (table_attrs[i] = PyUnicode_InternFromString(table_names[i])) == NULL)
+            return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (add(m, "COUNTERS", names_tuple(counter_names, N_COUNTERS)) < 0 ||
+        add(m, "DISCARDS", names_tuple(discard_names, N_DISCARDS)) < 0 ||
+        add(m, "LISTED", names_tuple(listed_names, N_LISTED)) < 0 ||
+        add(m, "TABLES", names_tuple(table_names, N_TABLES)) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }
