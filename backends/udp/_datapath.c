@@ -15,12 +15,14 @@
  *       (sdr.placement.place_batch); nothing is written anywhere else.
  *   check(tables, *, lengths, sources, gso_sizes=None) -> (segments, listed)
  *       The same pass over datagrams already in the staging slots (no socket).
- *   send(fd, peer_ip, peer_port, local_ip, local_port, region, src_offsets, lengths,
- *        remote_offsets, imms, qpns, psns, rkey, gso_segments) -> IP bytes sent
+ *   send(fd, region, *, peer, local, rkey, src_offsets, lengths, remote_offsets, imms,
+ *        qpns, psns, gso_segments=1, max_wait_ms=SEND_WAIT_MS) -> SendResult
  *       Builds BTH/RETH/ImmDt headers and the ICRC of every packet straight from the
  *       registered region and sends them with sendmmsg, several equal-sized packets per
  *       message with UDP_SEGMENT (GSO) when gso_segments > 1. Every offset and length is
- *       checked against the region before anything is sent.
+ *       checked against the region before anything is sent. A full send queue is waited
+ *       for at most ``max_wait_ms`` in all; then, or on an error, it returns what left
+ *       (SendResult: packets, wire_bytes, error, gso_refused) instead of raising.
  *
  * ``tables`` is one object (backends/udp/native.py ReceiveTables) whose attributes, named
  * by TABLES, are read once per call: the staging ring and its slot size, the local
@@ -43,6 +45,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -69,7 +72,17 @@ enum {
     MAX_UDP_PAYLOAD = 65507, /* IPv4: 65535 - 20 - 8 */
     MAX_GSO_SEGMENTS = 64,
     SEND_CHUNK = 1024,       /* messages per sendmmsg (UIO_MAXIOV) */
+    /* A send waits for a full send queue (EAGAIN: in poll for POLLOUT, at most RETRY_MS
+     * at a time; ENOBUFS, a full device queue that poll does not report: NOBUFS_MS naps)
+     * for at most SEND_WAIT_MS in all, counted from its first refusal; then it returns
+     * what left, and the caller counts the rest as not sent (the reliability layer
+     * repairs it like any loss). 100 ms, ten polls: a sender paced below its link never
+     * fills its queue, and one whose queue stays full that long outruns its link by more
+     * than the queue holds; waiting longer would stall the driver loop's receives and
+     * timers with it (one thread runs both). */
     RETRY_MS = 10,
+    NOBUFS_MS = 1,
+    SEND_WAIT_MS = 100,
 };
 
 /* What the receive pass counts and lists, in the order of its arrays. The names are
@@ -406,6 +419,21 @@ static int required(PyObject *obj, const char *func, const char *name)
     return -1;
 }
 
+/* ``obj`` as an (ip, port) pair of an IPv4 address in host order and a port. */
+static int get_address(PyObject *obj, const char *name, uint32_t *ip, uint32_t *port)
+{
+    unsigned long a, p;
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 2) {
+        PyErr_Format(PyExc_TypeError, "%s must be an (ip, port) tuple of integers", name);
+        return -1;
+    }
+    if (get_uint(PyTuple_GET_ITEM(obj, 0), name, 0xFFFFFFFFul, &a) < 0 ||
+        get_uint(PyTuple_GET_ITEM(obj, 1), name, 0xFFFFul, &p) < 0)
+        return -1;
+    *ip = (uint32_t)a;
+    *port = (uint32_t)p;
+    return 0;
+}
 /* ------------------------------------------------------------------------------------ */
 /* crc32(data, value=0)                                                                 */
 
@@ -770,27 +798,108 @@ done:
 /* ------------------------------------------------------------------------------------ */
 /* send                                                                                 */
 
-static PyObject *py_send(PyObject *self, PyObject *args)
+/* What one send did: the named record a caller counts from (quinn-udp's ``Transmit``
+ * names what goes; this names what went). */
+static PyStructSequence_Field send_result_fields[] = {
+    {"packets", "packets the kernel took, the first ones of the batch (a prefix)"},
+    {"wire_bytes", "their IP bytes (IP and UDP headers included)"},
+    {"error", "0 when every packet left; else the errno that stopped the send: EAGAIN or "
+              "ENOBUFS when the send queue stayed full for max_wait_ms, or the kernel's error"},
+    {"gso_refused", "1 when the kernel refused UDP_SEGMENT (EIO or EINVAL) and the rest went "
+                    "one datagram per message: the caller turns GSO off for the socket"},
+    {NULL, NULL},
+};
+static PyStructSequence_Desc send_result_desc = {
+    "sdr.backends.udp._datapath.SendResult",
+    "What one send put on the wire: (packets, wire_bytes, error, gso_refused).",
+    send_result_fields, 4,
+};
+static PyTypeObject *SendResult;
+
+static PyObject *send_result(Py_ssize_t packets, long long wire_bytes, int error, int gso_refused)
 {
+    PyObject *r = PyStructSequence_New(SendResult);
+    if (r == NULL)
+        return NULL;
+    PyObject *v[4] = {PyLong_FromSsize_t(packets), PyLong_FromLongLong(wire_bytes),
+                      PyLong_FromLong(error), PyLong_FromLong(gso_refused)};
+    int ok = 1;
+    for (int f = 0; f < 4; f++) {
+        ok &= v[f] != NULL;
+        PyStructSequence_SetItem(r, f, v[f]); /* steals; NULL leaves the slot empty */
+    }
+    if (!ok)
+        Py_CLEAR(r);
+    return r;
+}
+
+static double elapsed_ms(const struct timespec *since)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - since->tv_sec) * 1e3 + (double)(now.tv_nsec - since->tv_nsec) / 1e6;
+}
+
+/* The messages from ``from_msg`` on, rebuilt one packet each without UDP_SEGMENT (the
+ * kernel refused GSO); returns the new number of messages (at most the packet count, so
+ * the arrays sized for one message per packet hold them). */
+static Py_ssize_t ungroup(struct mmsghdr *msgs, struct iovec *iov, Py_ssize_t *group_end,
+                          Py_ssize_t from_msg, Py_ssize_t n, struct sockaddr_in *peer)
+{
+    Py_ssize_t g = from_msg;
+    for (Py_ssize_t p = from_msg ? group_end[from_msg - 1] : 0; p < n; p++, g++) {
+        memset(&msgs[g], 0, sizeof msgs[g]);
+        struct msghdr *m = &msgs[g].msg_hdr;
+        m->msg_name = peer;
+        m->msg_namelen = sizeof *peer;
+        m->msg_iov = iov + 3 * p;
+        m->msg_iovlen = 3;
+        group_end[g] = p + 1;
+    }
+    return g;
+}
+
+static PyObject *py_send(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"fd", "region", "peer", "local", "rkey", "src_offsets", "lengths",
+                             "remote_offsets", "imms", "qpns", "psns", "gso_segments",
+                             "max_wait_ms", NULL};
     (void)self;
     int fd;
-    unsigned long peer_ip, peer_port, local_ip, local_port, rkey;
-    Py_ssize_t gso_max;
-    PyObject *o_region, *o_src, *o_len, *o_va, *o_imm, *o_qpn, *o_psn;
-    if (!PyArg_ParseTuple(args, "ikkkkOOOOOOOkn:send", &fd, &peer_ip, &peer_port, &local_ip,
-                          &local_port, &o_region, &o_src, &o_len, &o_va, &o_imm, &o_qpn, &o_psn,
-                          &rkey, &gso_max))
+    Py_ssize_t gso_max = 1, wait_ms = SEND_WAIT_MS;
+    PyObject *o_region, *o_peer = NULL, *o_local = NULL, *o_rkey = NULL;
+    PyObject *col[6] = {NULL};
+    static const char *col_names[6] = {"src_offsets", "lengths", "remote_offsets", "imms",
+                                       "qpns", "psns"};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO|$OOOOOOOOOnn:send", kwlist, &fd,
+                                     &o_region, &o_peer, &o_local, &o_rkey, &col[0], &col[1],
+                                     &col[2], &col[3], &col[4], &col[5], &gso_max, &wait_ms))
         return NULL;
+    uint32_t peer_ip, peer_port, local_ip, local_port;
+    unsigned long rkey;
+    if (required(o_peer, "send", "peer") < 0 || required(o_local, "send", "local") < 0 ||
+        required(o_rkey, "send", "rkey") < 0)
+        return NULL;
+    for (int c = 0; c < 6; c++)
+        if (required(col[c], "send", col_names[c]) < 0)
+            return NULL;
+    if (get_address(o_peer, "peer", &peer_ip, &peer_port) < 0 ||
+        get_address(o_local, "local", &local_ip, &local_port) < 0 ||
+        get_uint(o_rkey, "rkey", 0xFFFFFFFFul, &rkey) < 0)
+        return NULL;
+    if (wait_ms < 0) {
+        PyErr_SetString(PyExc_ValueError, "send: max_wait_ms must be >= 0");
+        return NULL;
+    }
     Buf b[7] = {{{0}}};
     PyObject *result = NULL;
     char *mem = NULL;
-    if (get_bytes(o_region, "region", &b[0], 0) < 0 || get_i64(o_src, "src_offsets", &b[1], 0, 0) < 0)
+    if (get_bytes(o_region, "region", &b[0], 0) < 0 || get_i64(col[0], col_names[0], &b[1], 0, 0) < 0)
         goto done;
     Py_ssize_t n = LEN(b[1]);
-    if (get_i64(o_len, "lengths", &b[2], 0, n) < 0 || get_i64(o_va, "remote_offsets", &b[3], 0, n) < 0 ||
-        get_i64(o_imm, "imms", &b[4], 0, n) < 0 || get_i64(o_qpn, "qpns", &b[5], 0, n) < 0 ||
-        get_i64(o_psn, "psns", &b[6], 0, n) < 0)
-        goto done;
+    for (int c = 1; c < 6; c++)
+        if (get_i64(col[c], col_names[c], &b[c + 1], 0, n) < 0)
+            goto done;
     if (gso_max < 1)
         gso_max = 1;
     if (gso_max > MAX_GSO_SEGMENTS)
@@ -809,11 +918,14 @@ static PyObject *py_send(PyObject *self, PyObject *args)
         }
     }
     if (n == 0) {
-        result = PyLong_FromLong(0);
+        result = send_result(0, 0, 0, 0);
         goto done;
     }
+    /* per packet: its header, tail, iovecs, running wire bytes; per message (at most one
+     * per packet): the mmsghdr, its control block, the packet count it ends at */
     size_t cmsg_space = CMSG_SPACE(sizeof(uint16_t));
-    size_t per = HEADER_SIZE + 8 + 3 * sizeof(struct iovec) + sizeof(struct mmsghdr) + cmsg_space;
+    size_t per = HEADER_SIZE + 8 + 3 * sizeof(struct iovec) + sizeof(int64_t) +
+                 sizeof(struct mmsghdr) + cmsg_space + sizeof(Py_ssize_t);
     mem = calloc((size_t)n, per);
     if (mem == NULL) {
         PyErr_NoMemory();
@@ -822,17 +934,20 @@ static PyObject *py_send(PyObject *self, PyObject *args)
     uint8_t *headers = (uint8_t *)mem;
     uint8_t *tails = headers + n * HEADER_SIZE;
     struct iovec *iov = (struct iovec *)(tails + n * 8);
-    struct mmsghdr *msgs = (struct mmsghdr *)(iov + 3 * n);
-    char *cbuf = (char *)(msgs + n);
+    int64_t *wire_through = (int64_t *)(iov + 3 * n); /* IP bytes of packets 0..j */
+    struct mmsghdr *msgs = (struct mmsghdr *)(wire_through + n);
+    Py_ssize_t *group_end = (Py_ssize_t *)(msgs + n);
+    char *cbuf = (char *)(group_end + n);
     struct sockaddr_in peer = {0};
     peer.sin_family = AF_INET;
     peer.sin_port = htons((uint16_t)peer_port);
-    peer.sin_addr.s_addr = htonl((uint32_t)peer_ip);
+    peer.sin_addr.s_addr = htonl(peer_ip);
     const uint8_t *region = b[0].view.buf;
-    long long wire = 0;
-    int err = 0;
+    int err = 0, gso_refused = 0;
+    Py_ssize_t done_msgs = 0;
     Py_BEGIN_ALLOW_THREADS
     uint32_t last_size = 0, state = 0;
+    int64_t wire = 0;
     Py_ssize_t groups = 0;
     for (Py_ssize_t i = 0; i < n;) {
         /* one message: packets i..j-1, all of one wire size but the last */
@@ -856,8 +971,7 @@ static PyObject *py_send(PyObject *self, PyObject *args)
             put_be32(h + 28, (uint32_t)imm[j]);
             if (size != last_size) {
                 last_size = size;
-                state = icrc_prefix((uint32_t)local_ip, (uint32_t)local_port, (uint32_t)peer_ip,
-                                    (uint32_t)peer_port, size);
+                state = icrc_prefix(local_ip, local_port, peer_ip, peer_port, size);
             }
             h[4] = 0xFF; /* the ICRC sees F|B|resv6 as all ones; the wire carries zeros */
             uint32_t c = crc_raw_table(state, h, HEADER_SIZE);
@@ -871,6 +985,7 @@ static PyObject *py_send(PyObject *self, PyObject *args)
             v[1].iov_base = (void *)(region + src[j]); v[1].iov_len = (size_t)len[j];
             v[2].iov_base = t; v[2].iov_len = pad + ICRC_SIZE;
             wire += size + IP_UDP;
+            wire_through[j] = wire;
             bytes += size;
             if (j == i)
                 seg = size;
@@ -894,10 +1009,11 @@ static PyObject *py_send(PyObject *self, PyObject *args)
             uint16_t s16 = (uint16_t)seg;
             memcpy(CMSG_DATA(c), &s16, sizeof s16);
         }
-        groups++;
+        group_end[groups++] = j;
         i = j;
     }
-    Py_ssize_t done_msgs = 0;
+    struct timespec first_refusal = {0};
+    int refused = 0;
     while (done_msgs < groups) {
         Py_ssize_t chunk = groups - done_msgs > SEND_CHUNK ? SEND_CHUNK : groups - done_msgs;
         int sent = sendmmsg(fd, msgs + done_msgs, (unsigned)chunk, 0);
@@ -905,21 +1021,40 @@ static PyObject *py_send(PyObject *self, PyObject *args)
             done_msgs += sent;
             continue;
         }
-        if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS || errno == EINTR)) {
-            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-            poll(&pfd, 1, RETRY_MS); /* the send queue is full: let it drain */
+        int e = sent < 0 ? errno : EIO;
+        if ((e == EIO || e == EINVAL) && msgs[done_msgs].msg_hdr.msg_controllen > 0) {
+            /* the kernel (or the device) refuses GSO on this socket, e.g. EINVAL without
+             * UDP checksums, EIO without checksum offload: the rest goes without it */
+            groups = ungroup(msgs, iov, group_end, done_msgs, n, &peer);
+            gso_refused = 1;
             continue;
         }
-        err = sent < 0 ? errno : EIO;
+        if (e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS || e == EINTR) {
+            if (!refused) {
+                refused = 1;
+                clock_gettime(CLOCK_MONOTONIC, &first_refusal);
+            }
+            double left = (double)wait_ms - elapsed_ms(&first_refusal);
+            if (left <= 0) {
+                err = e; /* the queue stayed full: the caller learns what left */
+                break;
+            }
+            int nap = left < RETRY_MS ? (int)left + 1 : RETRY_MS;
+            if (e == EAGAIN || e == EWOULDBLOCK) {
+                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+                poll(&pfd, 1, nap); /* the send queue is full: let it drain */
+            } else if (e == ENOBUFS) {
+                poll(NULL, 0, nap < NOBUFS_MS ? nap : NOBUFS_MS); /* poll would not wait */
+            }
+            continue;
+        }
+        err = e;
         break;
     }
     Py_END_ALLOW_THREADS
-    if (err) {
-        errno = err;
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
-    }
-    result = PyLong_FromLongLong(wire);
+    Py_ssize_t packets = done_msgs ? group_end[done_msgs - 1] : 0;
+    long long sent_bytes = packets ? (long long)wire_through[packets - 1] : 0;
+    result = send_result(packets, sent_bytes, err, gso_refused);
 done:
     free(mem);
     release(b, 7);
@@ -940,8 +1075,10 @@ static PyMethodDef methods[] = {
     {"check", (PyCFunction)(void (*)(void))py_check, METH_VARARGS | METH_KEYWORDS,
      "check(tables, *, lengths, sources, gso_sizes=None)\n--\n\n"
      "The receive pass over datagrams already in staging; returns (segments, listed)."},
-    {"send", py_send, METH_VARARGS,
-     "Build and send one batch of packets from a region (see backends/udp/native.py)."},
+    {"send", (PyCFunction)(void (*)(void))py_send, METH_VARARGS | METH_KEYWORDS,
+     "send(fd, region, *, peer, local, rkey, src_offsets, lengths, remote_offsets, imms,\n"
+     "     qpns, psns, gso_segments=1, max_wait_ms=SEND_WAIT_MS)\n--\n\n"
+     "Build and send one batch of packets from a region; returns a SendResult (what left)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -993,13 +1130,18 @@ PyMODINIT_FUNC PyInit__datapath(void)
     for (int i = 0; i < N_TABLES; i++)
         if (table_attrs[i] == NULL && (table_attrs[i] = PyUnicode_InternFromString(table_names[i])) == NULL)
             return NULL;
+    if (SendResult == NULL && (SendResult = PyStructSequence_NewType(&send_result_desc)) == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
+    Py_INCREF(SendResult);
     if (add(m, "COUNTERS", names_tuple(counter_names, N_COUNTERS)) < 0 ||
         add(m, "DISCARDS", names_tuple(discard_names, N_DISCARDS)) < 0 ||
         add(m, "LISTED", names_tuple(listed_names, N_LISTED)) < 0 ||
-        add(m, "TABLES", names_tuple(table_names, N_TABLES)) < 0) {
+        add(m, "TABLES", names_tuple(table_names, N_TABLES)) < 0 ||
+        add(m, "SEND_WAIT_MS", PyLong_FromLong(SEND_WAIT_MS)) < 0 ||
+        add(m, "SendResult", (PyObject *)SendResult) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -11,16 +11,19 @@ loops only: with GSO one ``sendmmsg`` message carries up to 64 equal-sized packe
 the kernel cuts into datagrams; with GRO one receive returns several datagrams of one
 flow back to back, and the receive pass splits them at the size the kernel reports.
 
-The receive pass's interface is named, not positional: it reads one
-:class:`ReceiveTables` (its attributes are the module's ``TABLES``) and writes counters
-whose names and order are the module's (``COUNTERS``, ``DISCARDS``, ``LISTED``).
-:func:`check_names` holds the module's names to the ones this package counts under, at
-import: a build whose order differs fails to import rather than miscounting.
+The module's interface is named, not positional: the receive pass reads one
+:class:`ReceiveTables` (its attributes are the module's ``TABLES``), writes counters whose
+names and order are the module's (``COUNTERS``, ``DISCARDS``, ``LISTED``), and the send
+pass returns a ``SendResult`` (packets and IP bytes that left, the errno that stopped it,
+whether the kernel refused GSO). :func:`check_names` holds the module's names to the ones
+this package counts under, at import: a build whose order differs fails to import
+rather than miscounting.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import socket
 import warnings
 from types import ModuleType
@@ -35,6 +38,7 @@ __all__ = [
     "DISCARDS",
     "LISTED",
     "NATIVE_ERROR",
+    "WOULD_BLOCK",
     "ReceiveTables",
     "active",
     "check_names",
@@ -52,6 +56,8 @@ DISCARDS = ("bad_source", "bad_length", "bad_icrc", "bad_rkey")
 LISTED = ("endpoint", "offset", "length", "va", "imm")
 """The rows of the receive pass's ``listed`` table: per segment that passed, its
 endpoint, staging offset of the payload, payload length, RETH address, immediate."""
+WOULD_BLOCK = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS, errno.EINTR})
+"""A send's ``error`` when the send queue stayed full for its wait bound: not a fault."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -141,7 +147,8 @@ def supports_gso(sock: socket.socket) -> bool:
 
 def checksums_off(sock: socket.socket) -> bool:
     """Whether the socket sends without UDP checksums (``SO_NO_CHECK``): the kernel
-    refuses GSO on such a socket (EINVAL), so the send pass must not ask for it."""
+    refuses GSO on such a socket (EINVAL); the send pass then sends one datagram per
+    message and reports ``gso_refused``."""
     try:
         return bool(sock.getsockopt(socket.SOL_SOCKET, SO_NO_CHECK))
     except OSError:
