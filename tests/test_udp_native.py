@@ -8,20 +8,34 @@
 - Send: the native send (with and without GSO) puts the same datagrams on the wire as
   the reference, byte for byte; GRO on the receiving side changes nothing but the reads.
 - Bounds: a packet outside its region is refused before anything is sent; malformed
-  arguments raise TypeError or ValueError.
+  arguments (positional tables, short or misshapen arrays, missing keywords) raise
+  TypeError or ValueError.
+- Names: the module exports the names and order of its counters, discards, listed
+  columns and table fields; a build whose names differ fails at import.
+- What left: a send returns the packets and IP bytes the kernel took; behind a full send
+  queue (a tbf qdisc in a private network namespace) it returns after its wait bound with
+  the first packets sent, and the QP's sent counters, pacer and PSNs cover exactly the
+  datagrams that arrived; a send failing part way (EMSGSIZE) counts what left, then
+  raises; GSO refused by the kernel (no UDP checksums: EINVAL) is sent again without.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
+import json
 import os
 import pathlib
+import shutil
 import socket
 import struct
 import subprocess
 import sys
 import time
+import types
 import zlib
-from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -281,7 +295,8 @@ def test_the_native_send_puts_the_reference_datagrams_on_the_wire(gso: bool, tai
 @needs_native
 def test_gso_is_not_asked_of_a_socket_without_udp_checksums() -> None:
     """SO_NO_CHECK (the soak turns UDP checksums off) makes the kernel refuse UDP_SEGMENT
-    with EINVAL: the send pass must then send one datagram per packet."""
+    with EINVAL: the send pass sends the group again one datagram per packet, the QP
+    counts it once and asks no GSO of the socket after that."""
     sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sink.bind(("127.0.0.1", 0))
     sink.settimeout(2)
@@ -294,9 +309,13 @@ def test_gso_is_not_asked_of_a_socket_without_udp_checksums() -> None:
         previous = placement.use_datapath("native")
         try:
             qp.post_writes(_batch(region, 20))
+            assert not t.gso and qp.stats["gso_refused"] == 1
+            qp.post_writes(_batch(region, 20))
         finally:
             placement.use_datapath(previous)
-        assert all(len(sink.recv(1 << 16)) == HEADER_SIZE + 1024 + ICRC_SIZE for _ in range(20))
+        assert all(len(sink.recv(1 << 16)) == HEADER_SIZE + 1024 + ICRC_SIZE for _ in range(40))
+        assert qp.stats["gso_refused"] == 1 and qp.stats["wire_packets_sent"] == 40
+        assert qp.stats["wire_packets_unsent"] == 0
     finally:
         t.close()
         sink.close()
@@ -361,24 +380,379 @@ def test_a_write_lands_the_same_through_every_path(gso: bool, gro: bool) -> None
 # --- argument checks ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def tables() -> Iterator[list[np.ndarray]]:
-    z, out = np.zeros(4, np.int64), [np.zeros(64 * 1821, np.int64) for _ in range(5)]
-    yield [z, z, z, z, z, *out, np.zeros(3, np.int64), np.zeros(16, np.int64)]
+def _module() -> ModuleType:
+    """The native module (the tests that call this are skipped where it is not built)."""
+    assert native.module is not None, native.NATIVE_ERROR
+    return native.module
+
+
+def _tables(**change: Any) -> native.ReceiveTables:
+    """Tables for four 64 KiB slots, room to list every segment GRO could make of them."""
+    fields: dict[str, Any] = dict(
+        staging=np.zeros(4 * 65536, np.uint8), slot_size=65536, local_ip=1, local_port=1,
+        verify=True, qpns=np.zeros(4, np.int64), order=np.zeros(4, np.int64),
+        rkeys=np.zeros(4, np.int64), owner=np.zeros(4, np.int64),
+        peer_sources=np.zeros(4, np.int64),
+        listed=np.zeros((len(native.LISTED), 4 * 1821), np.int64),
+        counters=np.zeros(len(native.COUNTERS), np.int64),
+        discards=np.zeros((4, len(native.DISCARDS)), np.int64),
+    )  # fmt: skip
+    fields.update(change)
+    return native.ReceiveTables(**fields)
 
 
 @needs_native
-def test_check_refuses_bad_arguments(tables: list[np.ndarray]) -> None:
-    check = native.module.check  # type: ignore[union-attr]
-    staging = np.zeros(4 * 65536, np.uint8)
+def test_check_refuses_bad_arguments() -> None:
+    check = _module().check
     one = np.zeros(1, np.int64)
+    assert check(_tables(), lengths=one, sources=one, gso_sizes=one) == (1, 0)  # a runt
+    with pytest.raises(TypeError, match="at most"):  # the tables are not positional columns
+        check(_tables(), one, one, one)
+    with pytest.raises(TypeError, match="'sources'"):
+        check(_tables(), lengths=one)
     with pytest.raises(TypeError, match="int64"):
-        check(staging, 65536, one.astype(np.int32), one, one, 1, 1, True, *tables)
+        check(_tables(), lengths=one.astype(np.int32), sources=one)
+    five = np.zeros(5, np.int64)
     with pytest.raises(ValueError, match="slots"):
-        check(staging, 65536, np.zeros(5, np.int64), np.zeros(5, np.int64),
-              np.zeros(5, np.int64), 1, 1, True, *tables)  # fmt: skip
-    short = [*tables[:5], np.zeros(3, np.int64), *tables[6:]]
-    with pytest.raises(ValueError, match="out_ep"):
-        check(staging, 65536, one, one, one, 1, 1, True, *short)
+        check(_tables(), lengths=five, sources=five, gso_sizes=five)
+    with pytest.raises(ValueError, match="listed"):  # too short for GRO's minimal segments
+        check(_tables(listed=np.zeros((5, 4), np.int64)), lengths=one, sources=one, gso_sizes=one)
+    with pytest.raises(ValueError, match="listed"):
+        check(_tables(listed=np.zeros((4, 8000), np.int64)), lengths=one, sources=one)
+    with pytest.raises(ValueError, match="discards"):  # a row per QP, a column per reason
+        check(_tables(discards=np.zeros((4, 3), np.int64)), lengths=one, sources=one)
+    with pytest.raises(ValueError, match="discards"):
+        check(_tables(discards=np.zeros((3, 4), np.int64)), lengths=one, sources=one)
+    with pytest.raises(TypeError, match="2-D"):
+        check(_tables(discards=np.zeros(16, np.int64)), lengths=one, sources=one)
+    with pytest.raises(ValueError, match="counters"):
+        check(_tables(counters=np.zeros(2, np.int64)), lengths=one, sources=one)
     with pytest.raises(TypeError, match="writable"):
-        check(bytes(65536), 65536, one, one, one, 1, 1, True, *tables)
+        check(_tables(staging=bytes(65536)), lengths=one, sources=one)
+    with pytest.raises(ValueError, match="local_port"):
+        check(_tables(local_port=1 << 16), lengths=one, sources=one)
+    full = _tables()
+    names = [f.name for f in dataclasses.fields(full) if f.name != "verify"]
+    partial = types.SimpleNamespace(**{name: getattr(full, name) for name in names})
+    with pytest.raises(TypeError, match="'verify'"):
+        check(partial, lengths=one, sources=one)
+    partial.verify = False  # any object with the fields will do
+    assert check(partial, lengths=one, sources=one) == (1, 0)
+
+
+@needs_native
+def test_receive_refuses_bad_arguments() -> None:
+    receive = _module().receive
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    try:
+        assert receive(sock.fileno(), _tables(), max_datagrams=4, gro=True) == (0, 0, 0)
+        assert receive(sock.fileno(), _tables()) == (0, 0, 0)  # as many as the staging holds
+        with pytest.raises(ValueError, match="max_datagrams"):
+            receive(sock.fileno(), _tables(), max_datagrams=0)
+        with pytest.raises(ValueError, match="slots"):
+            receive(sock.fileno(), _tables(), max_datagrams=5)
+        with pytest.raises(TypeError, match="positional"):
+            receive(sock.fileno(), _tables(), 4)
+    finally:
+        sock.close()
+
+
+# --- the names the module counts under --------------------------------------------------------
+
+
+@needs_native
+def test_the_module_names_its_counters_and_tables() -> None:
+    """The order of the counter arrays is the C module's: it exports the names, and the
+    Python side holds them to its own at import."""
+    m = _module()
+    assert m.COUNTERS == native.COUNTERS and m.DISCARDS == native.DISCARDS
+    assert m.LISTED == native.LISTED
+    assert tuple(f.name for f in dataclasses.fields(native.ReceiveTables)) == m.TABLES
+    native.check_names(m)
+    for name, value in [
+        ("COUNTERS", ("bad_opcode", "runt", "unknown_qpn")),  # two swapped
+        ("DISCARDS", (*native.DISCARDS, "bad_pkey")),  # one added
+        ("LISTED", native.LISTED[:-1]),
+        ("TABLES", None),  # missing
+    ]:
+        fake = types.SimpleNamespace(
+            COUNTERS=native.COUNTERS, DISCARDS=native.DISCARDS, LISTED=native.LISTED,
+            TABLES=m.TABLES,
+        )  # fmt: skip
+        setattr(fake, name, value)
+        with pytest.raises(ImportError, match=name):
+            native.check_names(fake)
+
+
+_MISMATCH = """
+import types
+import sdr.native
+real = sdr.native.load_extension
+def load(name, env):
+    module, why = real(name, env)
+    if name.endswith("_datapath"):
+        names = ("bad_source", "bad_icrc", "bad_length", "bad_rkey")  # two swapped
+        module = types.SimpleNamespace(**{**vars(module), "DISCARDS": names})
+    return module, why
+sdr.native.load_extension = load
+try:
+    import sdr.backends.udp.native
+except ImportError as exc:
+    print("ImportError:", exc)
+else:
+    print("imported")
+"""
+
+
+@needs_native
+def test_a_build_counting_in_another_order_fails_at_import() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _MISMATCH], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ImportError:") and "DISCARDS" in out.stdout, out.stdout
+
+
+# --- the send pass: what left is what is counted ---------------------------------------------
+
+_LOOPBACK = 0x7F000001
+
+
+def _send_columns(lengths: list[int]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """A region and the columns of packets of these payload lengths, back to back."""
+    n, size = len(lengths), sum(lengths)
+    region = (np.arange(size) % 251).astype(np.uint8)
+    length = np.asarray(lengths, np.int64)
+    offsets = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
+    return region, dict(
+        src_offsets=offsets, lengths=length, remote_offsets=offsets,
+        imms=np.arange(n, dtype=np.int64), qpns=np.full(n, 77, np.int64),
+        psns=np.arange(n, dtype=np.int64),
+    )  # fmt: skip
+
+
+def _wire(lengths: list[int]) -> int:
+    return sum(HEADER_SIZE + n + (-n & 3) + ICRC_SIZE + 28 for n in lengths)
+
+
+@needs_native
+@pytest.mark.parametrize("gso", [1, 8])
+def test_a_send_reports_what_left(gso: int) -> None:
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sink.bind(("127.0.0.1", 0))
+    sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    src = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    src.bind(("127.0.0.1", 0))
+    try:
+        lengths = [1000] * 19 + [333]
+        region, cols = _send_columns(lengths)
+        result = _module().send(
+            src.fileno(), region, peer=(_LOOPBACK, sink.getsockname()[1]),
+            local=(_LOOPBACK, src.getsockname()[1]), rkey=5, gso_segments=gso, **cols,
+        )  # fmt: skip
+        assert tuple(result) == (20, _wire(lengths), 0, 0)
+        assert (result.packets, result.wire_bytes, result.error, result.gso_refused) == (
+            20, _wire(lengths), 0, 0,
+        )  # fmt: skip
+        sink.settimeout(2)
+        assert [len(sink.recv(1 << 16)) + 28 for _ in range(20)] == [_wire([n]) for n in lengths]
+        send = _module().send
+        with pytest.raises(TypeError, match="'peer'"):
+            send(src.fileno(), region, local=(1, 1), rkey=5, **cols)
+        with pytest.raises(ValueError, match="peer"):
+            send(src.fileno(), region, peer=(1, 1 << 16), local=(1, 1), rkey=5, **cols)
+        with pytest.raises(ValueError, match="max_wait_ms"):
+            send(src.fileno(), region, peer=(1, 1), local=(1, 1), rkey=5, max_wait_ms=-1, **cols)
+        with pytest.raises(TypeError, match="positional"):
+            send(src.fileno(), region, (1, 1), (1, 1), 5, *cols.values())
+    finally:
+        sink.close()
+        src.close()
+
+
+@needs_native
+def test_gso_refused_by_the_kernel_is_turned_off_and_the_group_sent_again() -> None:
+    """Without UDP checksums (SO_NO_CHECK) the kernel answers EINVAL to UDP_SEGMENT (a
+    device without checksum offload answers EIO): the send pass sends the same packets
+    one datagram per message and says so, as quinn-udp does."""
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sink.bind(("127.0.0.1", 0))
+    sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    src = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    src.bind(("127.0.0.1", 0))
+    src.setsockopt(socket.SOL_SOCKET, native.SO_NO_CHECK, 1)
+    try:
+        lengths = [1000] * 20
+        region, cols = _send_columns(lengths)
+        result = _module().send(
+            src.fileno(), region, peer=(_LOOPBACK, sink.getsockname()[1]),
+            local=(_LOOPBACK, src.getsockname()[1]), rkey=5, gso_segments=8, **cols,
+        )  # fmt: skip
+        assert tuple(result) == (20, _wire(lengths), 0, 1)
+        sink.settimeout(2)
+        assert all(len(sink.recv(1 << 16)) == HEADER_SIZE + 1000 + ICRC_SIZE for _ in range(20))
+    finally:
+        sink.close()
+        src.close()
+
+
+def _in_private_netns(tmp_path: pathlib.Path, setup: str, script: str) -> Any:
+    """Run ``script`` (Python printing one JSON line) in a network namespace of its own,
+    after the shell commands ``setup`` there (root, or a user namespace: no privilege)."""
+    if sys.platform != "linux" or not all(shutil.which(t) for t in ("unshare", "ip", "tc")):
+        pytest.skip("needs Linux with unshare, ip and tc")
+    unshare = ["unshare", "--net"]
+    if os.geteuid() != 0:
+        unshare += ["--user", "--map-root-user"]
+    env = dict(os.environ)
+    preload = env.pop("LD_PRELOAD", "")  # an ASan runtime for Python only, not for ip or tc
+    path = tmp_path / "script.py"
+    path.write_text(script)
+    shell = f'ip link set lo up && {setup} || exit 77; exec env LD_PRELOAD="$1" "$2" "$3"'
+    out = subprocess.run(
+        [*unshare, "sh", "-c", shell, "sh", preload, sys.executable, str(path)],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    if out.returncode == 77 or (out.returncode and "unshare" in out.stderr):
+        pytest.skip(f"no private network namespace with {setup!r}: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# A socket with the smallest send buffer behind a queue that holds what it takes (a tbf
+# qdisc at 1 Mbit/s on loopback; without one, loopback frees a datagram's buffer space as
+# it is sent and a UDP send never waits), and a peer that does not read until the send is
+# over: the kernel takes a few packets, then refuses (EAGAIN) until the queue drains.
+_FULL_QUEUE = "tc qdisc add dev lo root tbf rate 1mbit burst 1600 limit 1000000"
+
+_BOUNDED = """
+import json, socket, sys, time
+import numpy as np
+sys.path.insert(0, {tests!r})
+from test_udp_native import _LOOPBACK, _module, _send_columns
+sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sink.bind(("127.0.0.1", 0))
+sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+src = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+src.bind(("127.0.0.1", 0))
+src.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1)
+src.setblocking(False)
+region, cols = _send_columns([1000] * 400)
+start = time.monotonic()
+result = _module().send(
+    src.fileno(), region, peer=(_LOOPBACK, sink.getsockname()[1]),
+    local=(_LOOPBACK, src.getsockname()[1]), rkey=5, gso_segments={gso}, max_wait_ms=50,
+    **cols)
+took = time.monotonic() - start
+sink.settimeout(1.0)
+sizes, psns = [], []
+try:
+    while True:
+        got = sink.recv(1 << 16)
+        sizes.append(len(got) + 28)
+        psns.append(int.from_bytes(got[9:12], "big"))
+except TimeoutError:
+    pass
+print(json.dumps(dict(result=list(result), took=took, sizes=sizes, psns=psns)))
+"""
+
+
+@needs_native
+@pytest.mark.parametrize("gso", [1, 8])
+def test_a_full_send_queue_returns_in_bounded_time_with_what_left(
+    tmp_path: pathlib.Path, gso: int
+) -> None:
+    """The send used to wait in poll until the kernel took every packet (forever if the
+    queue never drained); now it waits at most max_wait_ms in all and says what left."""
+    got = _in_private_netns(
+        tmp_path, _FULL_QUEUE, _BOUNDED.format(tests=str(ROOT / "tests"), gso=gso)
+    )
+    packets, wire, error, refused = got["result"]
+    assert 0 < packets < 400 and error == errno.EAGAIN and not refused
+    assert got["took"] < 1.0  # 50 ms of waits, and the packets' headers and ICRCs
+    # the kernel took exactly the packets counted, the first ones, and their bytes
+    assert got["psns"] == list(range(packets))
+    assert sum(got["sizes"]) == wire == _wire([1000] * packets)
+
+
+_THROUGH_QP = """
+import json, socket, sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+from test_udp_native import ATTR, _batch, _connect_to
+import sdr
+from sdr import placement
+from sdr.backends.udp import UdpTransport
+placement.use_datapath("native")
+sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sink.bind(("127.0.0.1", 0))
+sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+t = UdpTransport(port=0, seed=3, gso={gso}, socket_buffer=1)
+qp = t.create_qp(ATTR)
+_connect_to(qp, sink.getsockname()[1])
+paced = []
+qp.pacer.consume = lambda now, bits: paced.append(bits)
+region = t.register(np.ones(1 << 16, np.uint8))
+error = None
+try:
+    qp.post_writes(_batch(region, {count}, length={length}, tail={tail}))
+except sdr.TransportError as exc:
+    error = str(exc)
+sink.settimeout(1.0)
+sizes, psns = [], []
+try:
+    while True:
+        got = sink.recv(1 << 16)
+        sizes.append(len(got) + 28)
+        psns.append(int.from_bytes(got[9:12], "big"))
+except TimeoutError:
+    pass
+print(json.dumps(dict(stats=qp.stats, paced=paced, next_psn=qp._psn[0][0], sizes=sizes,
+                      psns=psns, error=error)))
+"""
+
+
+@needs_native
+@pytest.mark.parametrize("gso", [False, True])
+def test_a_partial_send_counts_exactly_what_the_kernel_took(
+    tmp_path: pathlib.Path, gso: bool
+) -> None:
+    """Through the QP: the send queue stays full part way through a batch. The sent
+    counters, the pacer's tokens and the PSNs cover exactly the datagrams that arrived;
+    the rest is counted unsent (the core counts it departed: to it, a loss)."""
+    script = _THROUGH_QP.format(tests=str(ROOT / "tests"), gso=gso, count=250, length=256, tail=0)
+    got = _in_private_netns(tmp_path, _FULL_QUEUE, script)
+    stats, sizes = got["stats"], got["sizes"]
+    arrived = len(sizes)
+    assert got["error"] is None and 0 < arrived < 250
+    assert stats["wire_packets_sent"] == arrived
+    assert stats["wire_bytes_sent"] == sum(sizes) == _wire([256] * arrived)
+    assert stats["wire_packets_unsent"] == 250 - arrived
+    assert got["paced"] == [8 * sum(sizes)]
+    assert got["psns"] == list(range(arrived)) and got["next_psn"] == arrived
+
+
+@needs_native
+@pytest.mark.parametrize("gso", [False, True])
+def test_a_send_that_fails_part_way_counts_what_left_then_raises(
+    tmp_path: pathlib.Path, gso: bool
+) -> None:
+    """A link MTU of 1500 with DF: the batch's 19 1 KiB packets leave (with GSO in one
+    message), then its last, 2 KiB, fails alone (EMSGSIZE). Before, nothing was counted
+    at all (the error was raised first) while 19 datagrams had left, and the PSNs of all
+    20 were spent."""
+    script = _THROUGH_QP.format(
+        tests=str(ROOT / "tests"), gso=gso, count=20, length=1000, tail=2000
+    )
+    setup = "ip link set lo mtu 1500"
+    script = script.replace("socket_buffer=1", "socket_buffer=1 << 20")
+    got = _in_private_netns(tmp_path, setup, script)
+    stats, sizes = got["stats"], got["sizes"]
+    assert "Message too long" in str(got["error"]), got["error"]
+    assert len(sizes) == 19
+    assert stats["wire_packets_sent"] == 19 and stats["wire_packets_unsent"] == 1
+    assert stats["wire_bytes_sent"] == sum(sizes) == _wire([1000] * 19)
+    assert stats["gso_refused"] == 0
+    assert got["paced"] == [8 * sum(sizes)]
+    assert got["psns"] == list(range(19)) and got["next_psn"] == 19

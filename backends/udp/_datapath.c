@@ -5,25 +5,32 @@
  *   crc32(data, value=0) -> int
  *       zlib's CRC-32 (same values): PCLMULQDQ folding where the CPU has it, else
  *       slicing-by-8 tables. implementation() says which.
- *   receive(fd, staging, slot_size, max_datagrams, gro, local_ip, local_port, verify,
- *           qpns, order, rkeys, owner, peer_sources,
- *           out_ep, out_offset, out_len, out_va, out_imm, counters, discards)
- *       -> (datagrams, segments, survivors)
- *       One recvmmsg into the staging slots (with UDP_GRO a datagram holds several
- *       segments, split at the gso_size the kernel reports), then per segment, in the
- *       reference's order: runt, bad_opcode, unknown_qpn (transport ``counters``[0..2]),
- *       bad_source, bad_length, bad_icrc, bad_rkey (``discards``[owner, 0..3]). The
- *       segments that pass are listed in the out_* columns for the key table's
- *       placement step (sdr.placement.place_batch); nothing is written anywhere else.
- *   send(fd, peer_ip, peer_port, local_ip, local_port, region, src_offsets, lengths,
- *        remote_offsets, imms, qpns, psns, rkey, gso_segments) -> IP bytes sent
+ *   receive(fd, tables, *, max_datagrams=-1, gro=False) -> (datagrams, segments, listed)
+ *       One recvmmsg into the staging slots of ``tables`` (with UDP_GRO a datagram holds
+ *       several segments, split at the gso_size the kernel reports), then per segment, in
+ *       the reference's order: runt, bad_opcode, unknown_qpn (``tables.counters``, named
+ *       by COUNTERS), bad_source, bad_length, bad_icrc, bad_rkey (``tables.discards``, one
+ *       row per QP, columns named by DISCARDS). The segments that pass are listed in
+ *       ``tables.listed`` (one row per name in LISTED) for the key table's placement step
+ *       (sdr.placement.place_batch); nothing is written anywhere else.
+ *   check(tables, *, lengths, sources, gso_sizes=None) -> (segments, listed)
+ *       The same pass over datagrams already in the staging slots (no socket).
+ *   send(fd, region, *, peer, local, rkey, src_offsets, lengths, remote_offsets, imms,
+ *        qpns, psns, gso_segments=1, max_wait_ms=SEND_WAIT_MS) -> SendResult
  *       Builds BTH/RETH/ImmDt headers and the ICRC of every packet straight from the
  *       registered region and sends them with sendmmsg, several equal-sized packets per
  *       message with UDP_SEGMENT (GSO) when gso_segments > 1. Every offset and length is
- *       checked against the region before anything is sent.
+ *       checked against the region before anything is sent. A full send queue is waited
+ *       for at most ``max_wait_ms`` in all; then, or on an error, it returns what left
+ *       (SendResult: packets, wire_bytes, error, gso_refused) instead of raising.
  *
- * Columns are 1-D C-contiguous int64 buffers (the Python side converts). The GIL is
- * released around the system calls and the per-packet loops.
+ * ``tables`` is one object (backends/udp/native.py ReceiveTables) whose attributes, named
+ * by TABLES, are read once per call: the staging ring and its slot size, the local
+ * address, the ICRC switch, the QPN table, and the arrays the pass writes. The names of
+ * the counters, discards and listed columns are this module's (COUNTERS, DISCARDS,
+ * LISTED): the Python side checks them at import, so an order changed here fails there
+ * instead of miscounting. Arrays are C-contiguous int64 (the Python side converts). The
+ * GIL is released around the system calls and the per-packet loops.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -38,6 +45,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -64,12 +72,48 @@ enum {
     MAX_UDP_PAYLOAD = 65507, /* IPv4: 65535 - 20 - 8 */
     MAX_GSO_SEGMENTS = 64,
     SEND_CHUNK = 1024,       /* messages per sendmmsg (UIO_MAXIOV) */
+    /* A send waits for a full send queue (EAGAIN: in poll for POLLOUT, at most RETRY_MS
+     * at a time; ENOBUFS, a full device queue that poll does not report: NOBUFS_MS naps)
+     * for at most SEND_WAIT_MS in all, counted from its first refusal; then it returns
+     * what left, and the caller counts the rest as not sent (the reliability layer
+     * repairs it like any loss). 100 ms, ten polls: a sender paced below its link never
+     * fills its queue, and one whose queue stays full that long outruns its link by more
+     * than the queue holds; waiting longer would stall the driver loop's receives and
+     * timers with it (one thread runs both). */
     RETRY_MS = 10,
+    NOBUFS_MS = 1,
+    SEND_WAIT_MS = 100,
 };
-/* transport counters and per-QP discards, in the order of backends/udp/native.py */
-enum { C_RUNT, C_BAD_OPCODE, C_UNKNOWN_QPN, N_COUNTERS };
-enum { D_BAD_SOURCE, D_BAD_LENGTH, D_BAD_ICRC, D_BAD_RKEY, N_DISCARDS };
 
+/* What the receive pass counts and lists, in the order of its arrays. The names are
+ * exported (COUNTERS, DISCARDS, LISTED) and checked by backends/udp/native.py at import. */
+enum { C_RUNT, C_BAD_OPCODE, C_UNKNOWN_QPN, N_COUNTERS };
+static const char *const counter_names[N_COUNTERS] = {
+    [C_RUNT] = "runt", [C_BAD_OPCODE] = "bad_opcode", [C_UNKNOWN_QPN] = "unknown_qpn",
+};
+enum { D_BAD_SOURCE, D_BAD_LENGTH, D_BAD_ICRC, D_BAD_RKEY, N_DISCARDS };
+static const char *const discard_names[N_DISCARDS] = {
+    [D_BAD_SOURCE] = "bad_source", [D_BAD_LENGTH] = "bad_length",
+    [D_BAD_ICRC] = "bad_icrc", [D_BAD_RKEY] = "bad_rkey",
+};
+enum { L_ENDPOINT, L_OFFSET, L_LENGTH, L_VA, L_IMM, N_LISTED };
+static const char *const listed_names[N_LISTED] = {
+    [L_ENDPOINT] = "endpoint", [L_OFFSET] = "offset", [L_LENGTH] = "length",
+    [L_VA] = "va", [L_IMM] = "imm",
+};
+/* The attributes of the receive pass's ``tables`` object (exported as TABLES). */
+enum {
+    T_STAGING, T_SLOT_SIZE, T_LOCAL_IP, T_LOCAL_PORT, T_VERIFY, T_QPNS, T_ORDER, T_RKEYS,
+    T_OWNER, T_PEER_SOURCES, T_LISTED, T_COUNTERS, T_DISCARDS, N_TABLES
+};
+static const char *const table_names[N_TABLES] = {
+    [T_STAGING] = "staging", [T_SLOT_SIZE] = "slot_size", [T_LOCAL_IP] = "local_ip",
+    [T_LOCAL_PORT] = "local_port", [T_VERIFY] = "verify", [T_QPNS] = "qpns",
+    [T_ORDER] = "order", [T_RKEYS] = "rkeys", [T_OWNER] = "owner",
+    [T_PEER_SOURCES] = "peer_sources", [T_LISTED] = "listed", [T_COUNTERS] = "counters",
+    [T_DISCARDS] = "discards",
+};
+static PyObject *table_attrs[N_TABLES]; /* the names, interned at import */
 /* ------------------------------------------------------------------------------------ */
 /* CRC-32 (reflected polynomial 0xEDB88320), "raw": no pre/post inversion. zlib's
  * crc32(data, v) is ~raw(~v, data).                                                    */
@@ -282,8 +326,8 @@ static void release(Buf *b, int n)
         }
 }
 
-/* ``obj`` as a 1-D C-contiguous int64 column of at least ``min_len`` values. */
-static int get_i64(PyObject *obj, const char *name, Buf *b, int writable, Py_ssize_t min_len)
+/* ``obj`` as a C-contiguous int64 array of ``ndim`` dimensions. */
+static int get_i64_nd(PyObject *obj, const char *name, Buf *b, int writable, int ndim)
 {
     int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, &b->view, flags) < 0) {
@@ -296,14 +340,42 @@ static int get_i64(PyObject *obj, const char *name, Buf *b, int writable, Py_ssi
     const char *f = b->view.format ? b->view.format : "B";
     if (*f == '@' || *f == '=' || *f == '<')
         f++;
-    if (b->view.ndim != 1 || b->view.itemsize != 8 || !(f[0] == 'q' || f[0] == 'l') || f[1]) {
-        PyErr_Format(PyExc_TypeError, "%s must be a 1-D int64 array, got format %s", name,
-                     b->view.format ? b->view.format : "B");
+    if (b->view.ndim != ndim || b->view.itemsize != 8 || !(f[0] == 'q' || f[0] == 'l') || f[1]) {
+        PyErr_Format(PyExc_TypeError, "%s must be a %d-D int64 array, got %d-D format %s",
+                     name, ndim, b->view.ndim, b->view.format ? b->view.format : "B");
         return -1;
     }
+    return 0;
+}
+
+/* ``obj`` as a 1-D C-contiguous int64 column of at least ``min_len`` values. */
+static int get_i64(PyObject *obj, const char *name, Buf *b, int writable, Py_ssize_t min_len)
+{
+    if (get_i64_nd(obj, name, b, writable, 1) < 0)
+        return -1;
     if (b->view.shape[0] < min_len) {
         PyErr_Format(PyExc_ValueError, "%s has %zd values, needs at least %zd", name,
                      b->view.shape[0], min_len);
+        return -1;
+    }
+    return 0;
+}
+
+/* ``obj`` as a writable 2-D C-contiguous int64 table: ``rows`` rows of at least
+ * ``min_cols`` values when ``rows`` > 0, else at least ``min_rows`` rows of ``cols``. */
+static int get_i64_table(PyObject *obj, const char *name, Buf *b, Py_ssize_t rows,
+                         Py_ssize_t min_cols, Py_ssize_t min_rows, Py_ssize_t cols)
+{
+    if (get_i64_nd(obj, name, b, 1, 2) < 0)
+        return -1;
+    Py_ssize_t r = b->view.shape[0], c = b->view.shape[1];
+    if (rows > 0 ? r != rows || c < min_cols : r < min_rows || c != cols) {
+        if (rows > 0)
+            PyErr_Format(PyExc_ValueError, "%s is %zd x %zd, needs %zd x at least %zd", name,
+                         r, c, rows, min_cols);
+        else
+            PyErr_Format(PyExc_ValueError, "%s is %zd x %zd, needs at least %zd x %zd", name,
+                         r, c, min_rows, cols);
         return -1;
     }
     return 0;
@@ -325,6 +397,43 @@ static int get_bytes(PyObject *obj, const char *name, Buf *b, int writable)
 #define I64(b) ((int64_t *)(b).view.buf)
 #define LEN(b) ((b).view.shape ? (b).view.shape[0] : (b).view.len / 8)
 
+/* An unsigned integer argument no larger than ``max`` (addresses, ports, keys). */
+static int get_uint(PyObject *obj, const char *name, unsigned long max, unsigned long *out)
+{
+    unsigned long v = PyLong_Check(obj) ? PyLong_AsUnsignedLong(obj) : (unsigned long)-1;
+    if ((v == (unsigned long)-1 && PyErr_Occurred()) || !PyLong_Check(obj) || v > max) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s must be an integer in 0..%lu", name, max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A required keyword-only argument (PyArg_ParseTupleAndKeywords makes them optional). */
+static int required(PyObject *obj, const char *func, const char *name)
+{
+    if (obj != NULL)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s() missing required keyword argument '%s'", func, name);
+    return -1;
+}
+
+/* ``obj`` as an (ip, port) pair of an IPv4 address in host order and a port. */
+static int get_address(PyObject *obj, const char *name, uint32_t *ip, uint32_t *port)
+{
+    unsigned long a, p;
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 2) {
+        PyErr_Format(PyExc_TypeError, "%s must be an (ip, port) tuple of integers", name);
+        return -1;
+    }
+    if (get_uint(PyTuple_GET_ITEM(obj, 0), name, 0xFFFFFFFFul, &a) < 0 ||
+        get_uint(PyTuple_GET_ITEM(obj, 1), name, 0xFFFFul, &p) < 0)
+        return -1;
+    *ip = (uint32_t)a;
+    *port = (uint32_t)p;
+    return 0;
+}
 /* ------------------------------------------------------------------------------------ */
 /* crc32(data, value=0)                                                                 */
 
@@ -361,10 +470,11 @@ static PyObject *py_implementation(PyObject *self, PyObject *args)
 
 typedef struct {
     const uint8_t *staging;
+    Py_ssize_t slot_size;
     const int64_t *qpns, *order, *rkeys, *owner, *peer_sources;
     Py_ssize_t n_qpns, n_eps, n_owners;
-    int64_t *out_ep, *out_offset, *out_len, *out_va, *out_imm;
-    Py_ssize_t out_cap;
+    int64_t *listed[N_LISTED];
+    Py_ssize_t listed_cap;
     int64_t *counters, *discards;
     uint32_t local_ip, local_port;
     int verify;
@@ -440,11 +550,11 @@ static int recv_segment(RecvPass *r, Py_ssize_t *k, Py_ssize_t off, uint32_t len
         return 0;
     }
     Py_ssize_t i = (*k)++;
-    r->out_ep[i] = ep;
-    r->out_offset[i] = off + HEADER_SIZE;
-    r->out_len[i] = dlen;
-    r->out_va[i] = (int64_t)be64(p + 12); /* > 2^63 wraps negative: out of range */
-    r->out_imm[i] = be32(p + 28);
+    r->listed[L_ENDPOINT][i] = ep;
+    r->listed[L_OFFSET][i] = off + HEADER_SIZE;
+    r->listed[L_LENGTH][i] = dlen;
+    r->listed[L_VA][i] = (int64_t)be64(p + 12); /* > 2^63 wraps negative: out of range */
+    r->listed[L_IMM][i] = be32(p + 28);
     return 1;
 }
 
@@ -464,81 +574,117 @@ static void check_datagram(RecvPass *r, Py_ssize_t *k, Py_ssize_t *segments, Py_
     for (uint32_t at = 0; at < total; at += gso) {
         uint32_t len = total - at < gso ? total - at : gso;
         (*segments)++;
-        if (*k < r->out_cap)
+        if (*k < r->listed_cap)
             recv_segment(r, k, slot_off + at, len, source);
         else
-            r->counters[C_RUNT]++; /* cannot happen: out_cap covers minimal segments */
+            r->counters[C_RUNT]++; /* cannot happen: listed_cap covers minimal segments */
     }
 }
 
-/* The arguments both entry points share: staging, the QPN table, the outputs. */
-static int setup_pass(RecvPass *r, Buf *b, PyObject *staging, Py_ssize_t slot_size,
-                      Py_ssize_t slots, int gro, unsigned long local_ip, unsigned long local_port,
-                      int verify, PyObject **tail)
+/* The buffers of one pass, in ``Buf b[]``. */
+enum {
+    B_STAGING, B_QPNS, B_ORDER, B_RKEYS, B_OWNER, B_PEER_SOURCES, B_LISTED, B_COUNTERS,
+    B_DISCARDS, N_PASS_BUFS,
+    B_LENGTHS = N_PASS_BUFS, B_SOURCES, B_GSO, N_CHECK_BUFS
+};
+
+/* The pass over ``*slots`` staging slots (-1: as many as the staging holds, at most
+ * ``limit``) from ``tables``, every attribute named by TABLES: each array is checked
+ * against the most the pass can write before anything is written. */
+static int setup_pass(RecvPass *r, Buf *b, PyObject *tables, Py_ssize_t *slots,
+                      Py_ssize_t limit, int gro)
 {
-    static const char *names[] = {"qpns", "order", "rkeys", "owner", "peer_sources", "out_ep",
-                                  "out_offset", "out_len", "out_va", "out_imm", "counters",
-                                  "discards"};
-    if (get_bytes(staging, "staging", &b[0], 1) < 0)
-        return -1;
-    if (slot_size < MIN_PACKET || slot_size > (1 << 20) || slots < 0 ||
-        slots > b[0].view.len / slot_size) {
+    PyObject *o[N_TABLES] = {NULL};
+    unsigned long local_ip, local_port;
+    int rc = -1;
+    for (int i = 0; i < N_TABLES; i++) {
+        o[i] = PyObject_GetAttr(tables, table_attrs[i]);
+        if (o[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "tables (%.80s) has no attribute '%s' (TABLES)",
+                         Py_TYPE(tables)->tp_name, table_names[i]);
+            goto out;
+        }
+    }
+    Py_ssize_t slot_size = PyLong_Check(o[T_SLOT_SIZE]) ? PyLong_AsSsize_t(o[T_SLOT_SIZE]) : -1;
+    if (slot_size == -1 && PyErr_Occurred())
+        goto out;
+    if (get_uint(o[T_LOCAL_IP], "local_ip", 0xFFFFFFFFul, &local_ip) < 0 ||
+        get_uint(o[T_LOCAL_PORT], "local_port", 0xFFFFul, &local_port) < 0)
+        goto out;
+    int verify = PyObject_IsTrue(o[T_VERIFY]);
+    if (verify < 0 || get_bytes(o[T_STAGING], "staging", &b[B_STAGING], 1) < 0)
+        goto out;
+    int sized = slot_size >= MIN_PACKET && slot_size <= (1 << 20);
+    Py_ssize_t held = sized ? b[B_STAGING].view.len / slot_size : 0;
+    if (*slots < 0)
+        *slots = held < limit ? held : limit;
+    if (!sized || *slots > held) {
         PyErr_Format(PyExc_ValueError,
                      "staging of %zd bytes does not hold %zd slots of %zd bytes (%d..%d)",
-                     b[0].view.len, slots, slot_size, MIN_PACKET, 1 << 20);
-        return -1;
+                     b[B_STAGING].view.len, *slots, slot_size, MIN_PACKET, 1 << 20);
+        goto out;
     }
-    if (get_i64(tail[0], names[0], &b[1], 0, 0) < 0 ||
-        get_i64(tail[1], names[1], &b[2], 0, LEN(b[1])) < 0 ||
-        get_i64(tail[2], names[2], &b[3], 0, 0) < 0 ||
-        get_i64(tail[3], names[3], &b[4], 0, LEN(b[3])) < 0 ||
-        get_i64(tail[4], names[4], &b[5], 0, 0) < 0)
-        return -1;
+    if (get_i64(o[T_QPNS], "qpns", &b[B_QPNS], 0, 0) < 0 ||
+        get_i64(o[T_ORDER], "order", &b[B_ORDER], 0, LEN(b[B_QPNS])) < 0 ||
+        get_i64(o[T_RKEYS], "rkeys", &b[B_RKEYS], 0, 0) < 0 ||
+        get_i64(o[T_OWNER], "owner", &b[B_OWNER], 0, LEN(b[B_RKEYS])) < 0 ||
+        get_i64(o[T_PEER_SOURCES], "peer_sources", &b[B_PEER_SOURCES], 0, 0) < 0)
+        goto out;
     /* the most segments one call can list: every slot split into minimal segments */
-    Py_ssize_t cap = slots * (gro ? slot_size / MIN_PACKET + 1 : 1);
-    for (int i = 5; i < 10; i++)
-        if (get_i64(tail[i], names[i], &b[i + 1], 1, cap) < 0)
-            return -1;
-    if (get_i64(tail[10], names[10], &b[11], 1, N_COUNTERS) < 0 ||
-        get_i64(tail[11], names[11], &b[12], 1, LEN(b[5]) * N_DISCARDS) < 0)
-        return -1;
+    Py_ssize_t cap = *slots * (gro ? slot_size / MIN_PACKET + 1 : 1);
+    Py_ssize_t n_owners = LEN(b[B_PEER_SOURCES]);
+    if (get_i64_table(o[T_LISTED], "listed", &b[B_LISTED], N_LISTED, cap, 0, 0) < 0 ||
+        get_i64(o[T_COUNTERS], "counters", &b[B_COUNTERS], 1, N_COUNTERS) < 0 ||
+        get_i64_table(o[T_DISCARDS], "discards", &b[B_DISCARDS], 0, 0, n_owners, N_DISCARDS) < 0)
+        goto out;
     *r = (RecvPass){
-        .staging = b[0].view.buf,
-        .qpns = I64(b[1]), .order = I64(b[2]), .rkeys = I64(b[3]), .owner = I64(b[4]),
-        .peer_sources = I64(b[5]),
-        .n_qpns = LEN(b[1]), .n_eps = LEN(b[3]), .n_owners = LEN(b[5]),
-        .out_ep = I64(b[6]), .out_offset = I64(b[7]), .out_len = I64(b[8]),
-        .out_va = I64(b[9]), .out_imm = I64(b[10]), .out_cap = cap,
-        .counters = I64(b[11]), .discards = I64(b[12]),
+        .staging = b[B_STAGING].view.buf, .slot_size = slot_size,
+        .qpns = I64(b[B_QPNS]), .order = I64(b[B_ORDER]), .rkeys = I64(b[B_RKEYS]),
+        .owner = I64(b[B_OWNER]), .peer_sources = I64(b[B_PEER_SOURCES]),
+        .n_qpns = LEN(b[B_QPNS]), .n_eps = LEN(b[B_RKEYS]), .n_owners = n_owners,
+        .listed_cap = cap,
+        .counters = I64(b[B_COUNTERS]), .discards = I64(b[B_DISCARDS]),
         .local_ip = (uint32_t)local_ip, .local_port = (uint32_t)local_port, .verify = verify,
         .last_source = -2,
     };
-    return 0;
+    Py_ssize_t stride = b[B_LISTED].view.shape[1];
+    for (int i = 0; i < N_LISTED; i++)
+        r->listed[i] = I64(b[B_LISTED]) + i * stride;
+    rc = 0;
+out:
+    for (int i = 0; i < N_TABLES; i++)
+        Py_XDECREF(o[i]); /* a held buffer keeps its own reference */
+    return rc;
 }
 
-static PyObject *py_receive(PyObject *self, PyObject *args)
+static PyObject *py_receive(PyObject *self, PyObject *args, PyObject *kwargs)
 {
+    static char *kwlist[] = {"fd", "tables", "max_datagrams", "gro", NULL};
     (void)self;
-    int fd, gro, verify;
-    Py_ssize_t slot_size, max_dg;
-    unsigned long local_ip, local_port;
-    PyObject *staging, *t[12];
-    if (!PyArg_ParseTuple(args, "iOnnpkkpOOOOOOOOOOOO:receive", &fd, &staging, &slot_size,
-                          &max_dg, &gro, &local_ip, &local_port, &verify, &t[0], &t[1], &t[2],
-                          &t[3], &t[4], &t[5], &t[6], &t[7], &t[8], &t[9], &t[10], &t[11]))
+    int fd, gro = 0;
+    Py_ssize_t max_dg = -1;
+    PyObject *tables;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO|$np:receive", kwlist, &fd, &tables,
+                                     &max_dg, &gro))
         return NULL;
-    Buf b[13] = {{{0}}};
+    if (max_dg == 0 || max_dg < -1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "receive: max_datagrams must be >= 1 (or -1: what the staging holds)");
+        return NULL;
+    }
+    if (max_dg > MAX_DATAGRAMS)
+        max_dg = MAX_DATAGRAMS;
+    Buf b[N_PASS_BUFS] = {{{0}}};
     PyObject *result = NULL;
     struct mmsghdr *msgs = NULL;
     RecvPass r;
-    if (max_dg > MAX_DATAGRAMS)
-        max_dg = MAX_DATAGRAMS;
-    if (max_dg < 1) {
-        PyErr_SetString(PyExc_ValueError, "receive: max_datagrams must be >= 1");
-        return NULL;
-    }
-    if (setup_pass(&r, b, staging, slot_size, max_dg, gro, local_ip, local_port, verify, t) < 0)
+    if (setup_pass(&r, b, tables, &max_dg, MAX_DATAGRAMS, gro) < 0)
         goto done;
+    if (max_dg < 1) {
+        PyErr_SetString(PyExc_ValueError, "receive: the staging holds no slot");
+        goto done;
+    }
+    Py_ssize_t slot_size = r.slot_size;
     size_t cmsg_space = CMSG_SPACE(sizeof(int));
     size_t each = sizeof(struct mmsghdr) + sizeof(struct iovec) + sizeof(struct sockaddr_in) + cmsg_space;
     msgs = calloc((size_t)max_dg, each);
@@ -549,7 +695,7 @@ static PyObject *py_receive(PyObject *self, PyObject *args)
     struct iovec *iov = (struct iovec *)(msgs + max_dg);
     struct sockaddr_in *names = (struct sockaddr_in *)(iov + max_dg);
     char *cbuf = (char *)(names + max_dg);
-    uint8_t *slots = b[0].view.buf;
+    uint8_t *slots = b[B_STAGING].view.buf;
     for (Py_ssize_t i = 0; i < max_dg; i++) {
         iov[i].iov_base = slots + i * slot_size;
         iov[i].iov_len = (size_t)slot_size;
@@ -601,40 +747,42 @@ static PyObject *py_receive(PyObject *self, PyObject *args)
     result = Py_BuildValue("(inn)", got, segments, k);
 done:
     free(msgs);
-    release(b, 13);
+    release(b, N_PASS_BUFS);
     return result;
 }
 
-/* check(staging, slot_size, lengths, sources, gso_sizes, local_ip, local_port, verify,
- *       tables..., outputs...) -> (segments, listed): the receive pass over datagrams
- * already in the staging slots (tests and fuzzing feed it without a socket; a length
- * of -1 marks a truncated datagram, a gso size of 0 a datagram of one packet). */
-static PyObject *py_check(PyObject *self, PyObject *args)
+/* check(tables, *, lengths, sources, gso_sizes=None) -> (segments, listed): the receive
+ * pass over datagrams already in the staging slots (tests and fuzzing feed it without a
+ * socket; a length of -1 marks a truncated datagram, a gso size of 0 a datagram of one
+ * packet; None: every datagram is one packet). */
+static PyObject *py_check(PyObject *self, PyObject *args, PyObject *kwargs)
 {
+    static char *kwlist[] = {"tables", "lengths", "sources", "gso_sizes", NULL};
     (void)self;
-    int verify;
-    Py_ssize_t slot_size;
-    unsigned long local_ip, local_port;
-    PyObject *staging, *o_lengths, *o_sources, *o_gso, *t[12];
-    if (!PyArg_ParseTuple(args, "OnOOOkkpOOOOOOOOOOOO:check", &staging, &slot_size, &o_lengths,
-                          &o_sources, &o_gso, &local_ip, &local_port, &verify, &t[0], &t[1],
-                          &t[2], &t[3], &t[4], &t[5], &t[6], &t[7], &t[8], &t[9], &t[10], &t[11]))
+    PyObject *tables, *o_lengths = NULL, *o_sources = NULL, *o_gso = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOO:check", kwlist, &tables,
+                                     &o_lengths, &o_sources, &o_gso))
         return NULL;
-    Buf b[16] = {{{0}}};
+    if (required(o_lengths, "check", "lengths") < 0 || required(o_sources, "check", "sources") < 0)
+        return NULL;
+    Buf b[N_CHECK_BUFS] = {{{0}}};
     PyObject *result = NULL;
     RecvPass r;
-    if (get_i64(o_lengths, "lengths", &b[13], 0, 0) < 0)
+    int gro = o_gso != Py_None;
+    if (get_i64(o_lengths, "lengths", &b[B_LENGTHS], 0, 0) < 0)
         goto done;
-    Py_ssize_t n = LEN(b[13]);
-    if (get_i64(o_sources, "sources", &b[14], 0, n) < 0 || get_i64(o_gso, "gso_sizes", &b[15], 0, n) < 0)
+    Py_ssize_t n = LEN(b[B_LENGTHS]);
+    if (get_i64(o_sources, "sources", &b[B_SOURCES], 0, n) < 0 ||
+        (gro && get_i64(o_gso, "gso_sizes", &b[B_GSO], 0, n) < 0))
         goto done;
-    if (setup_pass(&r, b, staging, slot_size, n, 1, local_ip, local_port, verify, t) < 0)
+    if (setup_pass(&r, b, tables, &n, PY_SSIZE_T_MAX, gro) < 0)
         goto done;
-    const int64_t *lengths = I64(b[13]), *sources = I64(b[14]), *gso = I64(b[15]);
-    Py_ssize_t segments = 0, k = 0;
+    const int64_t *lengths = I64(b[B_LENGTHS]), *sources = I64(b[B_SOURCES]);
+    const int64_t *gso = gro ? I64(b[B_GSO]) : NULL;
+    Py_ssize_t slot_size = r.slot_size, segments = 0, k = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t len = lengths[i], g = gso[i];
+        int64_t len = lengths[i], g = gso ? gso[i] : 0;
         int truncated = len < 0 || len > slot_size;
         check_datagram(&r, &k, &segments, i * slot_size, slot_size,
                        truncated ? 0 : (uint32_t)len, truncated, sources[i],
@@ -643,34 +791,115 @@ static PyObject *py_check(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("(nn)", segments, k);
 done:
-    release(b, 16);
+    release(b, N_CHECK_BUFS);
     return result;
 }
 
 /* ------------------------------------------------------------------------------------ */
 /* send                                                                                 */
 
-static PyObject *py_send(PyObject *self, PyObject *args)
+/* What one send did: the named record a caller counts from (quinn-udp's ``Transmit``
+ * names what goes; this names what went). */
+static PyStructSequence_Field send_result_fields[] = {
+    {"packets", "packets the kernel took, the first ones of the batch (a prefix)"},
+    {"wire_bytes", "their IP bytes (IP and UDP headers included)"},
+    {"error", "0 when every packet left; else the errno that stopped the send: EAGAIN or "
+              "ENOBUFS when the send queue stayed full for max_wait_ms, or the kernel's error"},
+    {"gso_refused", "1 when the kernel refused UDP_SEGMENT (EIO or EINVAL) and the rest went "
+                    "one datagram per message: the caller turns GSO off for the socket"},
+    {NULL, NULL},
+};
+static PyStructSequence_Desc send_result_desc = {
+    "sdr.backends.udp._datapath.SendResult",
+    "What one send put on the wire: (packets, wire_bytes, error, gso_refused).",
+    send_result_fields, 4,
+};
+static PyTypeObject *SendResult;
+
+static PyObject *send_result(Py_ssize_t packets, long long wire_bytes, int error, int gso_refused)
 {
+    PyObject *r = PyStructSequence_New(SendResult);
+    if (r == NULL)
+        return NULL;
+    PyObject *v[4] = {PyLong_FromSsize_t(packets), PyLong_FromLongLong(wire_bytes),
+                      PyLong_FromLong(error), PyLong_FromLong(gso_refused)};
+    int ok = 1;
+    for (int f = 0; f < 4; f++) {
+        ok &= v[f] != NULL;
+        PyStructSequence_SetItem(r, f, v[f]); /* steals; NULL leaves the slot empty */
+    }
+    if (!ok)
+        Py_CLEAR(r);
+    return r;
+}
+
+static double elapsed_ms(const struct timespec *since)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - since->tv_sec) * 1e3 + (double)(now.tv_nsec - since->tv_nsec) / 1e6;
+}
+
+/* The messages from ``from_msg`` on, rebuilt one packet each without UDP_SEGMENT (the
+ * kernel refused GSO); returns the new number of messages (at most the packet count, so
+ * the arrays sized for one message per packet hold them). */
+static Py_ssize_t ungroup(struct mmsghdr *msgs, struct iovec *iov, Py_ssize_t *group_end,
+                          Py_ssize_t from_msg, Py_ssize_t n, struct sockaddr_in *peer)
+{
+    Py_ssize_t g = from_msg;
+    for (Py_ssize_t p = from_msg ? group_end[from_msg - 1] : 0; p < n; p++, g++) {
+        memset(&msgs[g], 0, sizeof msgs[g]);
+        struct msghdr *m = &msgs[g].msg_hdr;
+        m->msg_name = peer;
+        m->msg_namelen = sizeof *peer;
+        m->msg_iov = iov + 3 * p;
+        m->msg_iovlen = 3;
+        group_end[g] = p + 1;
+    }
+    return g;
+}
+
+static PyObject *py_send(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"fd", "region", "peer", "local", "rkey", "src_offsets", "lengths",
+                             "remote_offsets", "imms", "qpns", "psns", "gso_segments",
+                             "max_wait_ms", NULL};
     (void)self;
     int fd;
-    unsigned long peer_ip, peer_port, local_ip, local_port, rkey;
-    Py_ssize_t gso_max;
-    PyObject *o_region, *o_src, *o_len, *o_va, *o_imm, *o_qpn, *o_psn;
-    if (!PyArg_ParseTuple(args, "ikkkkOOOOOOOkn:send", &fd, &peer_ip, &peer_port, &local_ip,
-                          &local_port, &o_region, &o_src, &o_len, &o_va, &o_imm, &o_qpn, &o_psn,
-                          &rkey, &gso_max))
+    Py_ssize_t gso_max = 1, wait_ms = SEND_WAIT_MS;
+    PyObject *o_region, *o_peer = NULL, *o_local = NULL, *o_rkey = NULL;
+    PyObject *col[6] = {NULL};
+    static const char *col_names[6] = {"src_offsets", "lengths", "remote_offsets", "imms",
+                                       "qpns", "psns"};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO|$OOOOOOOOOnn:send", kwlist, &fd,
+                                     &o_region, &o_peer, &o_local, &o_rkey, &col[0], &col[1],
+                                     &col[2], &col[3], &col[4], &col[5], &gso_max, &wait_ms))
         return NULL;
+    uint32_t peer_ip, peer_port, local_ip, local_port;
+    unsigned long rkey;
+    if (required(o_peer, "send", "peer") < 0 || required(o_local, "send", "local") < 0 ||
+        required(o_rkey, "send", "rkey") < 0)
+        return NULL;
+    for (int c = 0; c < 6; c++)
+        if (required(col[c], "send", col_names[c]) < 0)
+            return NULL;
+    if (get_address(o_peer, "peer", &peer_ip, &peer_port) < 0 ||
+        get_address(o_local, "local", &local_ip, &local_port) < 0 ||
+        get_uint(o_rkey, "rkey", 0xFFFFFFFFul, &rkey) < 0)
+        return NULL;
+    if (wait_ms < 0) {
+        PyErr_SetString(PyExc_ValueError, "send: max_wait_ms must be >= 0");
+        return NULL;
+    }
     Buf b[7] = {{{0}}};
     PyObject *result = NULL;
     char *mem = NULL;
-    if (get_bytes(o_region, "region", &b[0], 0) < 0 || get_i64(o_src, "src_offsets", &b[1], 0, 0) < 0)
+    if (get_bytes(o_region, "region", &b[0], 0) < 0 || get_i64(col[0], col_names[0], &b[1], 0, 0) < 0)
         goto done;
     Py_ssize_t n = LEN(b[1]);
-    if (get_i64(o_len, "lengths", &b[2], 0, n) < 0 || get_i64(o_va, "remote_offsets", &b[3], 0, n) < 0 ||
-        get_i64(o_imm, "imms", &b[4], 0, n) < 0 || get_i64(o_qpn, "qpns", &b[5], 0, n) < 0 ||
-        get_i64(o_psn, "psns", &b[6], 0, n) < 0)
-        goto done;
+    for (int c = 1; c < 6; c++)
+        if (get_i64(col[c], col_names[c], &b[c + 1], 0, n) < 0)
+            goto done;
     if (gso_max < 1)
         gso_max = 1;
     if (gso_max > MAX_GSO_SEGMENTS)
@@ -689,11 +918,14 @@ static PyObject *py_send(PyObject *self, PyObject *args)
         }
     }
     if (n == 0) {
-        result = PyLong_FromLong(0);
+        result = send_result(0, 0, 0, 0);
         goto done;
     }
+    /* per packet: its header, tail, iovecs, running wire bytes; per message (at most one
+     * per packet): the mmsghdr, its control block, the packet count it ends at */
     size_t cmsg_space = CMSG_SPACE(sizeof(uint16_t));
-    size_t per = HEADER_SIZE + 8 + 3 * sizeof(struct iovec) + sizeof(struct mmsghdr) + cmsg_space;
+    size_t per = HEADER_SIZE + 8 + 3 * sizeof(struct iovec) + sizeof(int64_t) +
+                 sizeof(struct mmsghdr) + cmsg_space + sizeof(Py_ssize_t);
     mem = calloc((size_t)n, per);
     if (mem == NULL) {
         PyErr_NoMemory();
@@ -702,17 +934,20 @@ static PyObject *py_send(PyObject *self, PyObject *args)
     uint8_t *headers = (uint8_t *)mem;
     uint8_t *tails = headers + n * HEADER_SIZE;
     struct iovec *iov = (struct iovec *)(tails + n * 8);
-    struct mmsghdr *msgs = (struct mmsghdr *)(iov + 3 * n);
-    char *cbuf = (char *)(msgs + n);
+    int64_t *wire_through = (int64_t *)(iov + 3 * n); /* IP bytes of packets 0..j */
+    struct mmsghdr *msgs = (struct mmsghdr *)(wire_through + n);
+    Py_ssize_t *group_end = (Py_ssize_t *)(msgs + n);
+    char *cbuf = (char *)(group_end + n);
     struct sockaddr_in peer = {0};
     peer.sin_family = AF_INET;
     peer.sin_port = htons((uint16_t)peer_port);
-    peer.sin_addr.s_addr = htonl((uint32_t)peer_ip);
+    peer.sin_addr.s_addr = htonl(peer_ip);
     const uint8_t *region = b[0].view.buf;
-    long long wire = 0;
-    int err = 0;
+    int err = 0, gso_refused = 0;
+    Py_ssize_t done_msgs = 0;
     Py_BEGIN_ALLOW_THREADS
     uint32_t last_size = 0, state = 0;
+    int64_t wire = 0;
     Py_ssize_t groups = 0;
     for (Py_ssize_t i = 0; i < n;) {
         /* one message: packets i..j-1, all of one wire size but the last */
@@ -736,8 +971,7 @@ static PyObject *py_send(PyObject *self, PyObject *args)
             put_be32(h + 28, (uint32_t)imm[j]);
             if (size != last_size) {
                 last_size = size;
-                state = icrc_prefix((uint32_t)local_ip, (uint32_t)local_port, (uint32_t)peer_ip,
-                                    (uint32_t)peer_port, size);
+                state = icrc_prefix(local_ip, local_port, peer_ip, peer_port, size);
             }
             h[4] = 0xFF; /* the ICRC sees F|B|resv6 as all ones; the wire carries zeros */
             uint32_t c = crc_raw_table(state, h, HEADER_SIZE);
@@ -751,6 +985,7 @@ static PyObject *py_send(PyObject *self, PyObject *args)
             v[1].iov_base = (void *)(region + src[j]); v[1].iov_len = (size_t)len[j];
             v[2].iov_base = t; v[2].iov_len = pad + ICRC_SIZE;
             wire += size + IP_UDP;
+            wire_through[j] = wire;
             bytes += size;
             if (j == i)
                 seg = size;
@@ -774,10 +1009,11 @@ static PyObject *py_send(PyObject *self, PyObject *args)
             uint16_t s16 = (uint16_t)seg;
             memcpy(CMSG_DATA(c), &s16, sizeof s16);
         }
-        groups++;
+        group_end[groups++] = j;
         i = j;
     }
-    Py_ssize_t done_msgs = 0;
+    struct timespec first_refusal = {0};
+    int refused = 0;
     while (done_msgs < groups) {
         Py_ssize_t chunk = groups - done_msgs > SEND_CHUNK ? SEND_CHUNK : groups - done_msgs;
         int sent = sendmmsg(fd, msgs + done_msgs, (unsigned)chunk, 0);
@@ -785,21 +1021,40 @@ static PyObject *py_send(PyObject *self, PyObject *args)
             done_msgs += sent;
             continue;
         }
-        if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS || errno == EINTR)) {
-            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-            poll(&pfd, 1, RETRY_MS); /* the send queue is full: let it drain */
+        int e = sent < 0 ? errno : EIO;
+        if ((e == EIO || e == EINVAL) && msgs[done_msgs].msg_hdr.msg_controllen > 0) {
+            /* the kernel (or the device) refuses GSO on this socket, e.g. EINVAL without
+             * UDP checksums, EIO without checksum offload: the rest goes without it */
+            groups = ungroup(msgs, iov, group_end, done_msgs, n, &peer);
+            gso_refused = 1;
             continue;
         }
-        err = sent < 0 ? errno : EIO;
+        if (e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS || e == EINTR) {
+            if (!refused) {
+                refused = 1;
+                clock_gettime(CLOCK_MONOTONIC, &first_refusal);
+            }
+            double left = (double)wait_ms - elapsed_ms(&first_refusal);
+            if (left <= 0) {
+                err = e; /* the queue stayed full: the caller learns what left */
+                break;
+            }
+            int nap = left < RETRY_MS ? (int)left + 1 : RETRY_MS;
+            if (e == EAGAIN || e == EWOULDBLOCK) {
+                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+                poll(&pfd, 1, nap); /* the send queue is full: let it drain */
+            } else if (e == ENOBUFS) {
+                poll(NULL, 0, nap < NOBUFS_MS ? nap : NOBUFS_MS); /* poll would not wait */
+            }
+            continue;
+        }
+        err = e;
         break;
     }
     Py_END_ALLOW_THREADS
-    if (err) {
-        errno = err;
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
-    }
-    result = PyLong_FromLongLong(wire);
+    Py_ssize_t packets = done_msgs ? group_end[done_msgs - 1] : 0;
+    long long sent_bytes = packets ? (long long)wire_through[packets - 1] : 0;
+    result = send_result(packets, sent_bytes, err, gso_refused);
 done:
     free(mem);
     release(b, 7);
@@ -813,12 +1068,17 @@ static PyMethodDef methods[] = {
      "crc32(data, value=0)\n--\n\nzlib's CRC-32 of data, continuing from value."},
     {"implementation", py_implementation, METH_NOARGS,
      "implementation()\n--\n\n'vpclmul' (AVX-512 carry-less multiply folding), 'pclmul' (SSE), or 'table'\n(slicing-by-8)."},
-    {"receive", py_receive, METH_VARARGS,
-     "Receive and check one batch of datagrams (see backends/udp/native.py)."},
-    {"check", py_check, METH_VARARGS,
-     "The receive pass over datagrams already in staging (see backends/udp/native.py)."},
-    {"send", py_send, METH_VARARGS,
-     "Build and send one batch of packets from a region (see backends/udp/native.py)."},
+    {"receive", (PyCFunction)(void (*)(void))py_receive, METH_VARARGS | METH_KEYWORDS,
+     "receive(fd, tables, *, max_datagrams=-1, gro=False)\n--\n\n"
+     "Receive and check one batch of datagrams into tables (see backends/udp/native.py);\n"
+     "returns (datagrams, segments, listed)."},
+    {"check", (PyCFunction)(void (*)(void))py_check, METH_VARARGS | METH_KEYWORDS,
+     "check(tables, *, lengths, sources, gso_sizes=None)\n--\n\n"
+     "The receive pass over datagrams already in staging; returns (segments, listed)."},
+    {"send", (PyCFunction)(void (*)(void))py_send, METH_VARARGS | METH_KEYWORDS,
+     "send(fd, region, *, peer, local, rkey, src_offsets, lengths, remote_offsets, imms,\n"
+     "     qpns, psns, gso_segments=1, max_wait_ms=SEND_WAIT_MS)\n--\n\n"
+     "Build and send one batch of packets from a region; returns a SendResult (what left)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -826,6 +1086,31 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_datapath",
     "The UDP backend's per-packet loops (ICRC, receive, send) in C.", -1, methods,
 };
+
+static PyObject *names_tuple(const char *const *names, int n)
+{
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t != NULL && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(names[i]);
+        if (s == NULL)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, i, s);
+    }
+    return t;
+}
+
+/* Adds ``value`` (a new reference, NULL on error) to the module as ``name``. */
+static int add(PyObject *m, const char *name, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    if (PyModule_AddObject(m, name, value) < 0) {
+        Py_DECREF(value);
+        return -1;
+    }
+    return 0;
+}
 
 PyMODINIT_FUNC PyInit__datapath(void)
 {
@@ -842,5 +1127,23 @@ PyMODINIT_FUNC PyInit__datapath(void)
     else if (want && strcmp(want, "table") == 0)
         use_pclmul = use_vpclmul = 0;
 #endif
-    return PyModule_Create(&module);
+    for (int i = 0; i < N_TABLES; i++)
+        if (table_attrs[i] == NULL && (table_attrs[i] = PyUnicode_InternFromString(table_names[i])) == NULL)
+            return NULL;
+    if (SendResult == NULL && (SendResult = PyStructSequence_NewType(&send_result_desc)) == NULL)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(SendResult);
+    if (add(m, "COUNTERS", names_tuple(counter_names, N_COUNTERS)) < 0 ||
+        add(m, "DISCARDS", names_tuple(discard_names, N_DISCARDS)) < 0 ||
+        add(m, "LISTED", names_tuple(listed_names, N_LISTED)) < 0 ||
+        add(m, "TABLES", names_tuple(table_names, N_TABLES)) < 0 ||
+        add(m, "SEND_WAIT_MS", PyLong_FromLong(SEND_WAIT_MS)) < 0 ||
+        add(m, "SendResult", (PyObject *)SendResult) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

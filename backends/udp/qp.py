@@ -11,6 +11,7 @@ lets a paced sender go a batch at a time, in ``batch_pacing``.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import struct
 from collections import deque
@@ -121,8 +122,17 @@ class UdpQP(KeyTableBindings, TransportQP):
         self.discards = dict.fromkeys(WIRE_DISCARDS, 0)
         """Packets this QP's endpoints dropped before placement, by reason (counters()
         adds the key table's discards)."""
-        self.stats = dict(packets_placed=0, bytes_placed=0, wire_packets_sent=0, wire_bytes_sent=0)
-        """Datapath totals: packets and payload bytes placed, packets and IP bytes sent."""
+        self.stats = dict(
+            packets_placed=0,
+            bytes_placed=0,
+            wire_packets_sent=0,
+            wire_bytes_sent=0,
+            wire_packets_unsent=0,
+            gso_refused=0,
+        )
+        """Datapath totals: packets and payload bytes placed, packets and IP bytes sent,
+        packets posted that the kernel did not take (its send queue stayed full, or a
+        send failed part way), sends the kernel refused with GSO (sent again without)."""
         self._ring = SendRing(_SEND_BATCH, HEADER_SIZE, 8)
         self._records = self._ring.headers.view(HEADER_DTYPE).reshape(_SEND_BATCH)
         self._records["opcode"] = UC_RDMA_WRITE_ONLY_IMM
@@ -171,15 +181,26 @@ class UdpQP(KeyTableBindings, TransportQP):
                 f"generation {batch.generation} has no QPN at the peer "
                 f"({len(self.peer_qpns)} generations)"
             )
-        wire = 0
+        packets = wire = 0
+        error: OSError | None = None
         for path, part in self._by_path(batch):
             if native.active():
-                wire += self._send_native(part, path)
+                sent, part_wire, error = self._send_native(part, path)
             else:
-                wire += self._send_python(part, path)
-        self.stats["wire_packets_sent"] += len(batch)
+                sent, part_wire = len(part), self._send_python(part, path)
+            packets += sent
+            wire += part_wire
+            if sent < len(part):
+                break  # the socket took no more: the next part would wait again
+        # only what left is counted (and paced, and has a PSN); the core counts every
+        # posted packet as departed, so one that did not leave is, to it, one lost on the
+        # wire, which its reliability layer repairs like any other loss
+        self.stats["wire_packets_sent"] += packets
         self.stats["wire_bytes_sent"] += wire
+        self.stats["wire_packets_unsent"] += len(batch) - packets
         self.pacer.consume(self.transport.now(), wire * 8)
+        if error is not None:
+            raise TransportError(f"sendmmsg: {error}") from error
 
     def _by_path(self, batch: WriteBatch) -> list[tuple[int, WriteBatch]]:
         """The batch split by the peer port its channels go to (channel c: port c % n)."""
@@ -205,37 +226,50 @@ class UdpQP(KeyTableBindings, TransportQP):
             ring.send(self.transport.data_socket, stop - start)
         return wire
 
-    def _send_native(self, batch: WriteBatch, path: int = 0) -> int:
+    def _send_native(self, batch: WriteBatch, path: int = 0) -> tuple[int, int, OSError | None]:
         """Headers, ICRCs and sendmmsg (with GSO where the transport has it) in one native
-        pass (backends/udp/_datapath.c); returns the IP bytes sent."""
+        pass (backends/udp/_datapath.c): (packets sent, their IP bytes, the error that
+        stopped the send, None when none did or the send queue merely stayed full for
+        the native wait bound). Packets that did not leave are a suffix of the batch:
+        their PSNs are handed back, so the next packets take them."""
         t, gen = self.transport, batch.generation
         channels = batch.channels.astype(np.intp)
         segments = self._gso_segments if t.gso and len(batch) > 1 else 1
-        if segments > 1 and native.checksums_off(t.data_socket):
-            segments = 1  # the kernel refuses GSO without UDP checksums
         try:
-            return int(
-                native.module.send(  # type: ignore[union-attr]
-                    t.data_socket.fileno(),
-                    self._peer_ip,
-                    self.peer_ports[path],
-                    t.local_ip,
-                    t.port,
-                    batch.region.view,
-                    batch.src_offsets.astype(np.int64, copy=False),
-                    batch.lengths.astype(np.int64, copy=False),
-                    batch.remote_offsets.astype(np.int64, copy=False),
-                    batch.imms.astype(np.int64),
-                    self._peer_qpn_array[gen][channels],
-                    self._next_psns(gen, channels),
-                    self.peer_rkeys[gen],
-                    segments,
-                )
+            result = native.module.send(  # type: ignore[union-attr]
+                t.data_socket.fileno(),
+                batch.region.view,
+                peer=(self._peer_ip, self.peer_ports[path]),
+                local=(t.local_ip, t.port),
+                rkey=self.peer_rkeys[gen],
+                src_offsets=batch.src_offsets.astype(np.int64, copy=False),
+                lengths=batch.lengths.astype(np.int64, copy=False),
+                remote_offsets=batch.remote_offsets.astype(np.int64, copy=False),
+                imms=batch.imms.astype(np.int64),
+                qpns=self._peer_qpn_array[gen][channels],
+                psns=self._next_psns(gen, channels),
+                gso_segments=segments,
             )
         except ValueError as exc:
             raise LocalProtocolError(str(exc)) from exc
-        except OSError as exc:
-            raise TransportError(f"sendmmsg: {exc}") from exc
+        sent = int(result.packets)
+        if result.gso_refused:  # e.g. UDP checksums off (EINVAL), no checksum offload (EIO)
+            t.gso = False  # this socket is sent on without GSO from now on
+            self.stats["gso_refused"] += 1
+            log.info("the kernel refused UDP GSO on the data socket: sending without it")
+        if sent < len(batch):
+            self._return_psns(gen, channels[sent:])
+        error = None
+        if result.error and result.error not in native.WOULD_BLOCK:
+            error = OSError(result.error, os.strerror(result.error))
+        return sent, int(result.wire_bytes), error
+
+    def _return_psns(self, gen: int, channels: np.ndarray) -> None:
+        """Hand back the PSNs of packets that were numbered but never left (the last of
+        each channel's numbers: a send stops at a point of its batch)."""
+        psns = self._psn[gen]
+        for ch, count in zip(*np.unique(channels, return_counts=True), strict=True):
+            psns[int(ch)] = (psns[int(ch)] - int(count)) & _PSN_MASK
 
     def _post_slice(
         self, batch: WriteBatch, start: int, stop: int, base: int, prefix: IcrcPrefix

@@ -59,10 +59,6 @@ class Receiver:
         self.gro = gro
         """Ask the kernel for GRO (the native pass only; the reference reads datagrams)."""
         self._gro_on = False
-        self._local_ip = int.from_bytes(socket.inet_aton(local[0]), "big")
-        self._native_out: tuple[np.ndarray, ...] = ()
-        self._counters = np.zeros(len(native.COUNTERS), dtype=np.int64)
-        self._discards = np.zeros((0, len(native.DISCARDS)), dtype=np.int64)
         self.ring = RecvRing(_RING, _SLOT)
         self.headers = np.ndarray(
             (_RING,), dtype=HEADER_DTYPE, buffer=self.ring.slots, strides=(_SLOT,)
@@ -70,6 +66,24 @@ class Receiver:
         self._prefixes: dict[int, IcrcPrefix] = {}
         self.qpn_table = QpnTable()
         """The endpoints this path delivers to, as the columns its passes index."""
+        table, none = self.qpn_table, np.zeros(0, dtype=np.int64)
+        self._tables = native.ReceiveTables(
+            staging=self.ring.slots,
+            slot_size=_SLOT,
+            local_ip=int.from_bytes(socket.inet_aton(local[0]), "big"),
+            local_port=local[1],
+            verify=verify_icrc,
+            qpns=table.qpns,
+            order=table.order,
+            rkeys=table.rkeys,
+            owner=table.owner,
+            peer_sources=none,
+            listed=np.empty((len(native.LISTED), 0), dtype=np.int64),
+            counters=np.zeros(len(native.COUNTERS), dtype=np.int64),
+            discards=np.zeros((0, len(native.DISCARDS)), dtype=np.int64),
+        )
+        """What the native pass reads and writes (native.ReceiveTables), refreshed from
+        the QPN table before each call."""
 
     def set_endpoints(self, endpoints: Mapping[int, tuple[UdpQP, int, int]]) -> None:
         """Update the QPN table after QPs are created, closed or connected (``endpoints``:
@@ -109,13 +123,11 @@ class Receiver:
         if self.gro != self._gro_on:
             self._gro_on = native.set_gro(sock, self.gro) and self.gro
         receive, fd, total = native.module.receive, sock.fileno(), 0  # type: ignore[union-attr]
+        gro = self._gro_on
         while total < max_packets:
             want = min(self.ring.capacity, max_packets - total)
-            tables = self._native_tables(self._gro_on)
-            got, segments, listed = receive(
-                fd, self.ring.slots, _SLOT, want, self._gro_on, self._local_ip, self.local[1],
-                self.verify_icrc, *tables
-            )  # fmt: skip
+            tables = self._native_tables(gro)
+            got, segments, listed = receive(fd, tables, max_datagrams=want, gro=gro)
             if got:  # an empty read changed no counter and listed nothing
                 self._native_results(listed)
             total += segments
@@ -132,40 +144,42 @@ class Receiver:
         gso = np.zeros(n, np.int64) if gso_sizes is None else np.asarray(gso_sizes, np.int64)
         tables = self._native_tables(True)
         segments, listed = native.module.check(  # type: ignore[union-attr]
-            self.ring.slots, _SLOT, lengths, self.ring.sources(n), gso, self._local_ip,
-            self.local[1], self.verify_icrc, *tables
-        )  # fmt: skip
+            tables, lengths=lengths, sources=self.ring.sources(n), gso_sizes=gso
+        )
         self._native_results(listed)
         return int(segments)
 
-    def _native_tables(self, gro: bool) -> tuple[np.ndarray, ...]:
-        """The QPN table, the output columns and the counters the native pass takes."""
+    def _native_tables(self, gro: bool) -> native.ReceiveTables:
+        """The native pass's tables with the QPN table as it is now, and room to list
+        every segment a read can bring (with GRO: each slot cut into minimal packets)."""
+        tables, table = self._tables, self.qpn_table
         cap = self.ring.capacity * (_SLOT // _MIN_PACKET + 1 if gro else 1)
-        if len(self._native_out) == 0 or len(self._native_out[0]) < cap:
-            self._native_out = tuple(np.empty(cap, dtype=np.int64) for _ in range(5))
-        table = self.qpn_table
+        if tables.listed.shape[1] < cap:
+            tables.listed = np.empty((len(native.LISTED), cap), dtype=np.int64)
         peers = table.sources_of_peers()
-        if len(self._discards) < len(peers):
-            self._discards = np.zeros((len(peers), len(native.DISCARDS)), dtype=np.int64)
-        return (
-            table.qpns, table.order, table.rkeys, table.owner, peers,
-            *self._native_out, self._counters, self._discards.reshape(-1),
-        )  # fmt: skip
+        if len(tables.discards) < len(peers):
+            grown = np.zeros((len(peers), len(native.DISCARDS)), dtype=np.int64)
+            grown[: len(tables.discards)] = tables.discards
+            tables.discards = grown
+        tables.qpns, tables.order, tables.rkeys = table.qpns, table.order, table.rkeys
+        tables.owner, tables.peer_sources = table.owner, peers
+        tables.verify = self.verify_icrc
+        return tables
 
     def _native_results(self, listed: int) -> None:
         """Count the native pass's discards and place the packets it listed."""
         self._take_native_counters()
         if listed:
-            ep, offsets, dlen, va, imm = (column[:listed] for column in self._native_out)
+            ep, offsets, dlen, va, imm = self._tables.listed[:, :listed]
             self._place(ep, offsets, dlen, imm.astype(np.uint32), va)
 
     def _take_native_counters(self) -> None:
-        counters = self._counters
+        counters = self._tables.counters
         if counters.any():
             for name, value in zip(native.COUNTERS, counters.tolist(), strict=True):
                 self.stats[name] += value
             counters[:] = 0
-        discards, qps = self._discards, self.qpn_table.qps
+        discards, qps = self._tables.discards, self.qpn_table.qps
         for index in np.flatnonzero(discards.any(axis=1)).tolist():
             qp = qps[index]
             if qp is None:  # closed since: its last discards go with it
