@@ -708,7 +708,7 @@ try:
         psns.append(int.from_bytes(got[9:12], "big"))
 except TimeoutError:
     pass
-print(json.dumps(dict(stats=qp.stats, paced=paced, next_psn=qp._psn[0][0], sizes=sizes,
+print(json.dumps(dict(stats=qp.stats, paced=paced, next_psn=qp.psns.next[0][0], sizes=sizes,
                       psns=psns, error=error)))
 """
 

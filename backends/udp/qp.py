@@ -23,6 +23,7 @@ from sdr.backends.udp import native
 from sdr.backends.udp.batch_pacing import BatchPacer
 from sdr.backends.udp.contracts import CONTROL_HEADER, QPN_MAX, QPN_MIN, QPHost
 from sdr.backends.udp.mmsg import SendRing, address_of
+from sdr.backends.udp.psn import PsnCounters
 from sdr.backends.udp.qp_info import INFO_FIELDS, info_of, parse_peer_info
 from sdr.backends.udp.qp_info import OPTIONAL_INFO_FIELDS as OPTIONAL_INFO_FIELDS
 from sdr.backends.udp.roce import (
@@ -54,7 +55,6 @@ __all__ = ["UdpQP", "CONTROL_HEADER", "INFO_FIELDS", "QPN_MAX", "QPN_MIN"]
 log = logging.getLogger(__name__)
 
 _ICRC = struct.Struct("<I")
-_PSN_MASK = 0xFFFFFF
 _RESV8_ONES = 0xFF000000
 _ZEROS = bytes(4)
 _SEND_BATCH = 256
@@ -106,7 +106,7 @@ class UdpQP(KeyTableBindings, TransportQP):
         self.peer_control_id = 0
         self.peer_qpns: list[list[int]] = []
         self.peer_rkeys: list[int] = []
-        self._psn = [[0] * attr.channels for _ in range(attr.generations)]
+        self.psns = PsnCounters(attr.generations, attr.channels)
         self._prefix: IcrcPrefix | None = None
         self._prefixes: list[IcrcPrefix] = []
         self.peer_ports: list[int] = []
@@ -247,7 +247,7 @@ class UdpQP(KeyTableBindings, TransportQP):
                 remote_offsets=batch.remote_offsets.astype(np.int64, copy=False),
                 imms=batch.imms.astype(np.int64),
                 qpns=self._peer_qpn_array[gen][channels],
-                psns=self._next_psns(gen, channels),
+                psns=self.psns.take(gen, channels),
                 gso_segments=segments,
             )
         except ValueError as exc:
@@ -258,18 +258,11 @@ class UdpQP(KeyTableBindings, TransportQP):
             self.stats["gso_refused"] += 1
             log.info("the kernel refused UDP GSO on the data socket: sending without it")
         if sent < len(batch):
-            self._return_psns(gen, channels[sent:])
+            self.psns.give_back(gen, channels[sent:])
         error = None
         if result.error and result.error not in native.WOULD_BLOCK:
             error = OSError(result.error, os.strerror(result.error))
         return sent, int(result.wire_bytes), error
-
-    def _return_psns(self, gen: int, channels: np.ndarray) -> None:
-        """Hand back the PSNs of packets that were numbered but never left (the last of
-        each channel's numbers: a send stops at a point of its batch)."""
-        psns = self._psn[gen]
-        for ch, count in zip(*np.unique(channels, return_counts=True), strict=True):
-            psns[int(ch)] = (psns[int(ch)] - int(count)) & _PSN_MASK
 
     def _post_slice(
         self, batch: WriteBatch, start: int, stop: int, base: int, prefix: IcrcPrefix
@@ -284,7 +277,7 @@ class UdpQP(KeyTableBindings, TransportQP):
         hdr["flags"] = pads << 4
         # the ICRC sees BTH byte 4 (F|B|resv6) as all ones; the wire carries zeros there
         hdr["qpn"] = self._peer_qpn_array[gen][channels] | _RESV8_ONES
-        hdr["psn"] = self._next_psns(gen, channels)
+        hdr["psn"] = self.psns.take(gen, channels)
         hdr["va"] = batch.remote_offsets[start:stop]
         hdr["rkey"] = self.peer_rkeys[gen]
         hdr["dlen"] = lengths
@@ -314,20 +307,6 @@ class UdpQP(KeyTableBindings, TransportQP):
         ring.iov[:k, 1, 1] = lengths
         ring.iov[:k, 2, 1] = pads + ICRC_SIZE
         return int(sizes.sum()) + k * IP_UDP_OVERHEAD
-
-    def _next_psns(self, gen: int, channels: np.ndarray) -> np.ndarray:
-        """Per-channel packet sequence numbers for these packets, advancing the counters."""
-        psns, k = self._psn[gen], len(channels)
-        if self.attr.channels == 1:
-            out = (psns[0] + np.arange(k, dtype=np.int64)) & _PSN_MASK
-            psns[0] = (psns[0] + k) & _PSN_MASK
-            return out
-        out = np.empty(k, dtype=np.int64)
-        for ch in range(self.attr.channels):
-            rows = np.flatnonzero(channels == ch)
-            out[rows] = (psns[ch] + np.arange(len(rows), dtype=np.int64)) & _PSN_MASK
-            psns[ch] = (psns[ch] + len(rows)) & _PSN_MASK
-        return out
 
     # --- receive side (filled by the transport's pump) --------------------------------------
     def deliver(self, batch: CompletionBatch) -> None:
