@@ -18,6 +18,12 @@ the same start, on the same data:
   staleness weight), averaged over all;
 - ``no-carry``: ``carry=False``, averaged over what arrived: what missed is dropped (what
   a loss-tolerant transport does);
+- ``local-carry``: ``carry=False``, averaged over all datacenters, and a site whose slice
+  missed keeps that part of its own progress: its next inner steps start from the shared
+  model less its missed pseudo-gradient (the shared model stays identical everywhere), so
+  its next pseudo-gradient, measured from the shared model, carries it. Plain carry-over
+  counts it about twice: a site restarted from the shared model walks that way again
+  (docs/training.md). One rank per datacenter;
 - ``gloo``: ``dist.all_reduce`` on a gloo group whose TCP crosses the same link;
 - ``torchft``: torchft's fault-tolerant manager (quorum, allreduce over gloo, commit)
   across the same link, one replica group per datacenter (experiments/diloco_torchft.py;
@@ -61,7 +67,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # diloco_torchft, dilo
 OTHERS = ("torchft", "hivemind")
 """Variants that run another system's averager; each is an optional extra of the package."""
 
-VARIANTS = ("reliable", "deadline", "weighted", "no-carry", "gloo", "torchft", "hivemind")
+VARIANTS = (
+    "reliable",
+    "deadline",
+    "weighted",
+    "no-carry",
+    "local-carry",
+    "gloo",
+    "torchft",
+    "hivemind",
+)
 WIDTHS = (128, 1024, 1024, 16)  # 1.2 M parameters: 4.9 MB of float32 per outer step
 TEACHER = (128, 256, 16)
 OUTER_LR, OUTER_MOMENTUM, INNER_LR = 0.7, 0.9, 1e-3
@@ -140,8 +155,9 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
     times, losses, fractions, digests = [], [], [], []
     spent, deadline = 0.0, job["deadline"]
     group = dist.distributed_c10d._get_default_group()
+    shared = None  # the shared model when this site starts its inner steps elsewhere
     for outer in range(job["outer"]):
-        before = [p.detach().clone() for p in params]
+        before = [p.detach().clone() for p in params] if shared is None else shared
         for _ in range(job["inner"]):
             x, y = _batch(gen, job["batch"])
             inner.zero_grad()
@@ -152,7 +168,7 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
         delta = torch.cat(
             [(b - p.detach()).reshape(-1) for b, p in zip(before, params, strict=True)]
         )
-        start = time.perf_counter()
+        start, kept = time.perf_counter(), None
         if job["variant"] == "reliable":
             dist.all_reduce(delta, op=dist.ReduceOp.AVG)
             fractions.append(1.0)
@@ -163,13 +179,16 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
             fractions.append(1.0 if ft.average(delta) else 0.0)
         else:
             carry = {"deadline": 1.0, "weighted": job["carry_weight"]}.get(job["variant"], 0.0)
+            local = job["variant"] == "local-carry"
+            own = delta.clone() if local else None
             # the job's first call sets up (buffers, first round trips) and is 2-3x
             # slower than the rest: it gets a generous deadline
             report = sdr.torch.allreduce_by(
                 delta, deadline if outer else max(deadline, 10.0), slices=job["slices"],
-                key="delta", carry=carry,
+                key="delta", carry=carry, average="all" if local else None,
             )  # fmt: skip
             fractions.append(report.fraction_in)
+            kept = _missed(report, dc, own) if own is not None else None
         took = time.perf_counter() - start
         times.append(took)
         spent += took
@@ -182,7 +201,15 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
                 p.copy_(b - OUTER_LR * (g + OUTER_MOMENTUM * m))
             losses.append(float(torch.nn.functional.mse_loss(model(eval_x), eval_y)))
         flat = torch.cat([p.detach().reshape(-1) for p in params]).numpy().tobytes()
-        digests.append(hashlib.sha256(flat).hexdigest())
+        digests.append(hashlib.sha256(flat).hexdigest())  # the shared model, every rank's
+        shared = None
+        if job["variant"] == "local-carry" and kept is not None:
+            shared = [p.detach().clone() for p in params]
+            with torch.no_grad():  # start the inner steps where this site had got to
+                off = 0
+                for p in params:
+                    p.sub_(kept[off : off + p.numel()].view_as(p))
+                    off += p.numel()
         over = torch.tensor([spent > job["budget"]], dtype=torch.int32)
         dist.all_reduce(over, op=dist.ReduceOp.MAX)
         if over.item():
@@ -194,6 +221,24 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
     dist.destroy_process_group()
     return {"times": times, "losses": losses, "fractions": fractions, "digests": digests,
             "retransmitted": counters.get("write_chunks_retransmitted", 0)}  # fmt: skip
+
+
+def _missed(report: Any, dc: int, own: Any) -> Any:
+    """This site's pseudo-gradient where its slices missed the deadline (zero elsewhere),
+    or None when every slice of it is in (one rank per datacenter: its shard is all of
+    it)."""
+    import numpy as np
+
+    from sdr.collectives.deadline import slice_bounds
+
+    mine = np.asarray(report.included[dc], dtype=bool)
+    if mine.all():
+        return None
+    kept = own.clone()
+    bounds = slice_bounds(own.numel(), report.slices)
+    for s in np.flatnonzero(mine):
+        kept[int(bounds[s]) : int(bounds[s + 1])] = 0
+    return kept
 
 
 def _run(variant: str, rtt: str, loss: float, deadline: float, args: Any) -> dict[str, Any]:
@@ -260,7 +305,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     points = list(dict.fromkeys((r["rtt"], r["loss"]) for r in rows))
     width = max(6.0, 4.2 * len(points))
     fig, axes = plt.subplots(2, len(points), figsize=(width, 7), squeeze=False)
-    colors = dict(zip(VARIANTS, ("C0", "C2", "C4", "C3", "C1", "C5", "C7"), strict=True))
+    colors = dict(zip(VARIANTS, ("C0", "C2", "C4", "C3", "C6", "C1", "C5", "C7"), strict=True))
     for i, point in enumerate(points):
         here = [r for r in rows if (r["rtt"], r["loss"]) == point]
         for r in here:
@@ -299,6 +344,9 @@ def main() -> int:
         if other in variants and why:
             print(f"leaving out the {other} variant: {why}")
             variants.remove(other)
+    if "local-carry" in variants and args.ranks_per_dc != 1:
+        print("leaving out the local-carry variant: it needs one rank per datacenter")
+        variants.remove("local-carry")
     started, rows = time.time(), []
     for spec in args.points.split(","):
         rtt, loss = spec.split(":")[0], float(spec.split(":")[1])
