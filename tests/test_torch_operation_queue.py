@@ -86,3 +86,15 @@ def test_an_operation_that_raises_fails_the_ones_behind_it() -> None:
     after = ops.submit("after", lambda: [3])  # after the failure: failed at once
     assert after.is_completed() and after.exception() is ops.failure
     ops.stop(5)
+
+
+def test_a_failure_with_nothing_pending_is_not_logged_as_an_error(caplog) -> None:
+    """A peer that leaves at the end (its goodbye) fails an idle group: before, every clean
+    shutdown printed 'sdr process group: peer rank 1 ... is gone: it left the process
+    group' as an error."""
+    ops = OperationQueue()
+    with caplog.at_level("ERROR", logger="sdr.torch.process_group"):
+        ops.fail(SDRError("sdr process group: peer rank 1 is gone: it left the process group"))
+    assert caplog.records == []
+    assert ops.failure is not None  # still recorded: later operations fail with it
+    ops.stop(5)

@@ -84,8 +84,10 @@ class OperationQueue:
                 return
             self.failure = error
             waiting = bool(self._pending)
+        if not waiting:
+            return  # nothing of ours fails (a peer that left at the end): nothing to say
         log.error("%s", error)
-        if waiting and threading.current_thread() is not self._worker:
+        if threading.current_thread() is not self._worker:
             timer = threading.Timer(self.grace, self._fail_stuck)
             timer.daemon = True
             timer.start()
