@@ -179,28 +179,28 @@ class UdpTransport(Transport):
 
     def wait(self, timeout: float) -> None:
         """Block until a socket is readable, a paced QP may send again, or ``timeout``."""
-        now = self.now()
-        wake = now + timeout
-        for qp in self._qps:
-            when = qp.next_send_time(now)
-            if now < when < wake:
-                wake = when
-        if wake > now:
-            select.select([*self.data_sockets, self.control_socket], [], [], wake - now)
+        left = self._until_a_batch(timeout)
+        if left > 0:
+            select.select([*self.data_sockets, self.control_socket], [], [], left)
 
     can_hold: ClassVar[bool] = True
 
     def hold(self, seconds: float) -> None:
         """Sleep ``seconds``: datagrams wait in the socket buffers (sized for that,
         ``sockets.py``); a paced QP's next batch still bounds it (as :meth:`wait`)."""
+        left = self._until_a_batch(seconds)
+        if left > 0:
+            time.sleep(left)
+
+    def _until_a_batch(self, seconds: float) -> float:
+        """``seconds``, or less when a paced QP may send its next batch sooner."""
         now = self.now()
         wake = now + seconds
         for qp in self._qps:
             when = qp.next_send_time(now)
             if now < when < wake:
                 wake = when
-        if wake > now:
-            time.sleep(wake - now)
+        return wake - now
 
     def maybe_readable(self) -> bool:
         readable, _, _ = select.select([*self.data_sockets, self.control_socket], [], [], 0)
