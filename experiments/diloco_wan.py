@@ -18,12 +18,13 @@ the same start, on the same data:
   staleness weight), averaged over all;
 - ``no-carry``: ``carry=False``, averaged over what arrived: what missed is dropped (what
   a loss-tolerant transport does);
-- ``local-carry``: ``carry=False``, averaged over all datacenters, and a site whose slice
-  missed keeps that part of its own progress: its next inner steps start from the shared
-  model less its missed pseudo-gradient (the shared model stays identical everywhere), so
-  its next pseudo-gradient, measured from the shared model, carries it. Plain carry-over
-  counts it about twice: a site restarted from the shared model walks that way again
-  (docs/training.md). One rank per datacenter;
+- ``local-carry``: ``carry="local"`` (averaged over all datacenters, nothing carried by
+  the call), and a site whose slice missed keeps that part of its own progress: its next
+  inner steps start from the shared model less ``report.kept``, its missed
+  pseudo-gradient (the shared model stays identical everywhere), so its next
+  pseudo-gradient, measured from the shared model, carries it. Plain carry-over counts
+  it about twice: a site restarted from the shared model walks that way again
+  (docs/training.md);
 - ``gloo``: ``dist.all_reduce`` on a gloo group whose TCP crosses the same link;
 - ``torchft``: torchft's fault-tolerant manager (quorum, allreduce over gloo, commit)
   across the same link, one replica group per datacenter (experiments/diloco_torchft.py;
@@ -61,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sdr.backends.hierarchical.local_job import run_ranks  # noqa: E402
 from sdr.backends.shm import free_port  # noqa: E402
 from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces  # noqa: E402
+from sdr.errors import ConfigError  # noqa: E402
 from sdr.units import parse_rate, parse_time  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # diloco_torchft, diloco_hivemind
@@ -178,17 +180,16 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
         elif ft is not None:  # a step the other system discarded counts as nothing in
             fractions.append(1.0 if ft.average(delta) else 0.0)
         else:
-            carry = {"deadline": 1.0, "weighted": job["carry_weight"]}.get(job["variant"], 0.0)
-            local = job["variant"] == "local-carry"
-            own = delta.clone() if local else None
+            carry = {"deadline": 1.0, "weighted": job["carry_weight"],
+                     "local-carry": "local"}.get(job["variant"], 0.0)  # fmt: skip
             # the job's first call sets up (buffers, first round trips) and is 2-3x
             # slower than the rest: it gets a generous deadline
             report = sdr.torch.allreduce_by(
                 delta, deadline if outer else max(deadline, 10.0), slices=job["slices"],
-                key="delta", carry=carry, average="all" if local else None,
+                key="delta", carry=carry,
             )  # fmt: skip
             fractions.append(report.fraction_in)
-            kept = _missed(report, dc, own) if own is not None else None
+            kept = report.kept  # with carry="local": this site's missed part, or None
         took = time.perf_counter() - start
         times.append(took)
         spent += took
@@ -221,24 +222,6 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
     dist.destroy_process_group()
     return {"times": times, "losses": losses, "fractions": fractions, "digests": digests,
             "retransmitted": counters.get("write_chunks_retransmitted", 0)}  # fmt: skip
-
-
-def _missed(report: Any, dc: int, own: Any) -> Any:
-    """This site's pseudo-gradient where its slices missed the deadline (zero elsewhere),
-    or None when every slice of it is in (one rank per datacenter: its shard is all of
-    it)."""
-    import numpy as np
-
-    from sdr.collectives.deadline import slice_bounds
-
-    mine = np.asarray(report.included[dc], dtype=bool)
-    if mine.all():
-        return None
-    kept = own.clone()
-    bounds = slice_bounds(own.numel(), report.slices)
-    for s in np.flatnonzero(mine):
-        kept[int(bounds[s]) : int(bounds[s + 1])] = 0
-    return kept
 
 
 def _run(variant: str, rtt: str, loss: float, deadline: float, args: Any) -> dict[str, Any]:
@@ -333,6 +316,18 @@ def main() -> int:
     if reason := can_use_namespaces():
         print(f"needs network namespaces and TUN ({reason}); run as root")
         return 2
+    try:  # a bad value says so in one line before any link is built
+        parse_rate(args.rate)
+        if args.deadline != "auto":
+            parse_time(args.deadline)
+        for point in args.points.split(","):
+            if point.count(":") != 1:
+                raise ConfigError(f"point {point!r} is not RTT:loss")
+            rtt, loss = point.split(":")
+            parse_time(rtt), float(loss)
+    except (ConfigError, ValueError) as exc:
+        print(f"diloco_wan: {exc} (e.g. --points 25ms:1e-2,100ms:1e-3 --deadline 150ms)")
+        return 2
     variants = [v for v in args.variants.split(",") if v]
     if bad := sorted(set(variants) - set(VARIANTS)):
         print(f"unknown variants {bad}; expected some of {', '.join(VARIANTS)}")
@@ -344,9 +339,6 @@ def main() -> int:
         if other in variants and why:
             print(f"leaving out the {other} variant: {why}")
             variants.remove(other)
-    if "local-carry" in variants and args.ranks_per_dc != 1:
-        print("leaving out the local-carry variant: it needs one rank per datacenter")
-        variants.remove("local-carry")
     started, rows = time.time(), []
     for spec in args.points.split(","):
         rtt, loss = spec.split(":")[0], float(spec.split(":")[1])

@@ -47,6 +47,13 @@ def _job() -> list[dict]:
             out["after"] = {str(k): c.residual for k, c in comm.carries.items()}
             # 5. the defaults: with carry-over, averaged over all ranks
             out["default"] = comm.allreduce_by(_data(rank, 6), 0.5, slices=SLICES, withhold=late)
+            # 6. local carry: both ranks of datacenter 0 withhold a slice of their shards;
+            # each gets its own part of both back, and nothing is carried here
+            mine = {0: (1,), 1: (3,)}.get(rank, ())
+            out["local"] = comm.allreduce_by(
+                _data(rank, 7), 0.5, slices=SLICES, withhold=mine, carry="local", key="local"
+            )
+            out["local_carries"] = comm.carries["local"].residual
             return out
         finally:
             comm.close()
@@ -116,6 +123,28 @@ def test_deadline_allreduce_is_consistent_exact_and_loses_nothing() -> None:
     dc1_sum = np.sum([_data(r, 6) for r in (2, 3)], axis=0)
     np.testing.assert_allclose(got[missed], dc1_sum[missed] / WORLD, rtol=1e-5, atol=1e-6)
     assert results[0]["default"][1].carried
+
+    # 6. carry="local": averaged over all, nothing carried, each rank of datacenter 0 is
+    # handed its own contribution where datacenter 0's slices missed (both shards' masks)
+    bounds = slice_bounds(SHARD, SLICES)
+    out_dc0 = np.zeros(N, bool)
+    out_dc0[bounds[1] : bounds[2]] = True  # shard 0, slice 1
+    out_dc0[SHARD + bounds[3] : SHARD + bounds[4]] = True  # shard 1, slice 3
+    got = results[0]["local"][0]
+    dc1_sum = np.sum([_data(r, 7) for r in (2, 3)], axis=0)
+    everyone = np.mean([_data(r, 7) for r in range(WORLD)], axis=0)
+    np.testing.assert_allclose(got[out_dc0], dc1_sum[out_dc0] / WORLD, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[~out_dc0], everyone[~out_dc0], rtol=1e-5, atol=1e-6)
+    for r in range(WORLD):
+        assert results[r]["local"][0].tobytes() == got.tobytes()
+        assert results[r]["local_carries"] is None
+        kept = results[r]["local"][1].kept
+        if r in (2, 3):
+            assert kept is None
+            continue
+        assert kept.shape == (N,) and kept.dtype == np.float32
+        np.testing.assert_array_equal(kept[out_dc0], _data(r, 7)[out_dc0])
+        assert not kept[~out_dc0].any()
 
 
 def test_a_slow_site_costs_the_others_one_deadline_and_its_data_comes_next_call() -> None:

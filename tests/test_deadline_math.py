@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdr.collectives.deadline import CarryOver, agree, combine, slice_bounds
+from sdr.collectives.deadline import CarryOver, agree, combine, missed_part, slice_bounds
 from sdr.errors import ConfigError
 
 
@@ -138,5 +138,22 @@ def test_carry_must_be_a_flag_or_a_weight() -> None:
     from sdr.backends.hierarchical.communicator import _carry_weight
 
     assert (_carry_weight(True), _carry_weight(False), _carry_weight(0.25)) == (1.0, 0.0, 0.25)
-    with pytest.raises(ConfigError, match=r"carry must be True, False or a weight in \[0, 1\]"):
-        _carry_weight(1.5)
+    assert _carry_weight("local") == 0.0  # the caller keeps it, nothing carried here
+    for bad in (1.5, "loc"):
+        with pytest.raises(
+            ConfigError, match=r"carry must be True, False, 'local' or a weight in \[0, 1\]"
+        ):
+            _carry_weight(bad)
+
+
+def test_the_local_carry_is_the_own_contribution_where_its_slices_missed() -> None:
+    own = np.arange(1.0, 11.0)  # 10 elements, two shards of 6 (padded): 0-5 and 6-9 (+2)
+    mine_in = np.array([[True, False], [False, True]])  # shard 0 slice 1, shard 1 slice 0
+    kept = missed_part(own, mine_in, shard=6)
+    assert kept is not None
+    assert kept.tolist() == [0, 0, 0, 4, 5, 6, 7, 8, 9, 0]
+    assert missed_part(own, np.ones((2, 2), bool), shard=6) is None  # all in
+    edge = missed_part(own, np.array([[True, True], [True, False]]), shard=6)
+    assert edge is not None and edge.tolist() == [0] * 9 + [10]  # the padding is cut off
+    with pytest.raises(ConfigError, match=r"shape \(local, S\)"):
+        missed_part(own, np.ones(2, bool), shard=6)

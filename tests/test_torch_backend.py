@@ -230,8 +230,10 @@ def test_allreduce_by_on_the_sdr_group_averages_what_arrived_and_carries_the_res
         second = sdr.torch.allreduce_by(z, 10.0, slices=2, key="grads")
         with pytest.raises(ConfigError, match="expected float32"):
             sdr.torch.allreduce_by(torch.zeros(3, dtype=torch.int32), 1.0)
+        own = _values(rank, torch.float32, 1000).view(10, 100)
+        local = sdr.torch.allreduce_by(own.clone(), 1.0, slices=2, withhold=late, carry="local")
         return {"t": t, "z": z, "in": first.included.tolist(), "counts": first.counts.tolist(),
-                "second": second.complete}  # fmt: skip
+                "second": second.complete, "kept": local.kept}  # fmt: skip
 
     results = _job(4, 2, body)
     for r in results[1:]:
@@ -249,6 +251,14 @@ def test_allreduce_by_on_the_sdr_group_averages_what_arrived_and_carries_the_res
     torch.testing.assert_close(results[0]["z"][missed], dc0[missed] / 4)
     assert float(results[0]["z"][rest].abs().max()) == 0.0
     assert all(r["second"] for r in results)
+    # carry="local": both ranks of datacenter 0 get their own missed part, as a tensor
+    for rank in (0, 1):
+        kept = results[rank]["kept"]
+        assert isinstance(kept, torch.Tensor) and kept.shape == (10, 100)
+        own = _values(rank, torch.float32, 1000)
+        assert torch.equal(kept.reshape(-1)[missed], own[missed])
+        assert float(kept.reshape(-1)[rest].abs().max()) == 0.0
+    assert results[2]["kept"] is None and results[3]["kept"] is None
 
 
 def test_int_average_is_refused_in_one_line() -> None:

@@ -34,7 +34,14 @@ from sdr.backends.collectives.interfaces import Bootstrap
 from sdr.backends.hierarchical.deadline_exchange import DeadlineExchange
 from sdr.backends.hierarchical.links import SdrLinks
 from sdr.backends.hierarchical.port_executor import PortExecutor
-from sdr.collectives.deadline import CarryOver, DeadlineReport, agree, combine, slice_bounds
+from sdr.collectives.deadline import (
+    CarryOver,
+    DeadlineReport,
+    agree,
+    combine,
+    missed_part,
+    slice_bounds,
+)
 from sdr.collectives.plan import Plan
 from sdr.collectives.port_plans import build_port_plan
 from sdr.errors import ConfigError
@@ -80,12 +87,17 @@ class Topology:
         return {d * self.local_size + self.local_rank: d for d in range(self.datacenters)}
 
 
-def _carry_weight(carry: bool | float) -> float:
-    """``carry`` of allreduce_by as the part of a missed slice carried on."""
+def _carry_weight(carry: bool | float | str) -> float:
+    """``carry`` of allreduce_by as the part of a missed slice carried on (nothing for
+    ``"local"``: the caller keeps it)."""
+    if carry == "local":
+        return 0.0
     if carry is True or carry is False:
         return float(carry)
     if not isinstance(carry, int | float) or not 0 <= carry <= 1:
-        raise ConfigError(f"carry must be True, False or a weight in [0, 1], got {carry!r}")
+        raise ConfigError(
+            f"carry must be True, False, 'local' or a weight in [0, 1], got {carry!r}"
+        )
     return float(carry)
 
 
@@ -199,7 +211,7 @@ class HierarchicalCommunicator:
         key: object = None,
         withhold: tuple[int, ...] = (),
         average: str | None = None,
-        carry: bool | float = True,
+        carry: bool | float | str = True,
         out: np.ndarray | None = None,
     ) -> tuple[np.ndarray, DeadlineReport]:
         """The mean of every rank's ``x`` over what crossed the WAN within ``deadline``
@@ -217,7 +229,10 @@ class HierarchicalCommunicator:
         (default: one per shape and dtype), so nothing is lost, only delayed; ``carry=False``
         drops it instead (what a loss-tolerant transport does); a weight in (0, 1) carries
         that part of it (a staleness weight: steadier under an outer optimizer with
-        momentum, no longer exact over a run). With carry-over ``"all"``
+        momentum, no longer exact over a run); ``"local"`` carries nothing here and hands
+        this rank's own part of what missed back in :attr:`DeadlineReport.kept`, for a
+        training loop to keep locally (DiLoCo: the site starts its next inner steps from
+        the shared model less it). With carry-over ``"all"``
         keeps the mean exact over a run (a late contribution counts once, when it comes);
         ``"arrived"`` would give the other ranks its weight for that step and it its own
         later (an outer optimizer sees more than the mean). ``withhold``: slices of this
@@ -251,13 +266,14 @@ class HierarchicalCommunicator:
         included = agree(arrived)
         bounds = slice_bounds(sent.size, slices)
         if average is None:  # exact over a run with carry-over; undiluted without
-            average = "all" if weight else "arrived"
+            average = "all" if weight or carry == "local" else "arrived"
         mean, counts = combine(contributions, included, bounds, weight=local, average=average)
         if weight:
             carried.settle(sent, included[self.topology.datacenter], bounds)
         else:
             carried.clear()
         self.timings["wan"] += time.perf_counter() - wan
+        kept = self._kept(x, included, sent.size) if carry == "local" else None
         full = self._intra("allgather", mean, dt) if local > 1 else mean
         out.reshape(-1)[:] = full[:n]
         sizes = np.diff(bounds) * sent.itemsize
@@ -271,7 +287,16 @@ class HierarchicalCommunicator:
             bytes_total=int(dcs * sizes.sum()),
             repairs=_repairs(self.links.counters()) - repairs,
             carried=carried.residual is not None,
+            kept=kept,
         )
+
+    def _kept(self, x: np.ndarray, included: np.ndarray, shard: int) -> np.ndarray | None:
+        """``x`` where this datacenter's contribution is not in (every local rank's shard
+        mask, gathered inside the datacenter), zero elsewhere; None when all of it is in."""
+        mine = included[self.topology.datacenter].astype(np.float32)
+        rows = self._intra("allgather", mine, "float32") if self.topology.local_size > 1 else mine
+        kept = missed_part(x.reshape(-1), rows.reshape(self.topology.local_size, -1) > 0, shard)
+        return None if kept is None else kept.reshape(x.shape)
 
     def allgather(
         self, x: np.ndarray, out: np.ndarray | None = None, *, dtype: str | None = None

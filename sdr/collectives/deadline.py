@@ -18,18 +18,29 @@ and computes, with the same code, the same answer:
 - **carry-over** (error feedback): a contributor's slice that is not in stays with it
   and is added to its next contribution (:class:`CarryOver`, plain accumulation: over a
   run, everything applied plus what is still carried equals everything produced).
+- **local carry**: a contributor's own part where its datacenter's slices are not in,
+  handed back to the caller instead (:func:`missed_part`), for training loops whose next
+  contribution re-derives what was missed (DiLoCo: see docs/training.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
 from sdr.errors import ConfigError
 
-__all__ = ["AVERAGES", "CarryOver", "DeadlineReport", "agree", "combine", "slice_bounds"]
+__all__ = [
+    "AVERAGES",
+    "CarryOver",
+    "DeadlineReport",
+    "agree",
+    "combine",
+    "missed_part",
+    "slice_bounds",
+]
 
 AVERAGES = ("arrived", "all")
 """How a slice is averaged: over the contributions that are in, or over all of them."""
@@ -97,6 +108,28 @@ def combine(
     return out, counts
 
 
+def missed_part(own: np.ndarray, mine_in: np.ndarray, shard: int) -> np.ndarray | None:
+    """``own`` (a rank's flat contribution) where its datacenter's contribution is not in,
+    zero elsewhere; None when all of it is in.
+
+    ``mine_in[l, s]``: slice ``s`` of shard ``l`` (elements ``[l * shard, (l + 1) * shard)``
+    of the contribution padded to ``local * shard``) is in, as :func:`agree` decided for
+    this datacenter on the rank that carries shard ``l``.
+    """
+    mine_in = np.asarray(mine_in, dtype=bool)
+    if mine_in.ndim != 2:
+        raise ConfigError(f"mine_in must have shape (local, S), got {mine_in.shape}")
+    if mine_in.all():
+        return None
+    bounds = slice_bounds(shard, mine_in.shape[1])
+    kept = np.zeros_like(own)
+    for local, s in zip(*np.nonzero(~mine_in), strict=True):
+        lo = min(own.size, int(local) * shard + int(bounds[s]))
+        hi = min(own.size, int(local) * shard + int(bounds[s + 1]))
+        kept[lo:hi] = own[lo:hi]
+    return kept
+
+
 @dataclass
 class CarryOver:
     """What a contributor still owes: its slices that missed a deadline, added to its next
@@ -158,6 +191,10 @@ class DeadlineReport:
     """Data chunks retransmitted or repaired on this rank's links during the call."""
     carried: bool = False
     """Some of this rank's own contribution missed and is carried to the next call."""
+    kept: Any = field(default=None, repr=False)
+    """With ``carry="local"``: this rank's own contribution where its datacenter's is not
+    in the result (zero elsewhere), shaped like the call's input (a NumPy array, or a
+    tensor from :func:`sdr.torch.allreduce_by`); None when all of it is in."""
 
     @property
     def fraction_in(self) -> float:

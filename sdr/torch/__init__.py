@@ -42,7 +42,7 @@ def allreduce_by(
     key: object = None,
     withhold: tuple[int, ...] = (),
     average: str | None = None,
-    carry: bool | float = True,
+    carry: bool | float | str = True,
 ) -> DeadlineReport:
     """Average ``tensor`` in place over what crossed the WAN within ``deadline`` seconds.
 
@@ -51,11 +51,15 @@ def allreduce_by(
     it settles which), and each slice is the mean over the contributions that are in.
     What missed stays with its rank and is added to its next call with the same ``key``
     (error feedback: nothing is lost, only delayed; ``carry=False`` drops it, a weight in
-    (0, 1) carries that part of it: a staleness weight).
+    (0, 1) carries that part of it: a staleness weight; ``carry="local"`` carries nothing
+    and hands this rank's own missed part back as ``report.kept``, a tensor like
+    ``tensor``, for the training loop to keep: the carry that fits DiLoCo).
     ``average``: ``"arrived"`` divides each slice by the ranks that are in, ``"all"`` by
     every rank (default: ``"all"`` with carry-over, which keeps the mean exact over a
-    run; ``"arrived"`` without). With a momentum outer optimizer ``carry=False`` trained
-    better in docs/training.md's DiLoCo runs. Needs the ``sdr`` backend (``group``:
+    run; ``"arrived"`` without; ``"all"`` with ``"local"``). For DiLoCo's pseudo-gradients
+    use ``carry="local"`` (and start the next inner steps from the shared model less
+    ``report.kept``) or ``carry=False``: plain carry-over counts a missed slice about twice
+    there (docs/training.md). Needs the ``sdr`` backend (``group``:
     default, the default group). Returns this rank's report.
     """
     pg = group if group is not None else dist.distributed_c10d._get_default_group()

@@ -156,7 +156,7 @@ class ProcessGroupSDR(dist.ProcessGroup):
         key: object = None,
         withhold: tuple[int, ...] = (),
         average: str | None = None,
-        carry: bool | float = True,
+        carry: bool | float | str = True,
     ) -> SdrWork:
         """SDR's own collective: ``tensor`` becomes (in place) the mean over every rank's
         contribution that crossed the WAN within ``deadline`` s, bitwise the same on every
@@ -184,6 +184,9 @@ class ProcessGroupSDR(dist.ProcessGroup):
 
         def run() -> list[Any]:
             _in_place(tensor, one)
+            kept = reports[0].kept
+            if kept is not None:  # the caller's own missed part, shaped and placed like it
+                reports[0].kept = torch.from_numpy(kept).view_as(tensor).to(tensor.device)
             return reports
 
         return self._operations.submit(
