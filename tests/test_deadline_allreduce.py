@@ -32,6 +32,7 @@ def _job() -> list[dict]:
             out: dict = {}
             # 1. nothing late: the plain mean, every contribution in
             out["full"] = comm.allreduce_by(_data(rank, 0), 30.0, slices=SLICES)
+            out["unanimous"] = comm._deadline.unanimous  # everything crossed: no wait
             # 2. rank 0 (datacenter 0, local 0) withholds slice 1 of its shard
             late = (1,) if rank == 0 else ()
             out["late"] = comm.allreduce_by(
@@ -74,6 +75,9 @@ def test_deadline_allreduce_is_consistent_exact_and_loses_nothing() -> None:
     for r in range(WORLD):
         report = results[r]["full"][1]
         assert report.complete and report.fraction_in == 1.0
+        # two datacenters, everything here and acknowledged: decided without the peer's
+        # note (which lands later, unread: the calls below still match theirs)
+        assert results[r]["unanimous"] == 1
 
     # 2. slice 1 of shard 0 from datacenter 0 is out: there, the mean over datacenter 1
     lo, hi = (slice_bounds(SHARD, SLICES)[1:3]).tolist()

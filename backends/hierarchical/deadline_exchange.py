@@ -8,13 +8,17 @@ verified (a write completes only once every byte of it is verified), cancels its
 writes that are still out (nothing more of them crosses the link) and sends that note,
 one small reliable write per peer, after which it waits for theirs: the agreement round,
 about half a round trip after the last peer's deadline. Then every rank holds the same
-``arrived[y, x, s]`` array (:func:`sdr.collectives.deadline.agree` decides from it) and
-cancels the receives still open. SDR matches writes to receives by order, so both ends
-post and cancel the same messages: order matching survives every call. A rank that
-finds nobody in the call with it at the deadline (no peer's clear-to-send, nothing
-arrived) decides alone that nothing is in: every rank reaches that decision from what
-it learns, so a slow site or a link dark from before the call costs the others one
-deadline, not the wait for the site.
+``arrived[y, x, s]`` array (:func:`sdr.collectives.deadline.agree` decides from it).
+The receives still open are cancelled when the note is taken, so a slice a rank
+acknowledges is always in its note. With two datacenters that lets a rank that has
+every slice of the peer's and an acknowledgement for every one of its own decide "all
+in" without waiting for the peer's note (which can only agree): a call where everything
+crosses ends as soon as it has, without the agreement round's wait. SDR matches writes
+to receives by order, so both ends post and cancel the same messages: order matching
+survives every call. A rank that finds nobody in the call with it at the deadline (no
+peer's clear-to-send, nothing arrived) decides alone that nothing is in: every rank
+reaches that decision from what it learns, so a slow site or a link dark from before
+the call costs the others one deadline, not the wait for the site.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ class DeadlineExchange:
         """Peers' notes of calls we decided alone: they land later, unread."""
         self.alone = 0
         """Calls decided without the peers' notes (nobody was in the call with us)."""
+        self.unanimous = 0
+        """Calls decided without the peers' notes because everything crossed both ways
+        (two datacenters): the agreement round's wait is saved."""
 
     def check(self, nbytes: int, slices: int) -> None:
         """ConfigError unless ``slices`` slices of ``nbytes`` fit the links."""
@@ -152,18 +159,28 @@ class DeadlineExchange:
             alone = not mine[peers].any() and not any(
                 self.links.rqps[p].cleared(h) for p, h in probes
             )
+            # two datacenters, every slice of theirs here and every one of ours
+            # acknowledged: the peer's note can only say that all of ours arrived (it
+            # cancels its open receives when it takes its note, so nothing it
+            # acknowledges is missing from it), so the outcome is known: all in
+            unanimous = (
+                d == 2 and bool(mine.all()) and all(h.done for p in peers for h in writes[p])
+            )
             for p in peers:  # our late writes go no further: the link is the mask's now
                 for handle in writes[p]:
                     self.links.rqps[p].cancel(handle)
+                for recv in recvs[p]:  # and what arrives after our note does not count
+                    self.links.rqps[p].cancel(recv)
             for p in peers:
                 note = mine.copy()  # unchanged until its write completes
                 rqp = self.links.rqps[p]
                 self._masks_out.append((rqp.write(ctx.register(note), 0, note.nbytes), note))
-            if alone:
-                self.alone += 1
+            if alone or unanimous:
+                self.alone += alone
+                self.unanimous += unanimous
                 self._strays += agreement  # their notes land later, unread
                 for p in peers:
-                    masks[p][:] = 0
+                    masks[p][:] = unanimous
             else:
                 self.links.drive(
                     lambda: all(h.finished for h in agreement),
@@ -172,9 +189,6 @@ class DeadlineExchange:
                 )
                 for h in agreement:
                     h._check()
-            for p in peers:
-                for recv in recvs[p]:
-                    self.links.rqps[p].cancel(recv)
         arrived = np.zeros((d, d, slices), bool)
         arrived[self.me] = mine.astype(bool)
         for p in peers:
