@@ -37,8 +37,10 @@ T (``--deadline auto``): the larger of the model's (:func:`sdr.simulator.deadlin
 ``q`` = 0.99, for the pseudo-gradient's bytes over this link) and 1.25 x the lossless
 reliable outer step measured at the start on this machine (our two cores carry SDR more
 slowly than the model's line rate). Per point: outer-step communication time p50, p99 and
-max per variant, the final evaluation loss, the fraction of bytes in, and whether the
-replicas stayed bitwise identical at every outer step. ``--blackout START`` adds one
+max per variant (from the last rank's entry into the collective to the last rank's exit,
+over the outer steps after the first, which sets up), the final evaluation loss, the
+fraction of bytes in, and whether the replicas stayed bitwise identical at every outer
+step. ``--blackout START`` adds one
 2-second blackout that many seconds after the first packet; ``--slow-site S`` delays
 datacenter 1's inner phase by S seconds at every 5th outer step.
 """
@@ -79,6 +81,8 @@ VARIANTS = (
     "torchft",
     "hivemind",
 )
+DEADLINED = ("deadline", "weighted", "no-carry", "local-carry")
+"""Variants that call allreduce_by with the deadline T."""
 WIDTHS = (128, 1024, 1024, 16)  # 1.2 M parameters: 4.9 MB of float32 per outer step
 TEACHER = (128, 256, 16)
 OUTER_LR, OUTER_MOMENTUM, INNER_LR = 0.7, 0.9, 1e-3
@@ -170,7 +174,7 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
         delta = torch.cat(
             [(b - p.detach()).reshape(-1) for b, p in zip(before, params, strict=True)]
         )
-        start, kept = time.perf_counter(), None
+        start, kept = time.monotonic(), None  # one clock for every rank of the host
         if job["variant"] == "reliable":
             dist.all_reduce(delta, op=dist.ReduceOp.AVG)
             fractions.append(1.0)
@@ -190,8 +194,8 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
             )  # fmt: skip
             fractions.append(report.fraction_in)
             kept = report.kept  # with carry="local": this site's missed part, or None
-        took = time.perf_counter() - start
-        times.append(took)
+        took = time.monotonic() - start
+        times.append((start, start + took))
         spent += took
         with torch.no_grad():  # the outer step: Nesterov SGD on the averaged pseudo-gradient
             off = 0
@@ -251,11 +255,17 @@ def _run(variant: str, rtt: str, loss: float, deadline: float, args: Any) -> dic
         spaces = [link.ns_a] * per_dc + [link.ns_b] * per_dc
         ranks = run_ranks(world, lambda r: _rank(r, job), namespaces=spaces, timeout=3600)
     ran = min(len(r["times"]) for r in ranks)
-    steps = np.max([r["times"][:ran] for r in ranks], axis=0)
+    spans = np.array([r["times"][:ran] for r in ranks])  # rank, step, (entry, exit)
+    # what the collective adds to the step: from the last rank's entry to the last exit (a
+    # rank that entered earlier waited for the other's compute, not for the collective)
+    steps = spans[:, :, 1].max(axis=0) - spans[:, :, 0].max(axis=0)
+    own = (spans[:, :, 1] - spans[:, :, 0]).max(axis=0)  # the slower rank's own call
+    timed = steps[1:] if ran > 1 else steps  # the first call sets up (a 10 s deadline)
     return {
         "variant": variant, "rtt": rtt, "loss": loss, "deadline_s": deadline, "steps_run": ran,
-        "step_s": steps.tolist(), "p50_s": float(np.percentile(steps, 50)),
-        "p99_s": float(np.percentile(steps, 99)), "max_s": float(steps.max()),
+        "step_s": steps.tolist(), "own_step_s": own.tolist(),
+        "p50_s": float(np.percentile(timed, 50)), "p99_s": float(np.percentile(timed, 99)),
+        "max_s": float(timed.max()), "p99_own_s": float(np.percentile(own[1:], 99)),
         "loss_curve": ranks[0]["losses"][:ran], "final_loss": ranks[0]["losses"][ran - 1],
         "fraction_in": float(np.mean(ranks[0]["fractions"][:ran])),
         "replicas_identical": all(r["digests"][:ran] == ranks[0]["digests"][:ran] for r in ranks),
@@ -346,7 +356,7 @@ def main() -> int:
         if args.deadline == "auto":  # the reliable lossless outer step on this machine
             quick = argparse.Namespace(**{**vars(args), "outer": 4, "blackout": None,
                                           "slow_site": 0.0})  # fmt: skip
-            calibration = float(sorted(_run("reliable", rtt, 0.0, 1.0, quick)["step_s"])[1])
+            calibration = float(sorted(_run("reliable", rtt, 0.0, 1.0, quick)["step_s"][1:])[1])
         deadline, model = _deadline(rtt, loss, calibration, args)
         print(f"RTT {rtt}, loss {loss:g}: T = {deadline * 1e3:.0f} ms (model {model * 1e3:.0f} ms,"
               f" lossless reliable {1e3 * (calibration or 0):.0f} ms)", flush=True)  # fmt: skip
@@ -354,8 +364,11 @@ def main() -> int:
             row = _run(variant, rtt, loss, deadline, args)
             row.update(model_deadline_s=model, calibrated_s=calibration)
             rows.append(row)
-            print(f"  {variant:9s} p50 {row['p50_s'] * 1e3:7.0f} ms  p99 {row['p99_s'] * 1e3:7.0f}"
-                  f" ms  max {row['max_s'] * 1e3:7.0f} ms  final loss {row['final_loss']:.4g}  "
+            within = row["p99_s"] <= deadline + parse_time(rtt)
+            bound = f" (<= T+RTT: {'yes' if within else 'no'})" if variant in DEADLINED else ""
+            print(f"  {variant:11s} p50 {row['p50_s'] * 1e3:5.0f} ms  p99 {row['p99_s'] * 1e3:5.0f}"
+                  f" ms{bound}  max {row['max_s'] * 1e3:5.0f} ms  "
+                  f"final loss {row['final_loss']:.4g}  "
                   f"in {row['fraction_in']:.3f}  identical {row['replicas_identical']}  "
                   f"({row['steps_run']} steps, {time.time() - started:.0f} s)",
                   flush=True)  # fmt: skip
