@@ -203,20 +203,23 @@ class DeadlineExchange:
         self, done: Any, until: float, grace: float, probes: list[tuple[int, WriteHandle]]
     ) -> None:
         """Progress until ``done()`` or the deadline. The deadline counts from when every
-        peer is in the call too (its clear-to-send for our first write is here, half a
-        round trip after it posted): ranks that enter ``d`` seconds apart then cut at
-        about the same moment, instead of the early one cutting ``d`` seconds of the
-        late one's window. It moves at most ``grace`` s later (a slow site)."""
+        peer is in the call too (a clear-to-send from each is here, half a round trip
+        after it posted): ranks that enter ``d`` seconds apart then cut at about the same
+        moment, instead of the early one cutting ``d`` seconds of the late one's window.
+        The first clear-to-send of each peer dates its entry (one lost and asked for
+        again must not move the cut an RTO later). It moves at most ``grace`` s later (a
+        slow site)."""
         rtqps, half_rtt = self.links.rqps, float(self.links.config.rtt) / 2
         start = until - grace  # the call's start: grace is its deadline
         cut = [until]
-        waiting = list(probes)
+        waiting = {p for p, _ in probes}
 
         def over() -> bool:
-            if waiting and all(rtqps[p].cleared(h) for p, h in waiting):
-                entered = max(start, time.monotonic() - half_rtt)
-                cut[0] = min(max(until, entered + grace), until + grace)
-                waiting.clear()
+            if waiting:
+                waiting.difference_update({p for p, h in probes if rtqps[p].cleared(h)})
+                if not waiting:
+                    entered = max(start, time.monotonic() - half_rtt)
+                    cut[0] = min(max(until, entered + grace), until + grace)
             return done() or time.monotonic() >= cut[0]
 
         try:

@@ -1,0 +1,59 @@
+"""Where a deadline exchange cuts: from the later entry of the peers, dated by the first
+clear-to-send of each (on a clock the test drives, so nothing here depends on timing)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from sdr.backends.hierarchical import deadline_exchange
+from sdr.backends.hierarchical.deadline_exchange import DeadlineExchange
+from sdr.errors import TimeoutError
+
+RTT, T = 0.025, 0.3
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def _cut(clears: dict[str, float], monkeypatch: pytest.MonkeyPatch) -> float:
+    """When a call that started at 0 with deadline T stops, its writes to one peer cleared
+    at the times in ``clears`` (and nothing else ends it)."""
+    clock = _Clock()
+    monkeypatch.setattr(deadline_exchange, "time", clock)
+    peer = SimpleNamespace(cleared=lambda h: clock.now >= clears[h])
+
+    def drive(cond: object, timeout: float, what: str) -> None:
+        for _ in range(10_000):
+            clock.now += 0.001
+            if cond():  # type: ignore[operator]
+                return
+        raise TimeoutError(what)
+
+    links = SimpleNamespace(rqps={1: peer}, config=SimpleNamespace(rtt=RTT), drive=drive)
+    exchange = DeadlineExchange(links, me=0, datacenters=2)  # type: ignore[arg-type]
+    probes = [(1, name) for name in clears]
+    exchange._drive_until(lambda: False, T, T, probes)  # type: ignore[arg-type]
+    return clock.now
+
+
+def test_a_peer_in_the_call_from_the_start_cuts_at_the_deadline(monkeypatch) -> None:
+    assert _cut({"a": 0.012, "b": 0.013}, monkeypatch) == pytest.approx(T, abs=0.002)
+
+
+def test_a_late_peer_moves_the_cut_by_its_lateness(monkeypatch) -> None:
+    # its first clear-to-send came at 0.1: it entered about half a round trip before
+    assert _cut({"a": 0.1, "b": 0.101}, monkeypatch) == pytest.approx(0.1 - RTT / 2 + T, abs=0.002)
+
+
+def test_a_lost_clear_to_send_does_not_move_the_cut(monkeypatch) -> None:
+    # slice b's clear-to-send was lost and asked for again: it came an RTO later; the peer
+    # was in the call from the start (slice a's came at once). Dating the entry by the
+    # last one cut at 0.49 s.
+    assert _cut({"a": 0.012, "b": 0.2}, monkeypatch) == pytest.approx(T, abs=0.002)
