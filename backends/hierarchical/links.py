@@ -44,6 +44,9 @@ __all__ = ["SdrLinkOptions", "SdrLinks"]
 log = logging.getLogger(__name__)
 
 _IDLE_S = 0.002  # longest sleep of the background progress thread with nothing to do
+SMALL_COPIES_FROM = 1e-3
+"""Expected loss from which one-chunk messages go out twice: a collective waits on a
+few of them per call, and at 1e-2 one is lost in every few calls (an RTO, 3 RTTs)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,10 @@ class SdrLinkOptions:
     sharers: this datacenter's ranks that cross the link at once (its local size): each
         paces at ``rate / sharers``, so together they fill the link and do not overrun it.
     rtt: round-trip time of the link (RTO, FTO).
-    loss: expected packet drop rate (only ``auto`` uses it, to pick the scheme).
+    loss: expected packet drop rate: ``auto`` picks the scheme from it, and from 1e-3 on
+        every message of one chunk (a deadline call's note, a barrier) goes out twice
+        (``ReliabilityConfig.small_copies``), so that one lost packet does not cost it an
+        RTO.
     mtu, chunk_size: SDR packet payload and bitmap chunk (chunk a multiple of the MTU).
     max_message_size: largest WAN write (one port put); bigger puts raise ConfigError.
     size_hint: bytes of a typical WAN write, for ``auto``.
@@ -115,6 +121,7 @@ class SdrLinkOptions:
             # a peer posts its receives when the application reaches its next collective,
             # which may be long after our write starts: wait as long as any collective wait
             "global_timeout": self.timeout,
+            "small_copies": 2 if self.loss >= SMALL_COPIES_FROM else 1,
         }
         if self.k is not None and self.m is not None:
             changes.update(k=self.k, m=self.m)

@@ -96,6 +96,17 @@ def _ack_interval(value: float | str | None) -> float | None:
     return None if value is None else parse_time(value, field="ack_interval")
 
 
+_MAX_SMALL_COPIES = 4
+
+
+def _small_copies(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_SMALL_COPIES:
+        raise ConfigError(
+            f"small_copies must be an integer in 1..{_MAX_SMALL_COPIES}, got {value!r}"
+        )
+    return value
+
+
 def _global_timeout(value: float | str | None) -> float | None:
     if value is None:
         return None
@@ -136,6 +147,9 @@ class ReliabilityConfig:
     multipath: treat the QP's channels as paths (the UDP backend sends each from its own
         source port): each chunk takes one path, picked by per-path loss and delay, and
         traffic moves off a worse path (docs/congestion.md, "Multipath").
+    small_copies: a message of one chunk is sent this many times (each packet back to
+        back): a repetition code for tiny messages (a collective's notes, a flag) whose
+        loss would otherwise cost an RTO, rtt * (1 + alpha); 1 sends each once.
     params: extra parameters for user-registered schemes.
     """
 
@@ -154,6 +168,7 @@ class ReliabilityConfig:
     congestion: str = "fixed"
     congestion_params: Mapping[str, Any] = attrs.field(factory=dict)
     multipath: bool = False
+    small_copies: int = attrs.field(default=1, converter=_small_copies)
     params: Mapping[str, Any] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:

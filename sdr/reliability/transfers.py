@@ -10,6 +10,7 @@ departure events (packets [a, b) of a record left) become ``on_sent`` chunks thr
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -50,6 +51,11 @@ class OutLane:
     mtu: int
     queued_packets: int = 0
     cts_checked: bool = False
+    copies: int = 1
+    """Times a message of one chunk is queued (``ReliabilityConfig.small_copies``)."""
+    _news: deque[bool] = field(init=False, repr=False, default_factory=deque)
+    """Per queued copy of a one-chunk lane, in order: whether its departure is news to
+    the scheme (the first of each queueing is; its copies are not retransmissions)."""
     _flight: np.ndarray = field(init=False, repr=False)
     """Per chunk, in the congestion controller's books: not counted, counted in flight,
     or delivered (never counted again)."""
@@ -58,13 +64,20 @@ class OutLane:
         self._flight = np.zeros(self.geometry.n_chunks, dtype=np.int8)
 
     def queue(self, core: QueuePairCore, now: float, chunks: np.ndarray) -> None:
-        """Hand chunks to the stream, as few ranges as possible."""
+        """Hand chunks to the stream, as few ranges as possible (a one-chunk message
+        ``copies`` times: the receiver drops the copies after the first)."""
         g, mtu = self.geometry, self.mtu
+        times = self.copies if g.n_chunks == 1 else 1
+        if times > 1:
+            self._news.extend([True] + [False] * (times - 1))
         for first, count in chunk_runs(np.sort(chunks)):
             start = first * g.chunk_size
             stop = g.bounds(first + count - 1)[1]
-            core.stream_send(now, self.record, self.region, self.base + start, start, stop - start)
-            self.queued_packets += -(-stop // mtu) - start // mtu
+            for _ in range(times):
+                core.stream_send(
+                    now, self.record, self.region, self.base + start, start, stop - start
+                )
+                self.queued_packets += -(-stop // mtu) - start // mtu
 
     def count_in_flight(self, chunks: np.ndarray) -> int:
         """Chunks that left whole: the bytes the congestion controller newly counts in
@@ -92,7 +105,10 @@ class OutLane:
         chunks = np.arange(lo, hi + 1, dtype=np.int64)
         ends = np.minimum((chunks + 1) * g.chunk_size, g.length)
         last = -(-ends // mtu) - 1
-        return chunks[(last >= first) & (last < stop)]
+        chunks = chunks[(last >= first) & (last < stop)]
+        if len(chunks) and self._news and not self._news.popleft():
+            return chunks[:0]  # a copy left: the scheme heard of this chunk already
+        return chunks
 
     def check_cts(self, seq: int) -> ProtocolError | None:
         """Once the CTS is there: the error if the matching receive has the wrong length."""
@@ -159,10 +175,12 @@ def open_outgoing(
     register: Register,
     now: float,
     cts_retry: float,
+    copies: int = 1,
 ) -> Outgoing:
     """Build the sender machine of a write and open one SDR stream per lane, in order.
 
-    Every lane asks for its CTS again after ``cts_retry`` (the core's CTS requests)."""
+    Every lane asks for its CTS again after ``cts_retry`` (the core's CTS requests); a
+    lane of one chunk sends it ``copies`` times."""
     data = region.view[offset : offset + length]
     machine = scheme.sender(seq, data)
     lanes = []
@@ -173,7 +191,9 @@ def open_outgoing(
             lane_region, base = register(_lane_buffer(machine, index, lane_length)), 0
         record = core.stream_start(now, cts_retry=cts_retry)
         geometry = MessageGeometry(lane_length, scheme.chunk_size)
-        lanes.append(OutLane(index, record, lane_region, base, geometry, core.attr.mtu))
+        lanes.append(
+            OutLane(index, record, lane_region, base, geometry, core.attr.mtu, copies=copies)
+        )
     return Outgoing(seq, length, machine, lanes, now)
 
 

@@ -192,7 +192,7 @@ class WriteSide:
             self.scheme.before_write(now, length)
             out = open_outgoing(
                 seq, region, offset, length, self.scheme, self.core, self._register, now,
-                self.config.rto,
+                self.config.rto, self.config.small_copies,
             )  # fmt: skip
             if out.machine.rtt is not None:
                 out.machine.rtt = self.rtt  # a new write starts from what the others measured

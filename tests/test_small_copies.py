@@ -1,0 +1,50 @@
+"""``ReliabilityConfig.small_copies``: a message of one chunk goes out that many times, so
+one lost packet costs nothing (not an RTO); longer messages go out once."""
+
+from __future__ import annotations
+
+import pytest
+from test_reliability_support import RTT, make_rpair, scripted, transfer
+
+from sdr.errors import ConfigError
+from sdr.reliability.config import ReliabilityConfig
+
+ONE_CHUNK = 4096  # ATTR's chunk: 4 packets of 1 KiB
+
+
+def _first_packet_lost(slot: int, offset: int, n: int) -> bool:
+    return slot == 0 and offset == 0 and n == 0
+
+
+@pytest.mark.parametrize("scheme", ["sr-rto", "sr-nack"])
+def test_a_lost_packet_of_a_one_chunk_message_is_covered_by_its_copy(scheme: str) -> None:
+    net = scripted(drop=_first_packet_lost)
+    pair = make_rpair(scheme, net=net, small_copies=2)
+    start = pair.clock()
+    src, dst, handles = transfer(pair, [ONE_CHUNK])
+    assert (src[0] == dst[0]).all()
+    assert net.scripted_drops == 1
+    assert handles[0].retransmissions == 0
+    assert pair.clock() - start < 2 * RTT  # one way and the ACK, no RTO (3 RTT)
+    assert all(n == 2 for n in net.seen.values())  # every packet twice
+
+
+def test_without_copies_the_same_loss_costs_a_retransmission() -> None:
+    net = scripted(drop=_first_packet_lost)
+    pair = make_rpair("sr-rto", net=net)
+    _, _, handles = transfer(pair, [ONE_CHUNK])
+    assert handles[0].retransmissions == 1
+
+
+def test_a_message_of_several_chunks_is_sent_once() -> None:
+    net = scripted()
+    pair = make_rpair("sr-rto", net=net, small_copies=2)
+    src, dst, _ = transfer(pair, [2 * ONE_CHUNK])
+    assert (src[0] == dst[0]).all()
+    assert set(net.seen.values()) == {1}
+
+
+@pytest.mark.parametrize("bad", [0, 5, True, 1.5])
+def test_small_copies_is_a_small_count(bad: object) -> None:
+    with pytest.raises(ConfigError, match=r"small_copies must be an integer in 1\.\.4"):
+        ReliabilityConfig(small_copies=bad)  # type: ignore[arg-type]
