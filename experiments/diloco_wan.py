@@ -260,12 +260,13 @@ def _run(variant: str, rtt: str, loss: float, deadline: float, args: Any) -> dic
     # rank that entered earlier waited for the other's compute, not for the collective)
     steps = spans[:, :, 1].max(axis=0) - spans[:, :, 0].max(axis=0)
     own = (spans[:, :, 1] - spans[:, :, 0]).max(axis=0)  # the slower rank's own call
-    timed = steps[1:] if ran > 1 else steps  # the first call sets up (a 10 s deadline)
+    after = slice(1, None) if ran > 1 else slice(None)  # the first call sets up (10 s T)
+    timed = steps[after]
     return {
         "variant": variant, "rtt": rtt, "loss": loss, "deadline_s": deadline, "steps_run": ran,
         "step_s": steps.tolist(), "own_step_s": own.tolist(),
         "p50_s": float(np.percentile(timed, 50)), "p99_s": float(np.percentile(timed, 99)),
-        "max_s": float(timed.max()), "p99_own_s": float(np.percentile(own[1:], 99)),
+        "max_s": float(timed.max()), "p99_own_s": float(np.percentile(own[after], 99)),
         "loss_curve": ranks[0]["losses"][:ran], "final_loss": ranks[0]["losses"][ran - 1],
         "fraction_in": float(np.mean(ranks[0]["fractions"][:ran])),
         "replicas_identical": all(r["digests"][:ran] == ranks[0]["digests"][:ran] for r in ranks),
@@ -334,7 +335,8 @@ def main() -> int:
             if point.count(":") != 1:
                 raise ConfigError(f"point {point!r} is not RTT:loss")
             rtt, loss = point.split(":")
-            parse_time(rtt), float(loss)
+            parse_time(rtt)
+            float(loss)
     except (ConfigError, ValueError) as exc:
         print(f"diloco_wan: {exc} (e.g. --points 25ms:1e-2,100ms:1e-3 --deadline 150ms)")
         return 2

@@ -216,7 +216,9 @@ class DeadlineExchange:
 
         def over() -> bool:
             if waiting:
-                waiting.difference_update({p for p, h in probes if rtqps[p].cleared(h)})
+                waiting.difference_update(
+                    {p for p, h in probes if p in waiting and rtqps[p].cleared(h)}
+                )
                 if not waiting:
                     entered = max(start, time.monotonic() - half_rtt)
                     cut[0] = min(max(until, entered + grace), until + grace)
