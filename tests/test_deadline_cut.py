@@ -22,7 +22,7 @@ class _Clock:
         return self.now
 
 
-def _cut(clears: dict[str, float], monkeypatch: pytest.MonkeyPatch) -> float:
+def _cut(clears: dict[str, float], monkeypatch: pytest.MonkeyPatch, setup: float = 0.0) -> float:
     """When a call that started at 0 with deadline T stops, its writes to one peer cleared
     at the times in ``clears`` (and nothing else ends it)."""
     clock = _Clock()
@@ -39,7 +39,7 @@ def _cut(clears: dict[str, float], monkeypatch: pytest.MonkeyPatch) -> float:
     links = SimpleNamespace(rqps={1: peer}, config=SimpleNamespace(rtt=RTT), drive=drive)
     exchange = DeadlineExchange(links, me=0, datacenters=2)  # type: ignore[arg-type]
     probes = [(1, name) for name in clears]
-    exchange._drive_until(lambda: False, T, T, probes)  # type: ignore[arg-type]
+    exchange._drive_until(lambda: False, T, T, probes, setup)  # type: ignore[arg-type]
     return clock.now
 
 
@@ -57,3 +57,12 @@ def test_a_lost_clear_to_send_does_not_move_the_cut(monkeypatch) -> None:
     # was in the call from the start (slice a's came at once). Dating the entry by the
     # last one cut at 0.49 s.
     assert _cut({"a": 0.012, "b": 0.2}, monkeypatch) == pytest.approx(T, abs=0.002)
+
+
+def test_the_peers_set_up_counts_as_long_as_ours(monkeypatch) -> None:
+    # we took 4 ms from our entry to our clear-to-sends; the peer's code takes as long, so
+    # its clear-to-send at 0.1 says it entered 4 ms before half a round trip before it
+    late = 0.1 - RTT / 2 - 0.004 + T
+    assert _cut({"a": 0.1}, monkeypatch, setup=0.004) == pytest.approx(late, abs=0.002)
+    # never before our own deadline
+    assert _cut({"a": 0.012}, monkeypatch, setup=0.004) == pytest.approx(T, abs=0.002)

@@ -123,6 +123,9 @@ class DeadlineExchange:
                 }
                 recvs[p] = [posted[s] for s in range(slices)]
                 mask_recvs[p] = rqp.post_recv(ctx.register(masks[p]), 0, masks[p].nbytes)
+            # from the call's start to our clear-to-sends: a peer's takes as long (the
+            # same code), so its entry is its first clear-to-send less this and half an RTT
+            setup = max(time.monotonic() - (until - grace), 0.0)
             for p in peers:
                 rqp = self.links.rqps[p]
                 writes[p] = []
@@ -147,6 +150,7 @@ class DeadlineExchange:
                 until,
                 grace,
                 probes,
+                setup,
             )
             mine = np.zeros((d, slices), np.uint8)
             mine[self.me] = 1
@@ -200,15 +204,22 @@ class DeadlineExchange:
         return contributions, arrived, slices
 
     def _drive_until(
-        self, done: Any, until: float, grace: float, probes: list[tuple[int, WriteHandle]]
+        self,
+        done: Any,
+        until: float,
+        grace: float,
+        probes: list[tuple[int, WriteHandle]],
+        setup: float = 0.0,
     ) -> None:
         """Progress until ``done()`` or the deadline. The deadline counts from when every
         peer is in the call too (a clear-to-send from each is here, half a round trip
         after it posted): ranks that enter ``d`` seconds apart then cut at about the same
         moment, instead of the early one cutting ``d`` seconds of the late one's window.
         The first clear-to-send of each peer dates its entry (one lost and asked for
-        again must not move the cut an RTO later). It moves at most ``grace`` s later (a
-        slow site)."""
+        again must not move the cut an RTO later), less ``setup``: the time from our own
+        entry to our clear-to-sends, which the peer's code takes too (before, the later
+        peer's entry was dated its 2-4 ms of set-up late, and the earlier rank cut that
+        much after it). The cut moves at most ``grace`` s later (a slow site)."""
         rtqps, half_rtt = self.links.rqps, float(self.links.config.rtt) / 2
         start = until - grace  # the call's start: grace is its deadline
         cut = [until]
@@ -220,7 +231,7 @@ class DeadlineExchange:
                     {p for p, h in probes if p in waiting and rtqps[p].cleared(h)}
                 )
                 if not waiting:
-                    entered = max(start, time.monotonic() - half_rtt)
+                    entered = max(start, time.monotonic() - half_rtt - setup)
                     cut[0] = min(max(until, entered + grace), until + grace)
             return done() or time.monotonic() >= cut[0]
 
