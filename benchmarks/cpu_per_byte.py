@@ -84,9 +84,12 @@ def _popen(command: list[str]) -> subprocess.Popen[str]:
 
 
 def sdr_run(
-    wrap: Wrap, host: str, scheme: str, source: Path, out: Path, rate: str, args: Any
-) -> tuple[float, float]:
-    """One `sdr send` -> `sdr recv`; (sender CPU s, receiver CPU s)."""
+    wrap: Wrap, host: str, scheme: str, source: Path, out: Path, rate: str, args: Any,
+    ack_interval: str = "",
+) -> tuple[float, float]:  # fmt: skip
+    """One `sdr send` -> `sdr recv`; (sender CPU s, receiver CPU s). ``ack_interval``: the
+    receiver's SACK interval (``[reliability] ack_interval`` in a ``--config`` file; the
+    receiver takes the sender's), else the default."""
     port = _free_port()
     sdr = [sys.executable, "-m", "sdr.cli.main"]
     receiver = _popen(
@@ -102,6 +105,7 @@ def sdr_run(
             wrap("a", [*sdr, "send", str(source), "--to", f"{host}:{port}", "--json"])
             + ["--scheme", scheme, "--rate", rate, "--rtt", args.rtt, "--mtu", str(args.mtu)]
             + ["--message-size", args.message_size, "--timeout", "120", "--digest", args.digest]
+            + (["--config", str(_ack_config(source.parent, ack_interval))] if ack_interval else [])
         )
         cpu_send = _cpu(sender, 300)
         cpu_recv = _cpu(receiver, 60)
@@ -111,6 +115,13 @@ def sdr_run(
                 proc.kill()
     out.unlink(missing_ok=True)
     return cpu_send, cpu_recv
+
+
+def _ack_config(directory: Path, ack_interval: str) -> Path:
+    """A config file that sets only the SACK interval."""
+    path = directory / f"sdr-cpu-ack-{os.getpid()}.toml"
+    path.write_text(f'[reliability]\nack_interval = "{ack_interval}"\n')
+    return path
 
 
 def iperf3_run(
@@ -187,8 +198,11 @@ def measure_place(
             run = functools.partial(iperf3_run, wrap, host, proto, rate=rate, args=args)
             found[peer] = per_gib(run, sizes, args.repeat)
         for scheme in schemes:
-            run = functools.partial(_sdr_size, wrap, host, scheme, files, out, rate, args)
-            found[f"sdr {scheme}"] = per_gib(run, sizes, args.repeat)
+            for ack in args.ack_intervals.split(","):
+                run = functools.partial(_sdr_size, wrap, host, scheme, files, out, rate, args, ack)
+                found[f"sdr {scheme}" + (f" ack {ack}" if ack else "")] = per_gib(
+                    run, sizes, args.repeat
+                )
     for cpu in found.values():
         cpu["emulator"] = report
     return found
@@ -196,9 +210,9 @@ def measure_place(
 
 def _sdr_size(
     wrap: Wrap, host: str, scheme: str, files: dict[int, Path], out: Path, rate: str, args: Any,
-    size: int,
+    ack_interval: str, size: int,
 ) -> tuple[float, float]:  # fmt: skip
-    return sdr_run(wrap, host, scheme, files[size], out, rate, args)
+    return sdr_run(wrap, host, scheme, files[size], out, rate, args, ack_interval)
 
 
 def _row(
@@ -253,6 +267,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--message-size", default="16MiB")
     p.add_argument("--rtt", default="25ms", help="SDR's --rtt (and the emulated link's)")
     p.add_argument("--repeat", type=int, default=1)
+    p.add_argument(
+        "--ack-intervals",
+        default="",
+        help="SACK intervals to run each scheme at, comma-separated (e.g. ',6.25ms,12.5ms': "
+        "the default, then rtt/4 and rtt/2 at 25 ms)",
+    )
     p.add_argument("--digest", default="blake3", help="sdr send --digest (blake3, sha256, none)")
     p.add_argument("--link", action="store_true", help="also through the WAN emulator (root)")
     p.add_argument(

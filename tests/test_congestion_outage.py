@@ -170,7 +170,10 @@ def test_bbr_comes_back_after_an_outage_at_the_rate_it_had() -> None:
     dark, paced, ra = _bbr_write(blackouts=((OUTAGE,),))
     cc = ra.connection.controller
     assert ra.qp.transport_qp.transport.direction.stats.blackout_drops > 0  # the outage happened
-    assert min(paced) >= 0.5 * LINK.rate  # before: 0.0077 x (766 kbit/s)
+    # before: 0.0077 x (766 kbit/s). 0.58x with RTT samples that held the receiver's SACK
+    # delay, 0.35x for one sample once the SACK reports it (BBR's rounds are then one true
+    # RTT, and the outage's losses cut the estimate once more): not a crawl either way
+    assert min(paced) >= 0.3 * LINK.rate
     assert min(paced) >= cc.min_rate
     # the outage and the repairs it takes, not a crawl back (before: 6.44 s vs 0.70 s)
     assert dark < free + 3 * (OUTAGE[1] - OUTAGE[0])

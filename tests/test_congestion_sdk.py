@@ -82,8 +82,8 @@ def test_the_controller_follows_the_config() -> None:
 
 
 # --- the scheme's signals -------------------------------------------------------------
-def _sender(length: int = 10 * 4096):
-    config = ReliabilityConfig(rtt=0.01, chunk_size=4096, link_rate=1e9)
+def _sender(length: int = 10 * 4096, **changes):
+    config = ReliabilityConfig(rtt=0.01, chunk_size=4096, link_rate=1e9, **changes)
     sender = create_scheme(config).sender(0, memoryview(bytearray(length)))
     sender.start(0.0)
     sender.actions()
@@ -105,6 +105,43 @@ def test_a_sack_reports_the_newly_acked_bytes_with_a_karn_rtt() -> None:
     assert signal.rtt_s == pytest.approx(0.0105)  # the newest chunk sent once: 0.002
     sender.on_control(0.02, Sack.build(0, _have(10, 10), digest_ok=True))
     assert not [a for a in sender.actions() if isinstance(a, Delivered)]  # nothing new
+
+
+def test_the_sacks_ack_delay_comes_off_the_rtt_sample_at_most_our_ack_interval() -> None:
+    # The controller's sample loses the receiver's hold, at most our ack_interval and never
+    # going below the smallest sample seen (QUIC's rule); the RTO's estimator keeps the
+    # hold (the acknowledgement comes that much later)
+    cases = [(0.0025, 0.002, 0.0115), (0.0025, 0.5, 0.011), (0.0025, 0.0, 0.0135)]
+    cases += [(0.01, 0.004, 0.0135)]  # 13.5 - 4 would be below the 10.5 ms seen: kept
+    for interval, reported, sample in cases:
+        sender = _sender(ack_interval=interval)
+        sender.on_sent(0.001, 0, np.arange(0, 5))
+        sender.on_control(0.0115, Sack.build(0, _have(5, 10), True))  # min RTT 10.5 ms
+        sender.on_sent(0.002, 0, np.arange(5, 10))
+        sender.on_control(0.0155, Sack.build(0, _have(10, 10), True, ack_delay=reported))
+        first, second = [a for a in sender.actions() if isinstance(a, Delivered)]
+        assert first.rtt_s == pytest.approx(0.0105)  # the first sample: nothing below it
+        assert second.rtt_s == pytest.approx(sample), reported
+        assert sender.rtt.srtt == pytest.approx(0.875 * 0.0105 + 0.125 * 0.0135)
+    sender = _sender(ack_interval=0.0025)  # a first sample is taken as it is
+    sender.on_sent(0.010, 0, np.arange(0, 10))
+    sender.on_control(0.0115, Sack.build(0, _have(10, 10), True, ack_delay=0.002))
+    [signal] = [a for a in sender.actions() if isinstance(a, Delivered)]
+    assert signal.rtt_s == pytest.approx(0.0015)
+
+
+def test_the_receivers_sack_says_how_long_ago_the_latest_data_arrived() -> None:
+    config = ReliabilityConfig(
+        rtt=0.01, chunk_size=4096, link_rate=1e9, scheme="sr-nack", ack_interval=0.0025
+    )
+    receiver = create_scheme(config).receiver(0, memoryview(bytearray(10 * 4096)))
+    receiver.on_chunks(0.001, 0, np.arange(0, 4))
+    receiver.on_chunks(0.002, 0, np.arange(4, 6))
+    assert receiver.next_timer() == pytest.approx(0.001 + 0.0025)  # the SACK's timer
+    receiver.handle_timer(0.0035)
+    sent = [getattr(a, "message", None) for a in receiver.actions()]
+    [sack] = [m for m in sent if isinstance(m, Sack)]
+    assert sack.ack_delay == pytest.approx(0.0015) and sack.cum == 6
 
 
 def test_a_retransmitted_chunk_gives_no_rtt_and_its_loss_is_reported() -> None:

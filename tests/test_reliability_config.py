@@ -16,8 +16,15 @@ def test_defaults_and_derived_timers():
     assert cfg.rtt == pytest.approx(0.025)
     assert cfg.rto == pytest.approx(0.075)  # the paper's SR RTO: 3 RTT
     assert cfg.beta_value == pytest.approx(1.0)  # alpha / 2
-    assert cfg.ack_delay == pytest.approx(0.0025)
     assert cfg.t_inj == 0.0  # no chunk size / link rate yet
+
+
+def test_the_sack_interval_is_finer_where_a_controller_or_the_path_selector_feeds_on_it():
+    assert ReliabilityConfig(rtt="25ms").ack_delay == pytest.approx(0.025 / 4)  # fixed, one path
+    assert ReliabilityConfig(rtt="25ms", congestion="delay").ack_delay == pytest.approx(0.0025)
+    assert ReliabilityConfig(rtt="25ms", congestion="bbr").ack_delay == pytest.approx(0.0025)
+    assert ReliabilityConfig(rtt="25ms", multipath=True).ack_delay == pytest.approx(0.0025)
+    assert ReliabilityConfig(rtt="25ms", ack_interval="1ms").ack_delay == pytest.approx(0.001)
 
 
 def test_fto_follows_the_paper_formula():

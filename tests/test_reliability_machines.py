@@ -111,8 +111,9 @@ def test_sr_receiver_acks_coalesced_and_completes_after_verification():
         r.on_control(0.001, msg)
     wire = Wire(s, r, lose={(0, 2)})
     wire.deliver(0.005, [SendChunks(0, chunks[0].chunks)])
-    assert r.next_timer() == pytest.approx(0.005 + RTT / 10)  # the delayed SACK
-    r.handle_timer(0.006)
+    sack_at = 0.005 + r.config.ack_delay
+    assert r.next_timer() == pytest.approx(sack_at)  # the delayed SACK
+    r.handle_timer(sack_at)
     _, control, done = split(r.actions())
     assert not done and len(control) == 1
     assert control[0].cum == 2 and control[0].acked().tolist() == [0, 1, 3, 4, 5]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -75,6 +77,25 @@ def test_sack_of_a_huge_message_fits_and_starts_at_the_cumulative_point():
     acked = set(back.acked().tolist())
     assert 11 in acked and 9 in acked and 10 not in acked
     assert max(acked) < 150_000  # what did not fit is unknown, never "lost"
+
+
+def test_sack_carries_its_ack_delay_in_microseconds_and_only_when_it_has_one():
+    have = np.ones(200_000, dtype=bool)
+    have[150_000] = False
+    plain, held = Sack.build(3, have, True), Sack.build(3, have, True, ack_delay=0.0061234)
+    assert len(held.encode()) == len(plain.encode()) + 4 <= MAX_CONTROL_SIZE  # a full bitmap too
+    assert roundtrip(plain).ack_delay == 0.0
+    back = roundtrip(held)
+    assert back.ack_delay == pytest.approx(0.006123, abs=1e-9) and back.digest_ok
+    assert (back.acked() == plain.acked()).all()
+    assert roundtrip(Sack.build(3, have, False, ack_delay=1e9)).ack_delay == (2**32 - 1) / 1e6
+    assert roundtrip(held.clipped(10)).ack_delay == back.ack_delay
+    # flag 2 without its four bytes (or with a bitmap one byte short) is refused
+    data = bytearray(Sack.build(3, np.ones(0, bool), True).encode())
+    data[3] |= 2
+    data[-4:] = zlib.crc32(bytes(data[:-4])).to_bytes(4, "big")
+    with pytest.raises(sdr.ProtocolError, match="SACK"):
+        decode_message(bytes(data))
 
 
 def test_nack_splits_many_ranges_over_messages():

@@ -36,6 +36,7 @@ from sdr.backends.hierarchical.port_channel import SdrPortChannel
 from sdr.backends.udp import UdpTransport
 from sdr.errors import ConfigError
 from sdr.reliability import ReliabilityConfig
+from sdr.reliability.config import SACKS_PER_RTT
 from sdr.runtime import ReliableQP, drive
 from sdr.units import parse_rate, parse_size, parse_time
 
@@ -122,6 +123,10 @@ class SdrLinkOptions:
             # which may be long after our write starts: wait as long as any collective wait
             "global_timeout": self.timeout,
             "small_copies": 2 if self.loss >= SMALL_COPIES_FROM else 1,
+            # a collective waits on acknowledgements and clear-to-sends (a deadline's cut
+            # is dated by one), and a receiver sees them only once its hold ends: keep the
+            # finer SACK interval, not the file transfer's (which trades it for CPU)
+            "ack_interval": parse_time(self.rtt) / SACKS_PER_RTT,
         }
         if self.k is not None and self.m is not None:
             changes.update(k=self.k, m=self.m)

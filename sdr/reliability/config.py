@@ -43,6 +43,13 @@ _MIN_RATE = 1e3  # bits/s
 _MAX_CHUNK = 1 << 40
 _TIMEOUT_RTOS = 100
 _TIMEOUT_TX = 4
+SACKS_PER_RTT = 10
+"""The default SACK interval is rtt / this where SACKs feed a controller or a selector."""
+SACKS_PER_RTT_FIXED = 4
+"""... and rtt / this with ``fixed`` on one path, where SACKs only retire data and time the
+RTO: every SACK costs both ends a progress round, and at 1 Gbit/s on loopback rtt/4 took
+17% of the sender's CPU per byte and 22% of the receiver's off rtt/10's
+(docs/benchmarks.md, "CPU per byte, round 7")."""
 
 
 def _number(name: str, value: object, low: float, high: float = math.inf) -> float:
@@ -130,7 +137,9 @@ class ReliabilityConfig:
     chunk_size: bytes per chunk; None takes the QP's bitmap chunk size (it must match it).
     link_rate: bits/s for T_INJ = chunk bits / link_rate; None takes the QP's rate_limit
         (T_INJ = 0 when neither is set).
-    ack_interval: how long a receiver may delay a SACK to coalesce arrivals (default rtt/10).
+    ack_interval: how long a receiver may delay a SACK to coalesce arrivals (default rtt/10;
+        the SACK says how long it held, and the sender's congestion controller and path
+        selector get their RTT samples without it).
     global_timeout: T, seconds without progress (no chunk newly acknowledged or arrived)
         after which a message fails with sdr.TimeoutError; a message that moves never
         fails by a timer. None: max(60 s, 100 RTOs) + 4x the message's transmit time at
@@ -209,10 +218,15 @@ class ReliabilityConfig:
 
     @property
     def ack_delay(self) -> float:
-        """Longest a receiver holds back a SACK."""
+        """Longest a receiver holds back a SACK: ``ack_interval``; by default
+        :data:`SACKS_PER_RTT_FIXED` per RTT with the ``fixed`` controller on one path,
+        :data:`SACKS_PER_RTT` where a congestion controller or the path selector feeds on
+        the SACKs (RTT samples, delivery rates)."""
         if self.ack_interval is not None:
             return self.ack_interval
-        return self.rtt / 10
+        if self.congestion == "fixed" and not self.multipath:
+            return self.rtt / SACKS_PER_RTT_FIXED
+        return self.rtt / SACKS_PER_RTT
 
     @property
     def t_inj(self) -> float:

@@ -12,8 +12,9 @@ dropped (ProtocolError), never acted on. Types (the 16..63 range of sdr.control)
 16  DIGEST       s -> r     length u64 | scheme u32 | chunk_size u32 | first u32 |
                             count u32 | count x crc32 u32 (one per data chunk)
 17  ACK          r -> s     (no body); flag FAILED: the receiver gave the message up
-18  SACK         r -> s     cum u32 | nbits u32 | bitmap; bit i (LSB first) is chunk
-                            cum+1+i; flag DIGEST_OK: the receiver holds the whole digest
+18  SACK         r -> s     cum u32 | nbits u32 | [ack_delay u32, microseconds: flag 2] |
+                            bitmap; bit i (LSB first) is chunk cum+1+i; flag DIGEST_OK
+                            (1): the receiver holds the whole digest
 19  NACK         r -> s     count u16 | count x (first u32, n u32): chunks to resend now
 20  EC_NACK      r -> s     k u16 | count u16 | count x (submessage u32 | ceil(k/8) bytes
                             bitmap of its missing data chunks); flag DIGEST_OK as in SACK

@@ -27,11 +27,12 @@ from sdr.transport import MAX_CONTROL_SIZE
 __all__ = ["RangeMessage", "Sack", "Nack", "EcNack"]
 
 _SACK = struct.Struct("!II")
+_ACK_DELAY = struct.Struct("!I")  # microseconds, present when flag 2 is set
 _RANGE = struct.Struct("!II")
 _COUNT = struct.Struct("!H")
 _EC = struct.Struct("!HH")
 
-_SACK_MAX_BITS = (MAX_CONTROL_SIZE - _OVERHEAD - _SACK.size) * 8
+_SACK_MAX_BITS = (MAX_CONTROL_SIZE - _OVERHEAD - _SACK.size - _ACK_DELAY.size) * 8
 _NACK_MAX_RANGES = (MAX_CONTROL_SIZE - _OVERHEAD - _COUNT.size) // _RANGE.size
 
 """Chunk indices a control message can name are [0, _CHUNK_END): a range's end fits u32."""
@@ -81,6 +82,10 @@ class Sack(RangeMessage):
     ``bits[i]`` says whether chunk ``cum + 1 + i`` arrived; chunks past the bitmap are
     unknown. ``digest_ok``: the receiver holds every checksum of the message. The decoded
     bitmap is bounded by the message's bytes, ``cum`` is not: clip before :meth:`acked`.
+    ``ack_delay``: seconds from the receiver's latest data arrival to this SACK (QUIC's
+    ACK Delay, RFC 9000 section 13.2.5): the sender takes it off its RTT sample, so
+    coalescing SACKs does not inflate the RTT. On the wire in microseconds (flag 2),
+    saturating at 2^32 - 1; absent (0) when the receiver has not timed it.
     """
 
     TYPE: ClassVar[int] = 18
@@ -88,23 +93,31 @@ class Sack(RangeMessage):
     cum: int
     bits: np.ndarray = field(repr=False)
     digest_ok: bool = True
+    ack_delay: float = 0.0
+
+    def _micros(self) -> int:
+        return min(max(round(self.ack_delay * 1e6), 0), 0xFFFFFFFF)
 
     def _flags(self) -> int:
-        return 1 if self.digest_ok else 0
+        return (1 if self.digest_ok else 0) | (2 if self._micros() else 0)
 
     def _body(self) -> bytes:
         packed = np.packbits(self.bits.astype(bool), bitorder="little").tobytes()
-        return _SACK.pack(self.cum, len(self.bits)) + packed
+        micros = self._micros()
+        delay = _ACK_DELAY.pack(micros) if micros else b""
+        return _SACK.pack(self.cum, len(self.bits)) + delay + packed
 
     @classmethod
     def _parse(cls, seq: int, flags: int, body: memoryview) -> Sack:
-        _need(body, _SACK.size, "SACK")
+        head = _SACK.size + (_ACK_DELAY.size if flags & 2 else 0)
+        _need(body, head, "SACK")
         cum, nbits = _SACK.unpack_from(body)
-        if len(body) != _SACK.size + -(-nbits // 8):
+        if len(body) != head + -(-nbits // 8):
             raise RemoteProtocolError(f"SACK of {nbits} bits has a {len(body)}-byte body")
-        raw = np.frombuffer(body, dtype=np.uint8, offset=_SACK.size)
+        delay = _ACK_DELAY.unpack_from(body, _SACK.size)[0] / 1e6 if flags & 2 else 0.0
+        raw = np.frombuffer(body, dtype=np.uint8, offset=head)
         bits = np.unpackbits(raw, count=nbits, bitorder="little").astype(bool)
-        return cls(seq, cum, bits, bool(flags & 1))
+        return cls(seq, cum, bits, bool(flags & 1), delay)
 
     def clipped(self, n_chunks: int) -> Sack:
         """This SACK limited to a message of ``n_chunks`` chunks (a forged or damaged SACK
@@ -112,7 +125,8 @@ class Sack(RangeMessage):
         if self.cum + 1 + len(self.bits) <= n_chunks:
             return self
         cum = min(self.cum, n_chunks)
-        return Sack(self.seq, cum, self.bits[: max(0, n_chunks - cum - 1)], self.digest_ok)
+        bits = self.bits[: max(0, n_chunks - cum - 1)]
+        return Sack(self.seq, cum, bits, self.digest_ok, self.ack_delay)
 
     def acked(self) -> np.ndarray:
         """Indices of the chunks this SACK reports as arrived (sorted, distinct; O(cum +
@@ -121,13 +135,14 @@ class Sack(RangeMessage):
         return np.concatenate([head, self.cum + 1 + np.flatnonzero(self.bits)])
 
     @classmethod
-    def build(cls, seq: int, have: np.ndarray, digest_ok: bool) -> Sack:
+    def build(cls, seq: int, have: np.ndarray, digest_ok: bool, ack_delay: float = 0.0) -> Sack:
         """The SACK for arrival mask ``have``, with as much bitmap as fits one message."""
         missing = np.flatnonzero(~have)
         cum = int(missing[0]) if len(missing) else len(have)
         tail = have[cum + 1 : cum + 1 + _SACK_MAX_BITS]
         last = np.flatnonzero(tail)
-        return cls(seq, cum, tail[: int(last[-1]) + 1 if len(last) else 0].copy(), digest_ok)
+        bits = tail[: int(last[-1]) + 1 if len(last) else 0].copy()
+        return cls(seq, cum, bits, digest_ok, ack_delay)
 
 
 @register_message_type

@@ -2,7 +2,10 @@
 
 SRTT and RTTVAR follow the measured RTT samples (Karn: only chunks sent once give one);
 the RTO is SRTT + 4 RTTVAR, never below the configured RTO (the user knows the link:
-rtt + alpha * rtt) and never above ``max_rto``. Sans-I/O: fed samples, it reads no clock.
+rtt + alpha * rtt) and never above ``max_rto``. Its samples keep the receiver's ACK delay
+(an acknowledgement comes that much later, so the timer must cover it); the congestion
+controller and the path selector get them without it. Sans-I/O: fed samples, it reads no
+clock.
 """
 
 from __future__ import annotations
@@ -22,12 +25,15 @@ class RttEstimator:
         self.max_rto = max(max_rto, floor)
         self.srtt: float | None = None
         self.rttvar = 0.0
+        self.min_rtt = float("inf")
+        """The smallest sample so far."""
         self._rto = floor  # kept by sample(): the RTO is asked several times a round
 
     def sample(self, rtt: float) -> None:
         """One RTT measurement in seconds (ignored unless positive and finite)."""
         if not 0 < rtt < float("inf"):
             return
+        self.min_rtt = min(self.min_rtt, rtt)
         if self.srtt is None:
             self.srtt, self.rttvar = rtt, rtt / 2
         else:

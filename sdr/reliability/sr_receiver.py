@@ -60,6 +60,7 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         """When a chunk last newly arrived (or the message first showed)."""
         self._ack_at: float | None = None
         self._hi = -1  # highest chunk index that arrived
+        self._last_arrival = -np.inf  # the latest data arrival: the SACK's ack_delay
 
     # --- state views (EC extends them) ----------------------------------------------------
     def landed(self) -> np.ndarray:
@@ -88,6 +89,7 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         self.begin(now)
         if lane == Lane.DATA:
             chunks = chunks[chunks < self.n_chunks]
+            self._last_arrival = now
             self._learn_reordering(now, chunks)
             if not self.arrived[chunks].all():
                 self.progressed(now)
@@ -149,7 +151,7 @@ class SelectiveRepeatReceiver(SchemeReceiver):
     def report(self, now: float) -> None:
         """Answer a PROBE: SACK, plus NACKs of bad chunks (and holes, in the NACK variant)."""
         self.recheck_bad(now)
-        self.send_sack()
+        self.send_sack(now)
         bad = np.flatnonzero(self.bad)
         self.nack(now, bad[now - self.last_nack[bad] >= self.config.rtt])
         if self.nack_holes:
@@ -176,7 +178,7 @@ class SelectiveRepeatReceiver(SchemeReceiver):
             return
         if self._ack_at is not None and now >= self._ack_at:
             self._ack_at = None
-            self.send_sack()
+            self.send_sack(now)
         if self._any_bad and now >= float(self.last_nack[self.bad].min()) + self.config.rto:
             self.recheck_bad(now)
         if now >= self._nack_at:  # a hole's reorder window ended
@@ -254,8 +256,11 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         return False
 
     # --- helpers ------------------------------------------------------------------------
-    def send_sack(self) -> None:
-        self.send(Sack.build(self.seq, self.have(), self.digests.complete))
+    def send_sack(self, now: float) -> None:
+        """SACK what we have, saying how long ago the latest data arrived (the sender takes
+        that off its RTT sample: the SACK's coalescing is not path delay)."""
+        delay = now - self._last_arrival if np.isfinite(self._last_arrival) else 0.0
+        self.send(Sack.build(self.seq, self.have(), self.digests.complete, max(delay, 0.0)))
 
     def nack(self, now: float, chunks: np.ndarray) -> None:
         if not len(chunks):

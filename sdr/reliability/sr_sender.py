@@ -147,7 +147,7 @@ class SelectiveRepeatSender(SchemeSender):
             fresh = self.tracker.ack(message.clipped(self.n_chunks).acked())
             if early := int(self.tracker.queued[fresh].sum()):  # its repair still waits:
                 self.count("repairs_spurious", early)  # the first copy had arrived
-            self.delivered(now, fresh)
+            self.delivered(now, fresh, message.ack_delay)
             self.digest_ok = self.digest_ok or message.digest_ok
             if not message.digest_ok:
                 self.resend_digest(now)
@@ -268,8 +268,14 @@ class SelectiveRepeatSender(SchemeSender):
             self._actions.append(Lost(self.geometry.chunk_bytes(gone), sent_at, gone))
         self.queue_chunks(Lane.DATA, chunks, retransmit=True)
 
-    def delivered(self, now: float, fresh: np.ndarray) -> None:
-        """Report newly acknowledged chunks, with a Karn RTT sample (see :class:`Delivered`)."""
+    def delivered(self, now: float, fresh: np.ndarray, ack_delay: float = 0.0) -> None:
+        """Report newly acknowledged chunks, with a Karn RTT sample (see :class:`Delivered`).
+
+        The RTO's estimator takes the sample as measured (the acknowledgement of a chunk
+        comes after the receiver's hold, so its timer must cover it); the congestion
+        controller and the path selector get it less the receiver's ``ack_delay`` (QUIC's
+        rule, RFC 9002 section 5.3: at most our own ``ack_interval``, and only where the
+        sample stays at least the smallest one seen), the path's own delay."""
         if not len(fresh):
             return
         self.progressed(now)
@@ -278,9 +284,14 @@ class SelectiveRepeatSender(SchemeSender):
         if len(once):
             newest = once[int(np.argmax(self.tracker.last_sent[once]))]
             rtt = now - float(self.tracker.last_sent[newest])
-            rtt, sample = (rtt, int(newest)) if rtt > 0 else (None, None)
-            if rtt is not None:
+            if rtt > 0:
                 self.rtt.sample(rtt)
+                held = min(ack_delay, self.config.ack_delay)
+                if held > 0 and rtt >= self.rtt.min_rtt + held:
+                    rtt -= held
+                sample = int(newest)
+            else:
+                rtt = None
         self._actions.append(Delivered(self.geometry.chunk_bytes(fresh), rtt, fresh, sample))
 
     def resend_digest(self, now: float) -> None:
