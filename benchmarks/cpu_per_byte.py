@@ -15,6 +15,10 @@ keeps nothing). A fresh file on a disk file system costs its page population on 
 (on our VMs ext4 about 2 s/GiB for pages the guest has not used lately, 0.2 once
 reused; tmpfs 0.3): the run prints that cost for the directory it used.
 
+``--write-bw`` adds each scheme memory to memory (``sdr write-bw --scheme``: one reused
+buffer sent into a ring of them, as iperf3 moves data), so the reliable path's own cost
+shows apart from the file's (its pages, its digest).
+
 ``--link`` runs everything again through the WAN emulator (two namespaces and the native
 forwarder; needs root) at the given ``--rtt``. iperf3 must be installed (`make system`).
 """
@@ -59,14 +63,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _cpu(proc: subprocess.Popen[str], timeout: float) -> float:
-    """Wait for ``proc``; its CPU seconds (user + system, its waited children included)."""
+def _cpu(proc: subprocess.Popen[str], timeout: float, quiet: bool = False) -> float:
+    """Wait for ``proc``; its CPU seconds (user + system, its waited children included).
+    A failed process raises RuntimeError, unless ``quiet`` (its ``returncode`` says)."""
     deadline = time.monotonic() + timeout
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             proc.returncode = os.waitstatus_to_exitcode(status)
-            if proc.returncode:
+            if proc.returncode and not quiet:
                 err = proc.stderr.read() if proc.stderr else ""
                 raise RuntimeError(f"{proc.args[:6]} failed ({proc.returncode}): {err[-1500:]}")
             return usage.ru_utime + usage.ru_stime
@@ -122,6 +127,41 @@ def _ack_config(directory: Path, ack_interval: str) -> Path:
     path = directory / f"sdr-cpu-ack-{os.getpid()}.toml"
     path.write_text(f'[reliability]\nack_interval = "{ack_interval}"\n')
     return path
+
+
+def write_bw_run(
+    wrap: Wrap, host: str, scheme: str, size: int, *, rate: str, args: Any
+) -> tuple[float, float]:
+    """``sdr write-bw --scheme`` moving ``size`` bytes in ``--message-size`` messages
+    from one reused buffer into a ring of them (memory to memory, as iperf3: no file, no
+    digest of one); (client CPU s, server CPU s)."""
+    port = _free_port()
+    message = parse_size(args.message_size)
+    bw = [sys.executable, "-m", "sdr.cli.main", "write-bw"]
+    server = _popen(
+        wrap("b", [*bw, "--bind", host, "--port", str(port), "--data-port", "0", "--json"])
+        + ["--timeout", "60s"]
+    )
+    try:
+        assert server.stdout is not None
+        client_cmd = [*bw, host, "--port", str(port), "-s", str(message), "-n"]
+        client_cmd += [str(max(1, size // message)), "-m", str(args.mtu), "-t", "4"]
+        client_cmd += ["--rate", rate, "--scheme", scheme, "--rtt", args.rtt, "--json"]
+        client_cmd += ["--timeout", "60s"]
+        for _ in range(100):  # until the server listens
+            client = _popen(wrap("a", client_cmd))
+            cpu_client = _cpu(client, 300, quiet=True)
+            if client.returncode == 0:
+                break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError(f"write-bw client failed: {client.stderr.read()[-1500:]}")  # type: ignore[union-attr]
+        cpu_server = _cpu(server, 60)
+    finally:
+        for proc in (server, locals().get("client")):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    return cpu_client, cpu_server
 
 
 def iperf3_run(
@@ -197,6 +237,9 @@ def measure_place(
             proto = peer.split("-")[1]
             run = functools.partial(iperf3_run, wrap, host, proto, rate=rate, args=args)
             found[peer] = per_gib(run, sizes, args.repeat)
+        for scheme in schemes if args.write_bw else ():
+            run = functools.partial(write_bw_run, wrap, host, scheme, rate=rate, args=args)
+            found[f"sdr write-bw {scheme}"] = per_gib(run, sizes, args.repeat)
         for scheme in schemes:
             for ack in args.ack_intervals.split(","):
                 run = functools.partial(_sdr_size, wrap, host, scheme, files, out, rate, args, ack)
@@ -267,6 +310,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--message-size", default="16MiB")
     p.add_argument("--rtt", default="25ms", help="SDR's --rtt (and the emulated link's)")
     p.add_argument("--repeat", type=int, default=1)
+    p.add_argument(
+        "--write-bw",
+        action="store_true",
+        help="also each scheme memory to memory (`sdr write-bw --scheme`, reused buffers "
+        "as iperf3's: no file, no digest)",
+    )
     p.add_argument(
         "--ack-intervals",
         default="",

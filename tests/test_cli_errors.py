@@ -56,8 +56,20 @@ def busy_port() -> Iterator[int]:
         (("emulate", "relay", "--a", "127.0.0.1:1", "--b", "x:abc"), ("'x:abc'",)),
         (("send", "pyproject.toml", "--to", "127.0.0.1:abc"), ("abc",)),
         (("write-bw", "127.0.0.1", "--interval", "0"), ("--interval",)),
+        (("write-bw", "127.0.0.1", "--scheme", "auto"), ("--scheme", "sr-nack", "'auto'")),
+        (("write-bw", "127.0.0.1", "--scheme", "sr-nack", "--rtt", "0"), ("--rtt",)),
     ],
-    ids=["coll-plan", "coll-select", "coll-run", "bitmap-demo", "emulate-relay", "send-to", "iv"],
+    ids=[
+        "coll-plan",
+        "coll-select",
+        "coll-run",
+        "bitmap-demo",
+        "emulate-relay",
+        "send-to",
+        "iv",
+        "write-bw-scheme",
+        "write-bw-rtt",
+    ],  # fmt: skip
 )
 def test_bad_value_is_one_line(args: tuple[str, ...], needles: tuple[str, ...]) -> None:
     _assert_one_line_error(_sdr(*args), *needles)

@@ -164,9 +164,9 @@ def test_send_recv_through_the_udp_relay_without_root(tmp_path):
     assert not relay_map.exists()  # removed when the relay stops
 
 
-def test_write_bw_through_the_udp_relay_without_root(tmp_path):
-    """``sdr write-bw --relay``: server (side b) and client (side a) exchange QP info over
-    TCP directly; every message's packets cross the relay, and all are verified."""
+def _write_bw_through_relay(tmp_path, relay_args, client_args):
+    """``sdr write-bw`` through ``sdr emulate relay``: (the client's JSON, the relay's
+    summary)."""
     sdr = str(pathlib.Path(sys.executable).with_name("sdr"))
     relay_map = tmp_path / "relay.json"
     a_data, a_ctl, b_data, b_ctl = _free_udp_ports(4)
@@ -174,7 +174,7 @@ def test_write_bw_through_the_udp_relay_without_root(tmp_path):
     relay = subprocess.Popen(
         [sdr, "emulate", "relay", "--a", f"127.0.0.1:{a_data}", "--a", f"127.0.0.1:{a_ctl}",
          "--b", f"127.0.0.1:{b_data}", "--b", f"127.0.0.1:{b_ctl}", "--rate", "1Gbit/s",
-         "--rtt", "10ms", "--map", str(relay_map), "--duration", "120s"],
+         "--rtt", "10ms", "--map", str(relay_map), "--duration", "120s", *relay_args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
     )  # fmt: skip
     server = subprocess.Popen(
@@ -186,8 +186,7 @@ def test_write_bw_through_the_udp_relay_without_root(tmp_path):
         for _ in range(100):  # until the server listens (it waits for the map first)
             client = subprocess.run(
                 [sdr, "write-bw", "127.0.0.1", "--port", str(tcp), "--relay", str(relay_map),
-                 "-n", "50", "-s", "64KiB", "--rate", "100Mbit/s", "--verify",
-                 "--timeout", "30s", "--json"],
+                 "--verify", "--timeout", "30s", "--json", *client_args],
                 capture_output=True, text=True, cwd=tmp_path, timeout=120,
             )  # fmt: skip
             if "cannot reach" not in client.stderr:
@@ -199,10 +198,35 @@ def test_write_bw_through_the_udp_relay_without_root(tmp_path):
         server.kill()
         relay.send_signal(signal.SIGTERM)
         relay_out, relay_err = relay.communicate(timeout=60)
-    result = json.loads(client.stdout.strip().splitlines()[-1])
-    assert result["server"]["completed"] == 50 and result["server"]["mismatched"] == 0
     summary = json.loads(relay_out[relay_out.index("\n{") :])
+    return json.loads(client.stdout.strip().splitlines()[-1]), summary
+
+
+def test_write_bw_through_the_udp_relay_without_root(tmp_path):
+    """``sdr write-bw --relay``: server (side b) and client (side a) exchange QP info over
+    TCP directly; every message's packets cross the relay, and all are verified."""
+    result, summary = _write_bw_through_relay(
+        tmp_path, [], ["-n", "50", "-s", "64KiB", "--rate", "100Mbit/s"]
+    )
+    assert result["server"]["completed"] == 50 and result["server"]["mismatched"] == 0
     assert summary["a_to_b"]["packets"] >= 50 * (64 << 10) // 4096, summary
+
+
+def test_write_bw_with_a_scheme_delivers_every_message_over_a_lossy_relay(tmp_path):
+    """``sdr write-bw --scheme sr-nack``: 2% of the packets lost, every message completes
+    verified at both ends (its lost chunks resent), and the pattern arrives intact."""
+    result, summary = _write_bw_through_relay(
+        tmp_path,
+        ["--loss", "2e-2", "--seed", "5"],
+        ["-n", "12", "-s", "1MiB", "-m", "4KiB", "--chunk", "16KiB", "--rate", "200Mbit/s",
+         "--scheme", "sr-nack", "--rtt", "10ms"],
+    )  # fmt: skip
+    server, client = result["server"], result["client"]
+    assert server["completed"] == client["completed"] == 12 and server["mismatched"] == 0
+    assert summary["a_to_b"]["loss_drops"] > 0, summary
+    assert client["counters"]["reliable_writes_completed"] == 12
+    assert client["counters"]["reliable_write_chunks_retransmitted"] > 0
+    assert server["counters"]["reliable_receives_completed"] == 12
 
 
 def test_a_failed_transfer_names_the_receivers_error_too():

@@ -27,8 +27,16 @@ from sdr.backends.oob import DEFAULT_PORT, recv_obj, send_obj
 from sdr.backends.udp.qp import UdpQP
 from sdr.backends.udp.roce import ROCE_PORT
 from sdr.backends.udp.transport import UdpTransport
+from sdr.backends.udp.write_bw_reliable import (
+    RELIABLE_MAX_MESSAGES,
+    counters,
+    receive_all,
+    reliable_qp,
+    write_all,
+)
 from sdr.errors import ConfigError, RemoteProtocolError, TransportError
 from sdr.errors import TimeoutError as SDRTimeoutError
+from sdr.reliability.registry import available_schemes
 from sdr.runtime.qp import QP
 
 __all__ = [
@@ -63,6 +71,19 @@ class WriteBwParams:
     rate_limit: float | None = None
     verify: bool = False
     timeout: float = 10.0
+    scheme: str | None = None
+    """A reliability scheme (``sr-nack``, ...): every message moves reliably
+    (:mod:`~sdr.backends.udp.write_bw_reliable`); None: one-shot writes, as perftest's."""
+    rtt: float = 0.025
+    """The link's round trip, for the scheme's timers."""
+
+    def __post_init__(self) -> None:
+        if self.scheme is None:
+            return
+        if self.scheme not in (names := available_schemes()):
+            raise ConfigError(f"--scheme must be one of {', '.join(names)}, got {self.scheme!r}")
+        if not 0 < self.rtt < 3600:
+            raise ConfigError(f"--rtt must be in (0, 3600) s, got {self.rtt!r}")
 
     def attr(self) -> sdr.QPAttr:
         """QP attributes for these parameters (chunk size is clamped to the message)."""
@@ -72,7 +93,9 @@ class WriteBwParams:
             mtu=self.mtu,
             chunk_size=chunk,
             max_message_size=max(self.size, self.mtu),
-            max_messages=max(3, min(1023, self.inflight)) | 1,  # odd: sdr.id_reuse
+            max_messages=RELIABLE_MAX_MESSAGES
+            if self.scheme
+            else max(3, min(1023, self.inflight)) | 1,  # odd: sdr.id_reuse
             channels=self.channels,
             rate_limit=self.rate_limit,
         )
@@ -283,11 +306,29 @@ def run_server(
         expected = pattern(params.size) if params.verify else None
         res = WriteBwResult("server", params.size, params.iterations)
         ticker = IntervalReporter(params.size, interval, on_interval)
+        stamps: list[float] = []
+        if params.scheme:
+            rqp = reliable_qp(qp, params.scheme, params.rtt, idle_limit)
+            base = qp.counters()["packets_accepted"]
+            first: list[float] = []
+
+            def on_round(now: float) -> None:
+                if not first and qp.counters()["packets_accepted"] > base:
+                    first.append(now)
+                    ticker.begin(now)
+                ticker.poll(now, len(stamps))
+
+            def on_done(now: float, slot: int) -> None:
+                stamps.append(now)
+                if expected is not None and not np.array_equal(ring[slot], expected):
+                    res.mismatched += 1
+
+            receive_all(rqp, regions, params.size, params.iterations, on_done, on_round)
+            return _finish_server(conn, qp, res, ticker, stamps, first, idle_limit, counters(rqp))
         pending = [
             qp.post_recv(regions[i], 0, params.size) for i in range(min(depth, params.iterations))
         ]
         posted, start = len(pending), None
-        stamps: list[float] = []
         last_change = ctx.now()
         base = qp.counters()["packets_accepted"]
         while pending:
@@ -316,14 +357,31 @@ def run_server(
                 break  # the rest is lost
             else:
                 ctx.transport.wait(0.0005)
-        _summarise(res, stamps, start if start is not None else ctx.now())
-        ticker.finish(stamps[-1] if stamps else ctx.now(), len(stamps))
-        res.intervals = ticker.rows
-        res.counters = {**qp.counters(), **_datapath_stats(qp)}
-        client_reply = _recv_within(conn, idle_limit + 30, "result")
-        client = WriteBwResult.from_dict(client_reply["result"])
-        send_obj(conn, {"result": res.as_dict()})
-        return res, client
+        return _finish_server(
+            conn, qp, res, ticker, stamps, [] if start is None else [start], idle_limit
+        )
+
+
+def _finish_server(
+    conn: socket.socket,
+    qp: QP,
+    res: WriteBwResult,
+    ticker: IntervalReporter,
+    stamps: list[float],
+    first: list[float],
+    idle_limit: float,
+    extra: dict[str, int] | None = None,
+) -> tuple[WriteBwResult, WriteBwResult]:
+    """Summarise the server's run, trade results with the client."""
+    now = qp.ctx.now()
+    _summarise(res, stamps, first[0] if first else now)
+    ticker.finish(stamps[-1] if stamps else now, len(stamps))
+    res.intervals = ticker.rows
+    res.counters = {**qp.counters(), **_datapath_stats(qp), **(extra or {})}
+    client_reply = _recv_within(conn, idle_limit + 30, "result")
+    client = WriteBwResult.from_dict(client_reply["result"])
+    send_obj(conn, {"result": res.as_dict()})
+    return res, client
 
 
 def run_client(
@@ -365,6 +423,20 @@ def run_client(
         start = ctx.now()
         ticker = IntervalReporter(params.size, interval, on_interval)
         ticker.begin(start)
+        extra: dict[str, int] = {}
+        if params.scheme:
+            rqp = reliable_qp(qp, params.scheme, params.rtt, params.timeout)
+            write_all(
+                rqp,
+                region,
+                params.size,
+                params.iterations,
+                depth,
+                stamps.append,
+                lambda now: ticker.poll(now, len(stamps)),
+            )
+            extra = counters(rqp)
+            posted = params.iterations  # the loop below has nothing to do
         while posted < params.iterations or outstanding:
             while posted < params.iterations and len(outstanding) < depth:
                 outstanding.append(qp.post_send(region, 0, params.size))
@@ -383,7 +455,7 @@ def run_client(
         _summarise(res, stamps, start)
         ticker.finish(stamps[-1] if stamps else ctx.now(), len(stamps))
         res.intervals = ticker.rows
-        res.counters = {**qp.counters(), **_datapath_stats(qp)}
+        res.counters = {**qp.counters(), **_datapath_stats(qp), **extra}
         end = time.monotonic() + 0.2
         while time.monotonic() < end:  # answer late CTSs so the server is not left waiting
             if ctx.progress() == 0:

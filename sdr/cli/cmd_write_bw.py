@@ -143,6 +143,15 @@ def write_bw(
         "500ms); with --json the rows go under 'intervals'",
     ),
     verify: bool = typer.Option(False, "--verify", help="receiver checks every payload byte"),
+    scheme: str | None = typer.Option(
+        None,
+        "--scheme",
+        metavar="SCHEME",
+        help="move every message reliably with this scheme (sr-rto, sr-nack, ec-mds, "
+        "ec-xor): a message counts once it completed verified. Default: one-shot writes, "
+        "as perftest's",
+    ),
+    rtt: str = typer.Option("25ms", "--rtt", help="the link's round trip, for --scheme's timers"),
     relay: str | None = typer.Option(
         None,
         "--relay",
@@ -204,6 +213,8 @@ def write_bw(
             rate_limit=parse_rate(rate_limit) if rate_limit else None,
             verify=verify,
             timeout=parse_seconds(timeout or DEFAULT_TIMEOUT, field="--timeout"),
+            scheme=scheme,
+            rtt=parse_seconds(rtt, field="--rtt"),
         )
         mine, peer = run_client(
             server,
