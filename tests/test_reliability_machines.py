@@ -87,7 +87,7 @@ def test_sr_sender_arms_rto_at_departure_and_retransmits_exactly_the_unacked():
     s.start(0.0)
     chunks, _, _ = split(s.actions())
     assert chunks[0].chunks.tolist() == list(range(10))
-    assert s.next_timer() == pytest.approx(3 * RTT)  # a probe if nothing leaves for an RTO
+    assert s.next_timer() > 10.0  # no probe while its chunks wait to leave: the deadline
     s.on_sent(0.5, 0, np.arange(10))  # pacing held them until 0.5
     assert s.next_timer() == pytest.approx(0.5 + 3 * RTT)
     s.on_control(0.51, Sack.build(0, np.array([True] * 4 + [False] + [True] * 5), True))
@@ -185,6 +185,24 @@ def test_ec_beyond_m_waits_for_fto_then_nacks_exactly_the_missing_data():
     run_work(r, fto + 0.006)
     assert isinstance(split(r.actions())[1][-1], Ack)
     assert bytes(r.data) == bytes(data)
+
+
+@pytest.mark.parametrize("name", ["sr-rto", "sr-nack"])
+def test_a_write_queued_behind_others_does_not_probe_until_its_chunks_leave(name):
+    # before: its silence timer ran from its start, so a write waiting in the pacer's
+    # queue behind others probed every RTO (20 probes per 16 MiB piece of a file)
+    s = scheme(name).sender(3, payload(5 * CS))
+    s.start(0.0)
+    run_work(s, 0.0)
+    s.actions()
+    rto = s.rto
+    assert s.next_timer() > 10 * rto  # only the no-progress deadline: nothing left yet
+    s.handle_timer(5 * rto)
+    assert not [m for m in split(s.actions())[1] if isinstance(m, Probe)]
+    s.on_sent(5 * rto, 0, np.arange(5))  # they leave now; nothing is heard after
+    assert s.next_timer() == pytest.approx(6 * rto)  # the chunks' RTOs (and silence)
+    s.handle_timer(6 * rto)
+    assert [m for m in split(s.actions())[1] if isinstance(m, Probe)]
 
 
 def test_probe_before_anything_arrived_counts_as_fto_expiry():

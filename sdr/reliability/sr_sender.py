@@ -190,8 +190,15 @@ class SelectiveRepeatSender(SchemeSender):
     def next_timer(self) -> float | None:
         if not self.active or not self.started:
             return None
-        probe = self._last_heard + self.rto
+        probe = None if self._queued() else self._last_heard + self.rto
         return earliest(self._deadline, self.tracker.next_deadline(), probe)
+
+    def _queued(self) -> bool:
+        """Chunks of ours wait in the driver's queue: the receiver cannot have answered
+        for them, and their departure restarts the silence timer (a message queued
+        behind others probed every RTO until it left: 20 probes per 16 MiB piece of a
+        file at 1 Gbit/s, each answered by a SACK)."""
+        return bool(self.tracker.queued.any())
 
     def handle_timer(self, now: float) -> None:
         if not self.active or not self.started:
@@ -212,7 +219,8 @@ class SelectiveRepeatSender(SchemeSender):
                 due = due[:PROBE_CHUNKS]
             self.retransmit(due)
             self.probe(now)
-        elif now >= self._last_heard + self.rto:  # silence: nothing left, nothing heard
+        elif now >= self._last_heard + self.rto and not self._queued():  # silence: nothing
+            # left to send, nothing heard
             self.probe(now)
             self._last_heard = now
             self.back_off(now)
