@@ -81,6 +81,13 @@ def _cpu(proc: subprocess.Popen[str], timeout: float, quiet: bool = False) -> fl
         time.sleep(0.01)
 
 
+def _kill(*procs: subprocess.Popen[str] | None) -> None:
+    """Kill whichever of ``procs`` still runs (a failed run leaves nothing behind)."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+
 def _popen(command: list[str]) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     return subprocess.Popen(
@@ -115,9 +122,7 @@ def sdr_run(
         cpu_send = _cpu(sender, 300)
         cpu_recv = _cpu(receiver, 60)
     finally:
-        for proc in (receiver, locals().get("sender")):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
+        _kill(receiver, locals().get("sender"))
     out.unlink(missing_ok=True)
     return cpu_send, cpu_recv
 
@@ -158,9 +163,7 @@ def write_bw_run(
             raise RuntimeError(f"write-bw client failed: {client.stderr.read()[-1500:]}")  # type: ignore[union-attr]
         cpu_server = _cpu(server, 60)
     finally:
-        for proc in (server, locals().get("client")):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
+        _kill(server, locals().get("client"))
     return cpu_client, cpu_server
 
 
@@ -179,9 +182,7 @@ def iperf3_run(
         cpu_client = _cpu(client, 300)
         cpu_server = _cpu(server, 60)
     finally:
-        for proc in (server, locals().get("client")):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
+        _kill(server, locals().get("client"))
     return cpu_client, cpu_server
 
 
