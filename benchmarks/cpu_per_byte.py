@@ -306,7 +306,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--rates", default="1Gbit/s", help="paced rates, comma-separated")
     p.add_argument("--schemes", default=",".join(SCHEMES))
-    p.add_argument("--sizes", default="64MiB,320MiB", help="two sizes to difference")
+    p.add_argument(
+        "--sizes",
+        default="64MiB,1GiB",
+        help="two sizes to difference (an sdr process's fixed cost varies by 0.1-0.2 s: "
+        "half a GiB apart moved the result by up to 0.3 s/GiB)",
+    )
     p.add_argument("--mtu", type=int, default=8192, help="SDR packet payload = iperf3 -l")
     p.add_argument("--message-size", default="16MiB")
     p.add_argument("--rtt", default="25ms", help="SDR's --rtt (and the emulated link's)")
