@@ -310,12 +310,10 @@ def run_server(
         if params.scheme:
             rqp = reliable_qp(qp, params.scheme, params.rtt, idle_limit)
             base = qp.counters()["packets_accepted"]
-            first: list[float] = []
 
             def on_round(now: float) -> None:
-                if not first and qp.counters()["packets_accepted"] > base:
-                    first.append(now)
-                    ticker.begin(now)
+                if ticker.start is None and qp.counters()["packets_accepted"] > base:
+                    ticker.begin(now)  # the first packet: when the run started
                 ticker.poll(now, len(stamps))
 
             def on_done(now: float, slot: int) -> None:
@@ -324,7 +322,9 @@ def run_server(
                     res.mismatched += 1
 
             receive_all(rqp, regions, params.size, params.iterations, on_done, on_round)
-            return _finish_server(conn, qp, res, ticker, stamps, first, idle_limit, counters(rqp))
+            return _finish_server(
+                conn, qp, res, ticker, stamps, ticker.start, idle_limit, counters(rqp)
+            )
         pending = [
             qp.post_recv(regions[i], 0, params.size) for i in range(min(depth, params.iterations))
         ]
@@ -357,9 +357,7 @@ def run_server(
                 break  # the rest is lost
             else:
                 ctx.transport.wait(0.0005)
-        return _finish_server(
-            conn, qp, res, ticker, stamps, [] if start is None else [start], idle_limit
-        )
+        return _finish_server(conn, qp, res, ticker, stamps, start, idle_limit)
 
 
 def _finish_server(
@@ -368,13 +366,13 @@ def _finish_server(
     res: WriteBwResult,
     ticker: IntervalReporter,
     stamps: list[float],
-    first: list[float],
+    start: float | None,
     idle_limit: float,
     extra: dict[str, int] | None = None,
 ) -> tuple[WriteBwResult, WriteBwResult]:
     """Summarise the server's run, trade results with the client."""
     now = qp.ctx.now()
-    _summarise(res, stamps, first[0] if first else now)
+    _summarise(res, stamps, now if start is None else start)
     ticker.finish(stamps[-1] if stamps else now, len(stamps))
     res.intervals = ticker.rows
     res.counters = {**qp.counters(), **_datapath_stats(qp), **(extra or {})}

@@ -113,7 +113,8 @@ class Delivered:
     The sample follows Karn's rule: ``now`` minus the send time of the newest newly
     acknowledged chunk that was sent once (``sample_chunk``; a chunk sent twice cannot
     tell which copy the receiver saw), less the ACK delay the receiver's SACK reports
-    (its hold since the latest arrival, at most our ``ack_interval``). ``chunks``: the
+    (its hold since the latest arrival, at most our ``ack_interval``; the multipath
+    books time their per-path samples themselves). ``chunks``: the
     data chunks, for per-path accounting."""
 
     nbytes: int

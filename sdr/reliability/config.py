@@ -48,7 +48,7 @@ SACKS_PER_RTT = 10
 SACKS_PER_RTT_FIXED = 4
 """... and rtt / this with ``fixed`` on one path, where SACKs only retire data and time the
 RTO: every SACK costs both ends a progress round, and at 1 Gbit/s on loopback rtt/4 took
-17% of the sender's CPU per byte and 22% of the receiver's off rtt/10's
+7-17% of the sender's CPU per byte and 20-22% of the receiver's off rtt/10's
 (docs/benchmarks.md, "CPU per byte, round 7")."""
 
 
@@ -137,9 +137,9 @@ class ReliabilityConfig:
     chunk_size: bytes per chunk; None takes the QP's bitmap chunk size (it must match it).
     link_rate: bits/s for T_INJ = chunk bits / link_rate; None takes the QP's rate_limit
         (T_INJ = 0 when neither is set).
-    ack_interval: how long a receiver may delay a SACK to coalesce arrivals (default rtt/10;
-        the SACK says how long it held, and the sender's congestion controller and path
-        selector get their RTT samples without it).
+    ack_interval: how long a receiver may delay a SACK to coalesce arrivals (default: see
+        :attr:`ack_delay`; the SACK says how long it held, and the sender's congestion
+        controller gets its RTT samples without it).
     global_timeout: T, seconds without progress (no chunk newly acknowledged or arrived)
         after which a message fails with sdr.TimeoutError; a message that moves never
         fails by a timer. None: max(60 s, 100 RTOs) + 4x the message's transmit time at

@@ -83,9 +83,10 @@ class Sack(RangeMessage):
     unknown. ``digest_ok``: the receiver holds every checksum of the message. The decoded
     bitmap is bounded by the message's bytes, ``cum`` is not: clip before :meth:`acked`.
     ``ack_delay``: seconds from the receiver's latest data arrival to this SACK (QUIC's
-    ACK Delay, RFC 9000 section 13.2.5): the sender takes it off its RTT sample, so
-    coalescing SACKs does not inflate the RTT. On the wire in microseconds (flag 2),
-    saturating at 2^32 - 1; absent (0) when the receiver has not timed it.
+    ACK Delay, RFC 9000 section 13.2.5): the sender takes it off the RTT sample its
+    congestion controller gets, so coalescing SACKs does not inflate it. On the wire in
+    microseconds (flag 2), saturating at 2^32 - 1; absent (0) when the receiver has not
+    timed it.
     """
 
     TYPE: ClassVar[int] = 18

@@ -4,7 +4,7 @@ SRTT and RTTVAR follow the measured RTT samples (Karn: only chunks sent once giv
 the RTO is SRTT + 4 RTTVAR, never below the configured RTO (the user knows the link:
 rtt + alpha * rtt) and never above ``max_rto``. Its samples keep the receiver's ACK delay
 (an acknowledgement comes that much later, so the timer must cover it); the congestion
-controller and the path selector get them without it. Sans-I/O: fed samples, it reads no
+controller gets them without it. Sans-I/O: fed samples, it reads no
 clock.
 """
 

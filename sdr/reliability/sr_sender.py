@@ -281,7 +281,7 @@ class SelectiveRepeatSender(SchemeSender):
 
         The RTO's estimator takes the sample as measured (the acknowledgement of a chunk
         comes after the receiver's hold, so its timer must cover it); the congestion
-        controller and the path selector get it less the receiver's ``ack_delay`` (QUIC's
+        controller gets it less the receiver's ``ack_delay`` (QUIC's
         rule, RFC 9002 section 5.3: at most our own ``ack_interval``, and only where the
         sample stays at least the smallest one seen), the path's own delay."""
         if not len(fresh):
