@@ -99,6 +99,21 @@ class ReceiveBitmap:
                 out.append((c * per_chunk, min((c + 1) * per_chunk, self.n_packets)))
         return out
 
+    def packet_runs(self, chunks: np.ndarray) -> list[tuple[int, int]]:
+        """Packet index ranges [start, stop) of these chunks (valid indices only), one per
+        run of consecutive chunks: what :meth:`packet_range` covers, in fewer ranges."""
+        c = np.unique(np.asarray(chunks, dtype=np.int64))
+        c = c[(c >= 0) & (c < self.n_chunks)]
+        if not len(c):
+            return []
+        per_chunk = self.chunk_size // self.mtu
+        breaks = np.flatnonzero(np.diff(c) != 1) + 1
+        starts = c[np.concatenate(([0], breaks))] * per_chunk
+        stops = np.minimum(
+            (c[np.concatenate((breaks - 1, [len(c) - 1]))] + 1) * per_chunk, self.n_packets
+        )
+        return list(zip(starts.tolist(), stops.tolist(), strict=True))
+
     def clear(self, chunks: np.ndarray) -> None:
         """Forget the arrival of these chunks' packets (they failed a check): their bits
         and counts go back to zero, so the repair's packets count as new arrivals."""

@@ -211,7 +211,9 @@ class RecvTable:
         """The layer above verified these chunks: the driver must refuse their packets."""
         if rec.state is RecvState.COMPLETED:
             return []
-        return [Seal(rec.generation, rec.slot, a, b) for a, b in rec.bitmap.packet_range(chunks)]
+        # one action per run of consecutive chunks: a round verifies a dozen or more
+        # chunks in order, and each action costs the driver a Python call
+        return [Seal(rec.generation, rec.slot, a, b) for a, b in rec.bitmap.packet_runs(chunks)]
 
     def reopen(self, rec: RecvRecord, chunks: np.ndarray) -> list[Action]:
         """These chunks failed a check: forget their packets and let the driver place new

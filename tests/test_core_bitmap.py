@@ -71,3 +71,31 @@ def test_memory_grows_with_the_receive_not_the_limits():
     small, big = ReceiveBitmap(4096, 4096, 65536), ReceiveBitmap(64 << 20, 4096, 65536)
     assert small.nbytes() < 64
     assert big.nbytes() < 32 << 10  # 64 MiB at 4 KiB MTU: ~21 KiB of state
+
+
+def test_packet_runs_merge_consecutive_chunks():
+    bm = ReceiveBitmap(length=10 * 4096 + 100, mtu=1024, chunk_size=4096)  # 11 chunks, 41 packets
+    assert bm.packet_runs(np.array([3, 1, 2, 7, 10, 10, -1, 11])) == [(4, 16), (28, 32), (40, 41)]
+    assert bm.packet_runs(np.array([], dtype=np.int64)) == []
+
+
+@given(
+    n_chunks=st.integers(1, 40),
+    picks=st.lists(st.integers(-3, 45), max_size=60),
+)
+def test_packet_runs_cover_what_packet_range_covers(n_chunks, picks):
+    # the seal is one action per run: it must refuse exactly the packets the per-chunk
+    # ranges named, no more (a neighbour's packets stay open), no fewer
+    bm = ReceiveBitmap(length=n_chunks * 4096 - 700, mtu=1024, chunk_size=4096)
+    chunks = np.array(picks, dtype=np.int64)
+
+    def covered(ranges):
+        mask = np.zeros(bm.n_packets, dtype=bool)
+        for start, stop in ranges:
+            assert 0 <= start < stop <= bm.n_packets
+            mask[start:stop] = True
+        return mask
+
+    runs = bm.packet_runs(chunks)
+    assert np.array_equal(covered(runs), covered(bm.packet_range(chunks)))
+    assert all(a[1] < b[0] for a, b in zip(runs, runs[1:]))  # disjoint, apart, in order
