@@ -101,18 +101,18 @@ class ReceiveBitmap:
 
     def packet_runs(self, chunks: np.ndarray) -> list[tuple[int, int]]:
         """Packet index ranges [start, stop) of these chunks (valid indices only), one per
-        run of consecutive chunks: what :meth:`packet_range` covers, in fewer ranges."""
-        c = np.unique(np.asarray(chunks, dtype=np.int64))
-        c = c[(c >= 0) & (c < self.n_chunks)]
-        if not len(c):
-            return []
+        run of consecutive chunks: what :meth:`packet_range` covers, in fewer ranges.
+        (A plain loop: a round's dozen chunks cost less so than NumPy's fixed costs.)"""
+        runs: list[list[int]] = []
+        for c in sorted(set(np.asarray(chunks, dtype=np.int64).tolist())):
+            if not 0 <= c < self.n_chunks:
+                continue
+            if runs and runs[-1][1] == c:
+                runs[-1][1] = c + 1
+            else:
+                runs.append([c, c + 1])
         per_chunk = self.chunk_size // self.mtu
-        breaks = np.flatnonzero(np.diff(c) != 1) + 1
-        starts = c[np.concatenate(([0], breaks))] * per_chunk
-        stops = np.minimum(
-            (c[np.concatenate((breaks - 1, [len(c) - 1]))] + 1) * per_chunk, self.n_packets
-        )
-        return list(zip(starts.tolist(), stops.tolist(), strict=True))
+        return [(a * per_chunk, min(b * per_chunk, self.n_packets)) for a, b in runs]
 
     def clear(self, chunks: np.ndarray) -> None:
         """Forget the arrival of these chunks' packets (they failed a check): their bits

@@ -240,8 +240,9 @@ class Receiver:
         copy each from its staging offset into the registered region."""
         table = self.qpn_table
         owners, staging = table.owner[ep], self.ring.view
-        for index in np.unique(owners).tolist():
-            mine = owners == index if len(table.qps) > 1 else slice(None)
+        several = len(table.qps) > 1  # one QP (the common case) owns every packet
+        for index in np.unique(owners).tolist() if several else owners[:1].tolist():
+            mine = owners == index if several else slice(None)
             qp, eps, lengths = table.qps[index], ep[mine], dlen[mine]
             gens, imm, va = table.gens[eps], imms[mine], remote[mine]
             verdicts = qp.keys.place(gens, va, imm, lengths, staging, offsets[mine])
