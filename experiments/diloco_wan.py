@@ -158,7 +158,7 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
     momentum = [torch.zeros_like(p) for p in params]
     gen = torch.Generator().manual_seed(1000 + rank)
     eval_x, eval_y = _batch(torch.Generator().manual_seed(7), 512)
-    times, losses, fractions, digests = [], [], [], []
+    times, losses, fractions, digests, timelines = [], [], [], [], []
     spent, deadline = 0.0, job["deadline"]
     group = dist.distributed_c10d._get_default_group()
     shared = None  # the shared model when this site starts its inner steps elsewhere
@@ -193,6 +193,7 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
                 key="delta", carry=carry,
             )  # fmt: skip
             fractions.append(report.fraction_in)
+            timelines.append(report.timeline)
             kept = report.kept  # with carry="local": this site's missed part, or None
         took = time.monotonic() - start
         times.append((start, start + took))
@@ -225,6 +226,7 @@ def _rank(rank: int, job: dict[str, Any]) -> dict[str, Any]:
         ft.close()
     dist.destroy_process_group()
     return {"times": times, "losses": losses, "fractions": fractions, "digests": digests,
+            "timelines": timelines,
             "retransmitted": counters.get("write_chunks_retransmitted", 0)}  # fmt: skip
 
 
@@ -271,6 +273,11 @@ def _run(variant: str, rtt: str, loss: float, deadline: float, args: Any) -> dic
         "fraction_in": float(np.mean(ranks[0]["fractions"][:ran])),
         "replicas_identical": all(r["digests"][:ran] == ranks[0]["digests"][:ran] for r in ranks),
         "retransmitted_chunks": sum(r["retransmitted"] for r in ranks), "link": link.summary,
+        # per step, each rank's entry (s after the step's last entry) and its call's
+        # phases (DeadlineReport.timeline): where a late step's time went
+        "entries_s": (spans[:, :, 0] - spans[:, :, 0].max(axis=0)).T.tolist(),
+        "timelines": [[r["timelines"][i] for r in ranks] for i in range(ran)]
+        if all(len(r["timelines"]) >= ran for r in ranks) else [],
     }  # fmt: skip
 
 

@@ -78,6 +78,16 @@ def test_deadline_allreduce_is_consistent_exact_and_loses_nothing() -> None:
         # two datacenters, everything here and acknowledged: decided without the peer's
         # note (which lands later, unread: the calls below still match theirs)
         assert results[r]["unanimous"] == 1
+        # the timeline says so too, and its phases come in order within the call
+        line = report.timeline
+        assert line["decision"] == "unanimous", line
+        assert 0 <= line["setup"] <= line["stopped"] <= line["agreed"] <= report.seconds, line
+        assert line["stopped"] < line["cut"], line  # done before the cut was due
+    for r in (0, 2):  # a withheld slice: the peers' notes decided
+        line = results[r]["late"][1].timeline
+        assert line["decision"] == "notes", line
+        assert line["entered"] is not None and line["cut"] >= 0.5, line  # T from an entry
+        assert line["stopped"] <= line["agreed"], line
 
     # 2. slice 1 of shard 0 from datacenter 0 is out: there, the mean over datacenter 1
     lo, hi = (slice_bounds(SHARD, SLICES)[1:3]).tolist()

@@ -287,6 +287,7 @@ class HierarchicalCommunicator:
             bytes_total=int(dcs * sizes.sum()),
             repairs=_repairs(self.links.counters()) - repairs,
             carried=carried.residual is not None,
+            timeline=dict(self._deadline.timeline) if dcs > 1 else {},
             kept=kept,
         )
 

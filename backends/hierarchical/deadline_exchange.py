@@ -55,6 +55,12 @@ class DeadlineExchange:
         self.unanimous = 0
         """Calls decided without the peers' notes because everything crossed both ways
         (two datacenters): the agreement round's wait is saved."""
+        self.timeline: dict[str, float | str | None] = {}
+        """The last call's phases, seconds from its start: ``setup`` (our clear-to-sends
+        out), ``entered`` (the last peer's entry as dated, when one came), ``cut`` (when
+        the cut was due), ``stopped`` (the exchange ended: the cut, or earlier when all
+        was done), ``agreed`` (the decision known); ``decision``: ``unanimous``,
+        ``alone`` or ``notes`` (the peers' notes were waited for)."""
 
     def check(self, nbytes: int, slices: int) -> None:
         """ConfigError unless ``slices`` slices of ``nbytes`` fit the links."""
@@ -125,7 +131,8 @@ class DeadlineExchange:
                 mask_recvs[p] = rqp.post_recv(ctx.register(masks[p]), 0, masks[p].nbytes)
             # from the call's start to our clear-to-sends: a peer's takes as long (the
             # same code), so its entry is its first clear-to-send less this and half an RTT
-            setup = max(time.monotonic() - (until - grace), 0.0)
+            begun = until - grace
+            setup = max(time.monotonic() - begun, 0.0)
             for p in peers:
                 rqp = self.links.rqps[p]
                 writes[p] = []
@@ -145,13 +152,14 @@ class DeadlineExchange:
             ]
             agreement = list(mask_recvs.values())
             # every peer's note is here: they have all cut, nothing more will count
-            self._drive_until(
+            entered, cut = self._drive_until(
                 lambda: all(h.finished for h in everything) or all(h.done for h in agreement),
                 until,
                 grace,
                 probes,
                 setup,
             )
+            stopped = time.monotonic()
             mine = np.zeros((d, slices), np.uint8)
             mine[self.me] = 1
             for p in peers:
@@ -185,6 +193,7 @@ class DeadlineExchange:
                 self._strays += agreement  # their notes land later, unread
                 for p in peers:
                     masks[p][:] = unanimous
+                self._send_notes()
             else:
                 self.links.drive(
                     lambda: all(h.finished for h in agreement),
@@ -193,6 +202,14 @@ class DeadlineExchange:
                 )
                 for h in agreement:
                     h._check()
+            self.timeline = {
+                "setup": setup,
+                "entered": entered - begun if entered is not None else None,
+                "cut": cut - begun,
+                "stopped": stopped - begun,
+                "agreed": time.monotonic() - begun,
+                "decision": "alone" if alone else "unanimous" if unanimous else "notes",
+            }
         arrived = np.zeros((d, d, slices), bool)
         arrived[self.me] = mine.astype(bool)
         for p in peers:
@@ -210,7 +227,7 @@ class DeadlineExchange:
         grace: float,
         probes: list[tuple[int, WriteHandle]],
         setup: float = 0.0,
-    ) -> None:
+    ) -> tuple[float | None, float]:
         """Progress until ``done()`` or the deadline. The deadline counts from when every
         peer is in the call too (a clear-to-send from each is here, half a round trip
         after it posted): ranks that enter ``d`` seconds apart then cut at about the same
@@ -219,10 +236,12 @@ class DeadlineExchange:
         again must not move the cut an RTO later), less ``setup``: the time from our own
         entry to our clear-to-sends, which the peer's code takes too (before, the later
         peer's entry was dated its 2-4 ms of set-up late, and the earlier rank cut that
-        much after it). The cut moves at most ``grace`` s later (a slow site)."""
+        much after it). The cut moves at most ``grace`` s later (a slow site). Returns
+        (the last peer's entry as dated, None if none came; the cut)."""
         rtqps, half_rtt = self.links.rqps, float(self.links.config.rtt) / 2
         start = until - grace  # the call's start: grace is its deadline
         cut = [until]
+        entry: list[float] = []
         waiting = {p for p, _ in probes}
 
         def over() -> bool:
@@ -232,13 +251,35 @@ class DeadlineExchange:
                 )
                 if not waiting:
                     entered = max(start, time.monotonic() - half_rtt - setup)
+                    entry.append(entered)
                     cut[0] = min(max(until, entered + grace), until + grace)
             return done() or time.monotonic() >= cut[0]
 
+        # wake at the cut: the drive sleeps until a packet, a timer or its timeout, and
+        # a timeout at the latest possible cut let the exchange run 5-17 ms past the
+        # actual one (a third of the late steps' excess at 25 ms); the cut may move
+        # later meanwhile (the peer's entry), so each timeout looks again
+        while (left := cut[0] - time.monotonic()) > 0:
+            try:
+                self.links.drive(over, left, "a deadline")
+                break  # done, or past the cut
+            except TimeoutError:
+                continue  # the cut as it stood came: the peer's entry may have moved it
+        return (entry[0] if entry else None), cut[0]
+
+    def _send_notes(self) -> None:
+        """See our notes onto the wire before the call returns: a peer that waits for
+        one otherwise waits for the background thread, which shares the GIL and two
+        cores with the training loop (notes left 30-100 ms late in one step of five)."""
+        rqps = self.links.rqps.values()
         try:
-            self.links.drive(over, max(until + grace - time.monotonic(), 0.0), "a deadline")
+            self.links.drive(
+                lambda: not any(r.connection.backlogged for r in rqps),
+                float(self.links.config.rtt),
+                "our notes",
+            )
         except TimeoutError:
-            pass  # the deadline: what arrived is what counts
+            pass  # the background thread sends the rest
 
     def _prune(self) -> None:
         """Forget acknowledged mask writes (their buffers may go)."""
