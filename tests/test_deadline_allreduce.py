@@ -28,11 +28,22 @@ def _job() -> list[dict]:
 
     def body(rank: int) -> dict:
         comm = connect(rank, WORLD, LOCAL, port=port, options=opts)
+        intra, posted = comm._intra, []
+
+        def spy(op: str, *args: object) -> object:  # receives open when local work begins?
+            if op == "reduce_scatter":
+                posted.append(sum(len(q._receives) for q in comm.links.rqps.values()))
+            return intra(op, *args)
+
+        comm._intra = spy
         try:
-            out: dict = {}
+            out: dict = {"posted": posted}
             # 1. nothing late: the plain mean, every contribution in
             out["full"] = comm.allreduce_by(_data(rank, 0), 30.0, slices=SLICES)
             out["unanimous"] = comm._deadline.unanimous  # everything crossed: no wait
+            # ...and our note is on the wire when the call returns (the peer may wait
+            # for it: before, it waited for the background thread)
+            out["notes_out"] = all(h.rqp.sent(h) for h, _ in comm._deadline._masks_out)
             # 2. rank 0 (datacenter 0, local 0) withholds slice 1 of its shard
             late = (1,) if rank == 0 else ()
             out["late"] = comm.allreduce_by(
@@ -69,6 +80,12 @@ def test_deadline_allreduce_is_consistent_exact_and_loses_nothing() -> None:
         for r in range(WORLD):
             assert results[r][name][0].tobytes() == first.tobytes(), (name, r)
 
+    # our clear-to-sends date our entry at the peer: the receives are posted before the
+    # local work (the datacenter's reduce-scatter, the carry), not after it (1-14 ms;
+    # a peer's note of an earlier call may still be open beside them)
+    for r in range(WORLD):
+        assert results[r]["posted"] and all(n >= SLICES + 1 for n in results[r]["posted"]), r
+
     # 1. complete: the mean of all four ranks
     mean = np.mean([_data(r, 0) for r in range(WORLD)], axis=0)
     np.testing.assert_allclose(results[0]["full"][0], mean, rtol=1e-5, atol=1e-6)
@@ -78,6 +95,7 @@ def test_deadline_allreduce_is_consistent_exact_and_loses_nothing() -> None:
         # two datacenters, everything here and acknowledged: decided without the peer's
         # note (which lands later, unread: the calls below still match theirs)
         assert results[r]["unanimous"] == 1
+        assert results[r]["notes_out"], r
         # the timeline says so too, and its phases come in order within the call
         line = report.timeline
         assert line["decision"] == "unanimous", line

@@ -22,18 +22,32 @@ class _Clock:
         return self.now
 
 
-def _cut(clears: dict[str, float], monkeypatch: pytest.MonkeyPatch, setup: float = 0.0) -> float:
+def _cut(
+    clears: dict[str, float],
+    monkeypatch: pytest.MonkeyPatch,
+    setup: float = 0.0,
+    sleeps: bool = False,
+) -> float:
     """When a call that started at 0 with deadline T stops, its writes to one peer cleared
-    at the times in ``clears`` (and nothing else ends it)."""
+    at the times in ``clears`` (and nothing else ends it). ``sleeps``: the driver looks at
+    the condition only when something arrives (a clear-to-send) or its timeout comes, as
+    a real one sleeping in select(); else every millisecond."""
     clock = _Clock()
     monkeypatch.setattr(deadline_exchange, "time", clock)
     peer = SimpleNamespace(cleared=lambda h: clock.now >= clears[h])
 
     def drive(cond: object, timeout: float, what: str) -> None:
+        end = clock.now + timeout
         for _ in range(10_000):
-            clock.now += 0.001
+            if sleeps:
+                arrivals = [t for t in clears.values() if t > clock.now]
+                clock.now = min([end, *arrivals])
+            else:
+                clock.now += 0.001
             if cond():  # type: ignore[operator]
                 return
+            if sleeps and clock.now >= end:
+                break
         raise TimeoutError(what)
 
     links = SimpleNamespace(rqps={1: peer}, config=SimpleNamespace(rtt=RTT), drive=drive)
@@ -66,3 +80,12 @@ def test_the_peers_set_up_counts_as_long_as_ours(monkeypatch) -> None:
     assert _cut({"a": 0.1}, monkeypatch, setup=0.004) == pytest.approx(late, abs=0.002)
     # never before our own deadline
     assert _cut({"a": 0.012}, monkeypatch, setup=0.004) == pytest.approx(T, abs=0.002)
+
+
+def test_a_driver_that_sleeps_wakes_at_the_cut(monkeypatch) -> None:
+    # nothing arrives after the clear-to-sends: the driver sleeps until its timeout.
+    # Before, that timeout was the latest possible cut (the deadline twice over), so the
+    # exchange ran up to a whole deadline past the cut (5-75 ms past it on the WAN)
+    assert _cut({"a": 0.012}, monkeypatch, sleeps=True) == pytest.approx(T, abs=1e-9)
+    late = 0.1 - RTT / 2 + T  # the cut moved later while it slept: it wakes there
+    assert _cut({"a": 0.1}, monkeypatch, sleeps=True) == pytest.approx(late, abs=1e-9)

@@ -240,12 +240,19 @@ class HierarchicalCommunicator:
         NumPy arrays only.
         """
         start = time.perf_counter()
-        until = time.monotonic() + deadline
+        begun = time.monotonic()
+        until = begun + deadline
         dt = dtype_name(x.dtype, None)
         n, local, dcs = x.size, self.topology.local_size, self.topology.datacenters
         out = np.empty_like(x) if out is None else out
         if out.size != n:
             raise ConfigError(f"allreduce_by output has {out.size} elements; expected {n}")
+        # the receives (and so our clear-to-sends) first: they date our entry at the peers
+        opened = (
+            self._deadline.open(-(-n // local), x.dtype, slices, begun, withhold)
+            if dcs > 1
+            else None
+        )
         padded = np.zeros(-(-n // local) * local, x.dtype)
         padded[:n] = x.reshape(-1)
         shard = self._intra("reduce_scatter", padded, dt) if local > 1 else padded
@@ -258,7 +265,7 @@ class HierarchicalCommunicator:
         wan = time.perf_counter()
         if dcs > 1:
             contributions, arrived, slices = self._deadline.run(
-                sent, slices, until, withhold, grace=deadline
+                sent, slices, until, withhold, grace=deadline, opened=opened
             )
         else:
             contributions, slices = [sent], max(1, min(slices, sent.size))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,25 @@ from sdr.collectives.deadline import slice_bounds
 from sdr.errors import ConfigError, TimeoutError
 from sdr.runtime import ReceiveHandle, WriteHandle
 
-__all__ = ["DeadlineExchange"]
+__all__ = ["DeadlineExchange", "Opened"]
+
+
+@dataclass
+class Opened:
+    """One call's receives, posted at its start (:meth:`DeadlineExchange.open`)."""
+
+    n: int
+    dtype: np.dtype[Any]
+    slices: int
+    bounds: np.ndarray
+    order: list[int]
+    held: frozenset[int]
+    scratch: dict[int, np.ndarray]
+    masks: dict[int, np.ndarray]
+    recvs: dict[int, list[ReceiveHandle]]
+    mask_recvs: dict[int, ReceiveHandle]
+    setup: float
+    """Seconds from the call's start to our clear-to-sends."""
 
 
 class DeadlineExchange:
@@ -80,45 +99,32 @@ class DeadlineExchange:
                 f"use >= {need} slices or a larger max_message_size"
             )
 
-    def run(
-        self,
-        contribution: np.ndarray,
-        slices: int,
-        until: float,
-        withhold: Iterable[int] = (),
-        grace: float | None = None,
-    ) -> tuple[list[np.ndarray | None], np.ndarray, int]:
-        """Exchange ``contribution`` (flat, contiguous) with every peer until ``until``
-        (``time.monotonic()``); ``(contributions, arrived, slices)``.
-
-        ``contributions[x]`` is datacenter ``x``'s array as it landed here (ours for
-        ``me``); only its slices that ``arrived[me, x]`` marks hold its bytes.
-        ``withhold``: slices of ours to treat as late (fault injection for tests and
-        demos: their writes are cancelled before a packet leaves). ``grace``: the call's
-        deadline in seconds (``until`` minus its start): how much later the cut may move
-        for a peer that entered later (default: none).
-        """
-        grace = 0.0 if grace is None else grace
-        n, d = contribution.size, self.datacenters
+    def open(
+        self, n: int, dtype: Any, slices: int, begun: float, withhold: Iterable[int] = ()
+    ) -> Opened:
+        """Post this call's receives (``n`` elements of ``dtype`` from every peer, in
+        ``slices`` slices, and each peer's note) as the call's first act: their
+        clear-to-sends date our entry at the peers, so nothing may come before them (the
+        carry, the local reduction: 1-14 ms and more on a busy host, counted as the
+        peer's lateness). ``begun``: the call's start (``time.monotonic()``)."""
+        d = self.datacenters
         slices = max(1, min(slices, n))
-        self.check(contribution.nbytes, slices)
-        bounds = slice_bounds(n, slices) * contribution.itemsize
-        held = set(withhold)
+        itemsize = np.dtype(dtype).itemsize
+        self.check(n * itemsize, slices)
+        held = frozenset(withhold)
         if bad := sorted(s for s in held if not 0 <= s < slices):
             raise ConfigError(f"withheld slices {bad} are not among 0..{slices - 1}")
+        bounds = slice_bounds(n, slices) * itemsize
         # each call starts one slice further on: a deadline cuts the tail of what is sent,
         # and the same slices must not be the tail every time (their carry would pile up)
         order = [(self._calls + i) % slices for i in range(slices)]
         self._calls += 1
         ctx = self.links.ctx
         peers = sorted(self.links.rqps)
-        scratch = {p: np.empty_like(contribution) for p in peers}
+        scratch = {p: np.empty(n, dtype) for p in peers}
         masks = {p: np.zeros((d, slices), np.uint8) for p in peers}
-        source = np.ascontiguousarray(contribution).view(np.uint8).reshape(-1)
-        mr_source = ctx.register(source)
         recvs: dict[int, list[ReceiveHandle]] = {}
         mask_recvs: dict[int, ReceiveHandle] = {}
-        writes: dict[int, list[WriteHandle]] = {}
         with self.links.exclusive():
             self._prune()
             for p in peers:  # receives first: the peer's writes find them (clear-to-send)
@@ -129,10 +135,51 @@ class DeadlineExchange:
                 }
                 recvs[p] = [posted[s] for s in range(slices)]
                 mask_recvs[p] = rqp.post_recv(ctx.register(masks[p]), 0, masks[p].nbytes)
-            # from the call's start to our clear-to-sends: a peer's takes as long (the
-            # same code), so its entry is its first clear-to-send less this and half an RTT
-            begun = until - grace
-            setup = max(time.monotonic() - begun, 0.0)
+        # from the call's start to our clear-to-sends: a peer's takes as long (the same
+        # code), so its entry is its first clear-to-send less this and half an RTT
+        setup = max(time.monotonic() - begun, 0.0)
+        return Opened(n, np.dtype(dtype), slices, bounds, order, held, scratch, masks, recvs,
+                      mask_recvs, setup)  # fmt: skip
+
+    def run(
+        self,
+        contribution: np.ndarray,
+        slices: int,
+        until: float,
+        withhold: Iterable[int] = (),
+        grace: float | None = None,
+        opened: Opened | None = None,
+    ) -> tuple[list[np.ndarray | None], np.ndarray, int]:
+        """Exchange ``contribution`` (flat, contiguous) with every peer until ``until``
+        (``time.monotonic()``); ``(contributions, arrived, slices)``.
+
+        ``contributions[x]`` is datacenter ``x``'s array as it landed here (ours for
+        ``me``); only its slices that ``arrived[me, x]`` marks hold its bytes.
+        ``withhold``: slices of ours to treat as late (fault injection for tests and
+        demos: their writes are cancelled before a packet leaves). ``grace``: the call's
+        deadline in seconds (``until`` minus its start): how much later the cut may move
+        for a peer that entered later (default: none). ``opened``: this call's receives,
+        posted by :meth:`open` at its start (else posted here: ``slices`` and
+        ``withhold`` as given to :meth:`open` then).
+        """
+        grace = 0.0 if grace is None else grace
+        begun = until - grace
+        if opened is None:
+            opened = self.open(contribution.size, contribution.dtype, slices, begun, withhold)
+        if (contribution.size, contribution.dtype) != (opened.n, opened.dtype):
+            raise ConfigError(
+                f"deadline exchange opened for {opened.n} x {opened.dtype}, given "
+                f"{contribution.size} x {contribution.dtype}"
+            )
+        d, slices, bounds, order = self.datacenters, opened.slices, opened.bounds, opened.order
+        held, scratch, masks = opened.held, opened.scratch, opened.masks
+        recvs, mask_recvs, setup = opened.recvs, opened.mask_recvs, opened.setup
+        ctx = self.links.ctx
+        peers = sorted(self.links.rqps)
+        source = np.ascontiguousarray(contribution).view(np.uint8).reshape(-1)
+        mr_source = ctx.register(source)
+        writes: dict[int, list[WriteHandle]] = {}
+        with self.links.exclusive():
             for p in peers:
                 rqp = self.links.rqps[p]
                 writes[p] = []
@@ -193,7 +240,7 @@ class DeadlineExchange:
                 self._strays += agreement  # their notes land later, unread
                 for p in peers:
                     masks[p][:] = unanimous
-                self._send_notes()
+                self._send_notes([h for h, _ in self._masks_out[-len(peers) :]])
             else:
                 self.links.drive(
                     lambda: all(h.finished for h in agreement),
@@ -267,19 +314,19 @@ class DeadlineExchange:
                 continue  # the cut as it stood came: the peer's entry may have moved it
         return (entry[0] if entry else None), cut[0]
 
-    def _send_notes(self) -> None:
+    def _send_notes(self, notes: list[WriteHandle]) -> None:
         """See our notes onto the wire before the call returns: a peer that waits for
         one otherwise waits for the background thread, which shares the GIL and two
-        cores with the training loop (notes left 30-100 ms late in one step of five)."""
-        rqps = self.links.rqps.values()
+        cores with the training loop (the peer got them 30-105 ms late in one step of
+        five). Bounded by an RTT; what is left, the background thread sends."""
         try:
             self.links.drive(
-                lambda: not any(r.connection.backlogged for r in rqps),
+                lambda: all(h.rqp.sent(h) for h in notes),
                 float(self.links.config.rtt),
                 "our notes",
             )
         except TimeoutError:
-            pass  # the background thread sends the rest
+            pass
 
     def _prune(self) -> None:
         """Forget acknowledged mask writes (their buffers may go)."""

@@ -200,6 +200,10 @@ class ReliableConnection:
         posted the matching receive (so it is in the same collective call as we are)."""
         return self.writes.is_cleared(seq)
 
+    def has_left(self, seq: int) -> bool:
+        """Write ``seq`` in flight started and its data's first copies are on the wire."""
+        return self.writes.has_left(seq)
+
     @property
     def in_flight(self) -> int:
         """Reliable writes admitted and not finished."""

@@ -130,6 +130,19 @@ class WriteSide:
         out = self.sending.get(seq)
         return out is not None and all(lane.has_cts for lane in out.lanes)
 
+    def has_left(self, seq: int) -> bool:
+        """Write ``seq`` in flight started and every packet its data lane queued so far
+        has left (the data's first copies are on the wire)."""
+        out = self.sending.get(seq)
+        return (
+            out is not None
+            and out.started
+            and all(
+                lane.has_cts and 0 < lane.queued_packets <= lane.record.packets_sent
+                for lane in out.lanes[:1]
+            )
+        )
+
     @property
     def in_flight(self) -> int:
         """Writes admitted and not finished."""

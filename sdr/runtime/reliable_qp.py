@@ -149,6 +149,11 @@ class ReliableQP:
         True once the write finished, False while it waits for a slot or was cancelled."""
         return handle.done or self.connection.is_cleared(handle.seq)
 
+    def sent(self, handle: WriteHandle) -> bool:
+        """Every packet of this write has left at least once (repairs may follow), or it
+        finished: a caller about to stop progressing can see a message out first."""
+        return handle.finished or self.connection.has_left(handle.seq)
+
     def cancel(self, handle: WriteHandle | ReceiveHandle) -> bool:
         """Cancel a write or receive of this QP before it completes, when both ends agreed
         to drop it (each cancels its side): it fails with :class:`sdr.errors.Cancelled`
