@@ -294,7 +294,9 @@ class HierarchicalCommunicator:
             bytes_total=int(dcs * sizes.sum()),
             repairs=_repairs(self.links.counters()) - repairs,
             carried=carried.residual is not None,
-            timeline=dict(self._deadline.timeline) if dcs > 1 else {},
+            timeline=(
+                {**self._deadline.timeline, "done": time.monotonic() - begun} if dcs > 1 else {}
+            ),
             kept=kept,
         )
 

@@ -194,8 +194,8 @@ class DeadlineReport:
     timeline: dict[str, Any] = field(default_factory=dict)
     """When the call's phases ended, seconds from its start (across datacenters; empty
     within one): ``setup``, ``entered`` (the last peer's entry as dated), ``cut``,
-    ``stopped``, ``agreed`` and the ``decision`` (``unanimous``, ``alone``, ``notes``).
-    Where a late step's time went."""
+    ``stopped``, ``agreed``, ``done`` (the result ready) and the ``decision``
+    (``unanimous``, ``alone``, ``notes``). Where a late step's time went."""
     kept: Any = field(default=None, repr=False)
     """With ``carry="local"``: this rank's own contribution where its datacenter's is not
     in the result (zero elsewhere), shaped like the call's input (a NumPy array, or a
