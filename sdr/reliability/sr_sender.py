@@ -113,8 +113,13 @@ class SelectiveRepeatSender(SchemeSender):
         # keep the checksums up with the data that already left (an unpaced sender may
         # put a whole message on the wire in one round)
         behind = int((self.tracker.sends > 0).sum()) - self.digest.computed
+        # a one-chunk message's data goes out small_copies times: its checksum too, or
+        # one lost DIGEST costs the round trip of a SACK and a resend (1e-2 of the
+        # deadline allreduce's notes on a lossy WAN, a whole RTT each)
+        copies = self.config.small_copies if self.n_chunks == 1 else 1
         for piece in self.digest.step(max(CRC_STEP_CHUNKS, behind)):
-            self.send(piece)
+            for _ in range(copies):
+                self.send(piece)
             self._last_digest = now
 
     def on_sent(self, now: float, lane: int, chunks: np.ndarray) -> None:
