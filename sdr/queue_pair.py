@@ -66,9 +66,16 @@ class QueuePairCore:
 
     # --- receive side -----------------------------------------------------------------
     def post_recv(
-        self, now: float, region: MemoryRegion, offset: int = 0, length: int | None = None
+        self,
+        now: float,
+        region: MemoryRegion,
+        offset: int = 0,
+        length: int | None = None,
+        cts_copies: int = 1,
     ) -> RecvRecord:
-        rec, actions = self.recv.post(region, offset, length)
+        """Post the next receive; its CTS goes out ``cts_copies`` times (a tiny message
+        whose lost CTS would cost the sender's CTS request, an RTO)."""
+        rec, actions = self.recv.post(region, offset, length, cts_copies)
         self._actions.extend(actions)
         return rec
 

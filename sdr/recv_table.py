@@ -152,9 +152,10 @@ class RecvTable:
         return list(self._active.values())
 
     def post(
-        self, region: MemoryRegion, offset: int, length: int | None
+        self, region: MemoryRegion, offset: int, length: int | None, cts_copies: int = 1
     ) -> tuple[RecvRecord, list[Action]]:
-        """Post the next receive; returns its record and the actions (bind, CTS)."""
+        """Post the next receive; returns its record and the actions (bind, CTS; the CTS
+        ``cts_copies`` times, back to back: the sender keeps the first)."""
         length = region.check_range(offset, length)
         if length > self.attr.max_message_size:
             raise ConfigError(
@@ -182,7 +183,7 @@ class RecvTable:
         self._id_gen[msg_id], self._id_slot[msg_id], self._id_len[msg_id] = generation, slot, length
         self._next_seq += 1
         self.counters.cts_sent += 1
-        cts = CTS(rec.seq, msg_id, slot, generation, length)
+        cts = SendControl(CTS(rec.seq, msg_id, slot, generation, length).encode())
         return rec, [
             Bind(
                 generation=generation,
@@ -192,7 +193,7 @@ class RecvTable:
                 length=length,
                 msg_id=msg_id,
             ),
-            SendControl(cts.encode()),
+            *[cts] * max(1, cts_copies),
         ]
 
     def complete(self, rec: RecvRecord) -> list[Action]:

@@ -226,3 +226,28 @@ def test_timers_are_only_what_get_timer_says() -> None:
     a.conn.handle_timer(deadline)
     a.carry_out()
     assert a.outbox  # a CTS request went out at that deadline
+
+
+def test_has_left_says_when_a_writes_first_copies_are_out_and_stays_true_after() -> None:
+    # a caller about to stop progressing (a deadline allreduce's decided rank) drives
+    # until its note has left; the write may finish before its handle hears of it, and
+    # a finished write counts as out (before, it read as not sent)
+    a, b = Side("sr-nack"), Side("sr-nack")
+    wire = Wire(a, b)
+    src = _payload(3 * 4096, seed=1)
+    seq = a.conn.post_write(0.0, _register(src))
+    for _ in range(3):
+        wire.round()
+    assert not a.conn.has_left(seq)  # no receive posted: no clear-to-send, nothing out
+    dst = np.zeros_like(src)
+    b.conn.post_recv(wire.now, _register(dst))
+    done: list[object] = []
+    left_early = False
+    while not done:
+        wire.round()
+        left_early = left_early or (a.conn.has_left(seq) and seq in a.conn.writes.sending)
+        done.extend(a.events())
+    assert left_early  # out, and still in flight (not acknowledged yet)
+    assert isinstance(done[0], WriteCompleted) and np.array_equal(src, dst)
+    assert a.conn.has_left(seq)  # over: still true
+    assert not a.conn.has_left(seq + 1)  # never posted

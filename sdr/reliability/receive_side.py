@@ -152,8 +152,13 @@ class ReceiveSide:
                 self._schedule.touch(inc.seq)
             while not inc.fully_posted:
                 region, base = inc.lane_regions[len(inc.posted)]
+                length = inc.lengths[len(inc.posted)]
+                # a one-chunk message goes out small_copies times; its CTS too, or one
+                # lost CTS holds it back an RTO (the sender's CTS request)
+                tiny = length <= self.core.attr.chunk_size
+                copies = self.scheme.config.small_copies if tiny else 1
                 try:
-                    rec = self.core.post_recv(now, region, base, inc.lengths[len(inc.posted)])
+                    rec = self.core.post_recv(now, region, base, length, copies)
                 except ResourceBusy:
                     return
                 self._lane_in[rec] = (inc, len(inc.posted))

@@ -132,15 +132,14 @@ class WriteSide:
 
     def has_left(self, seq: int) -> bool:
         """Write ``seq`` in flight started and every packet its data lane queued so far
-        has left (the data's first copies are on the wire)."""
+        has left (the data's first copies are on the wire); or it is over (its handle may
+        not have heard yet)."""
         out = self.sending.get(seq)
-        return (
-            out is not None
-            and out.started
-            and all(
-                lane.has_cts and 0 < lane.queued_packets <= lane.record.packets_sent
-                for lane in out.lanes[:1]
-            )
+        if out is None:  # waiting for a slot, or over
+            return seq < self._next_seq and all(w[0] != seq for w in self.waiting)
+        return out.started and all(
+            lane.has_cts and 0 < lane.queued_packets <= lane.record.packets_sent
+            for lane in out.lanes[:1]
         )
 
     @property
