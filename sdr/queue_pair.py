@@ -178,7 +178,7 @@ class QueuePairCore:
         try:
             kind = message_type(data)
             if kind == CTS_TYPE:
-                self.send.on_cts(decode_cts(data))
+                self.send.on_cts(decode_cts(data), now)
             elif kind == CTS_REQUEST_TYPE:
                 self._resend_cts(decode_cts_request(data))
             elif kind in SDR_TYPES:

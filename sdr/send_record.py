@@ -42,6 +42,7 @@ class SendRecord:
         "state",
         "error",
         "remote",
+        "cts_at",
         "ended",
         "length",
         "packets_sent",
@@ -63,6 +64,8 @@ class SendRecord:
         self.state = SendState.QUEUED
         self.error: SDRError | None = None
         self.remote: CTS | None = None
+        self.cts_at: float | None = None
+        """``now`` of the round that brought the CTS (None: none yet)."""
         self.ended = not stream
         self.length = 0  # one-shot: message length; stream: highest byte written
         self.packets_sent = 0

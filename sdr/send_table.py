@@ -83,7 +83,7 @@ class SendTable:
         self.attr = attr
         self.counters = counters
         self._queue: deque[SendRecord] = deque()
-        self._cts: dict[int, CTS] = {}
+        self._cts: dict[int, tuple[CTS, float]] = {}
         self._next_seq = 0
         self._next_channel = 0
         self._next_deadline = math.inf  # earliest CTS deadline of a waiting message
@@ -129,7 +129,7 @@ class SendTable:
         )
         self._next_seq += 1
         self._queue.append(rec)
-        rec.remote = self._cts.pop(seq, None)
+        rec.remote, rec.cts_at = self._cts.pop(seq, (None, None))
         if timeout is not None and rec.remote is None:
             rec.cts_timeout, rec.cts_deadline = timeout, now + timeout
             self._next_deadline = min(self._next_deadline, rec.cts_deadline)
@@ -195,8 +195,9 @@ class SendTable:
                 f"message of {length} bytes exceeds max_message_size {self.attr.max_message_size}"
             )
 
-    def on_cts(self, cts: CTS) -> None:
-        """Match a CTS to the message with the same sequence number."""
+    def on_cts(self, cts: CTS, now: float = 0.0) -> None:
+        """Match a CTS to the message with the same sequence number (``now``: when it
+        came, kept as the record's ``cts_at``)."""
         attr = self.attr
         first = self._queue[0].seq if self._queue else self._next_seq
         valid = (
@@ -213,9 +214,9 @@ class SendTable:
         for rec in self._queue:
             if rec.seq == cts.seq:
                 if rec.remote is None:
-                    rec.remote = cts
+                    rec.remote, rec.cts_at = cts, now
                 return
-        self._cts.setdefault(cts.seq, cts)
+        self._cts.setdefault(cts.seq, (cts, now))
 
     def cts_requests_due(self, now: float) -> list[int]:
         """Sequence numbers to ask a CTS for again at ``now`` (each asked at most once per

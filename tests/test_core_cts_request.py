@@ -91,3 +91,20 @@ def test_malformed_requests_are_counted_not_raised(data: bytes) -> None:
         decode_cts_request(data)
     receiver.receive_control(0.0, data)
     assert receiver.counters.control_malformed == 1
+
+
+def test_a_cts_keeps_when_it_came_whether_before_or_after_the_send() -> None:
+    # the deadline allreduce dates a peer's entry by its clear-to-send's arrival
+    sender, receiver = sdr.QueuePairCore(ATTR), sdr.QueuePairCore(ATTR)
+    receiver.post_recv(0.0, _region(4096))
+    receiver.post_recv(0.0, _region(4096), cts_copies=2)  # a tiny one: twice
+    first, second, again = _controls(receiver)
+    assert decode_cts(second) == decode_cts(again)
+    sender.receive_control(0.25, first)  # before the send was posted: kept for it
+    early = sender.stream_start(0.5)
+    assert early.remote is not None and early.cts_at == 0.25
+    late = sender.stream_start(0.5)
+    assert late.remote is None and late.cts_at is None
+    sender.receive_control(0.75, second)
+    sender.receive_control(0.8, again)  # the copy changes nothing
+    assert late.remote == decode_cts(second) and late.cts_at == 0.75

@@ -34,7 +34,10 @@ def _cut(
     a real one sleeping in select(); else every millisecond."""
     clock = _Clock()
     monkeypatch.setattr(deadline_exchange, "time", clock)
-    peer = SimpleNamespace(cleared=lambda h: clock.now >= clears[h])
+    peer = SimpleNamespace(
+        cleared=lambda h: clock.now >= clears[h],
+        cleared_at=lambda h: clears[h] if clock.now >= clears[h] else None,
+    )
 
     def drive(cond: object, timeout: float, what: str) -> None:
         end = clock.now + timeout
@@ -89,3 +92,32 @@ def test_a_driver_that_sleeps_wakes_at_the_cut(monkeypatch) -> None:
     assert _cut({"a": 0.012}, monkeypatch, sleeps=True) == pytest.approx(T, abs=1e-9)
     late = 0.1 - RTT / 2 + T  # the cut moved later while it slept: it wakes there
     assert _cut({"a": 0.1}, monkeypatch, sleeps=True) == pytest.approx(late, abs=1e-9)
+
+
+def test_the_entry_is_dated_by_when_the_clear_to_send_came_not_when_we_looked(
+    monkeypatch,
+) -> None:
+    # a busy host looks every 30 ms: the clear-to-send that came at 0.1 is seen at 0.12.
+    # Before, the peer's entry was dated from the look (the cut 20 ms late, and the peer
+    # waited for our note that much longer); now from the round that brought it
+    clock = _Clock()
+    monkeypatch.setattr(deadline_exchange, "time", clock)
+    came = 0.1
+    peer = SimpleNamespace(
+        cleared=lambda h: clock.now >= came,
+        cleared_at=lambda h: came if clock.now >= came else None,
+    )
+
+    def drive(cond: object, timeout: float, what: str) -> None:
+        end = clock.now + timeout
+        while clock.now < end:
+            clock.now = min(clock.now + 0.03, end)
+            if cond():  # type: ignore[operator]
+                return
+        raise TimeoutError(what)
+
+    links = SimpleNamespace(rqps={1: peer}, config=SimpleNamespace(rtt=RTT), drive=drive)
+    exchange = DeadlineExchange(links, me=0, datacenters=2)  # type: ignore[arg-type]
+    entered, cut = exchange._drive_until(lambda: False, T, T, [(1, "a")])  # type: ignore[arg-type]
+    assert entered == pytest.approx(came - RTT / 2)
+    assert cut == pytest.approx(came - RTT / 2 + T)

@@ -290,14 +290,19 @@ class DeadlineExchange:
         cut = [until]
         entry: list[float] = []
         waiting = {p for p, _ in probes}
+        first: dict[int, float] = {}  # each peer's first clear-to-send, as it came
 
         def over() -> bool:
             if waiting:
-                waiting.difference_update(
-                    {p for p, h in probes if p in waiting and rtqps[p].cleared(h)}
-                )
+                now = time.monotonic()
+                for p, h in probes:
+                    if p in waiting and rtqps[p].cleared(h):
+                        # when it came, not when we looked: a busy round looks late
+                        came = rtqps[p].cleared_at(h)
+                        first[p] = min(first.get(p, now), now if came is None else came)
+                waiting.difference_update(first)
                 if not waiting:
-                    entered = max(start, time.monotonic() - half_rtt - setup)
+                    entered = max(start, max(first.values()) - half_rtt - setup)
                     entry.append(entered)
                     cut[0] = min(max(until, entered + grace), until + grace)
             return done() or time.monotonic() >= cut[0]

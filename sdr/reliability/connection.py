@@ -200,6 +200,10 @@ class ReliableConnection:
         posted the matching receive (so it is in the same collective call as we are)."""
         return self.writes.is_cleared(seq)
 
+    def cleared_at(self, seq: int) -> float | None:
+        """When write ``seq`` in flight got the peer's clear-to-send (None: not yet)."""
+        return self.writes.cleared_at(seq)
+
     def has_left(self, seq: int) -> bool:
         """Write ``seq`` in flight started and its data's first copies are on the wire."""
         return self.writes.has_left(seq)

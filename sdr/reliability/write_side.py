@@ -130,6 +130,12 @@ class WriteSide:
         out = self.sending.get(seq)
         return out is not None and all(lane.has_cts for lane in out.lanes)
 
+    def cleared_at(self, seq: int) -> float | None:
+        """When the first lane of write ``seq`` in flight got its clear-to-send (the
+        ``now`` of the round that brought it); None without one."""
+        out = self.sending.get(seq)
+        return out.lanes[0].record.cts_at if out is not None and out.lanes[0].has_cts else None
+
     def has_left(self, seq: int) -> bool:
         """Write ``seq`` in flight started and every packet its data lane queued so far
         has left (the data's first copies are on the wire); or it is over (its handle may

@@ -149,6 +149,12 @@ class ReliableQP:
         True once the write finished, False while it waits for a slot or was cancelled."""
         return handle.done or self.connection.is_cleared(handle.seq)
 
+    def cleared_at(self, handle: WriteHandle) -> float | None:
+        """When this write's clear-to-send came (the transport's clock at the start of
+        the round that read it: arrival time, not when someone asked); None while it
+        waits for one, or once the write finished."""
+        return None if handle.done else self.connection.cleared_at(handle.seq)
+
     def sent(self, handle: WriteHandle) -> bool:
         """Every packet of this write has left at least once (repairs may follow), or it
         finished: a caller about to stop progressing can see a message out first."""
