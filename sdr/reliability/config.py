@@ -157,8 +157,9 @@ class ReliabilityConfig:
         source port): each chunk takes one path, picked by per-path loss and delay, and
         traffic moves off a worse path (docs/congestion.md, "Multipath").
     small_copies: a message of one chunk is sent this many times (each packet back to
-        back): a repetition code for tiny messages (a collective's notes, a flag) whose
-        loss would otherwise cost an RTO, rtt * (1 + alpha); 1 sends each once.
+        back), and its CTS and DIGEST too: a repetition code for tiny messages (a
+        collective's notes, a flag) whose loss would otherwise cost an RTO,
+        rtt * (1 + alpha); 1 sends each once.
     params: extra parameters for user-registered schemes.
     """
 
