@@ -19,6 +19,13 @@ survives every call. A rank that finds nobody in the call with it at the deadlin
 peer's clear-to-send, nothing arrived) decides alone that nothing is in: every rank
 reaches that decision from what it learns, so a slow site or a link dark from before
 the call costs the others one deadline, not the wait for the site.
+
+The cut is timed from the later peer's entry, dated by the arrival of its first
+clear-to-send less half an RTT and the set-up: so :meth:`DeadlineExchange.open` posts
+the receives as the call's first act (the set-up is then the same short code at both
+ends), and the core keeps when each clear-to-send came, not when the loop looked.
+Each call's phases are kept in ``timeline`` (the report's), to see where a late step's
+time went.
 """
 
 from __future__ import annotations
