@@ -121,3 +121,22 @@ def test_the_entry_is_dated_by_when_the_clear_to_send_came_not_when_we_looked(
     entered, cut = exchange._drive_until(lambda: False, T, T, [(1, "a")])  # type: ignore[arg-type]
     assert entered == pytest.approx(came - RTT / 2)
     assert cut == pytest.approx(came - RTT / 2 + T)
+
+
+def test_a_note_that_cannot_leave_is_not_waited_for() -> None:
+    # a rank that decided alone (no clear-to-send from the peer: a dark link, a slow
+    # site) has notes that cannot leave; before, it waited out the 100 ms bound for them
+    # (a blackout step took 217 ms against a 108 ms deadline)
+    rqp = SimpleNamespace(sent=lambda h: False, cleared=lambda h: False)
+    waited: list[bool] = []
+
+    def drive(cond: object, timeout: float, what: str) -> None:
+        waited.append(not cond())  # type: ignore[operator]
+
+    links = SimpleNamespace(rqps={1: rqp}, config=SimpleNamespace(rtt=RTT), drive=drive)
+    exchange = DeadlineExchange(links, me=0, datacenters=2)  # type: ignore[arg-type]
+    exchange._send_notes([SimpleNamespace(rqp=rqp)])  # type: ignore[list-item]
+    assert waited == [False]
+    rqp.cleared = lambda h: True  # cleared but not out yet: that one is waited for
+    exchange._send_notes([SimpleNamespace(rqp=rqp)])  # type: ignore[list-item]
+    assert waited == [False, True]

@@ -331,10 +331,12 @@ class DeadlineExchange:
         one otherwise waits for the background thread, which shares the GIL and two
         cores with the training loop (the peer got them 30-105 ms late in one step of
         five). It takes a round or two; bounded by an RTT or 100 ms, whichever is longer
-        (a loaded host), after which the background thread sends the rest."""
+        (a loaded host), after which the background thread sends the rest. A note whose
+        clear-to-send has not come cannot leave (a rank that decided alone: the peer is
+        not in the call, or the link is dark): it is not waited for."""
         try:
             self.links.drive(
-                lambda: all(h.rqp.sent(h) for h in notes),
+                lambda: all(h.rqp.sent(h) or not h.rqp.cleared(h) for h in notes),
                 max(float(self.links.config.rtt), 0.1),
                 "our notes",
             )
