@@ -426,6 +426,9 @@ def test_an_rtt_configured_too_short_is_learned_not_repeated(scheme) -> None:
         warnings.simplefilter("error", RtoWarning)
         _transfer(wire, [256 << 10] * 3)
     assert 0 < a.conn.counters["write_repairs_spurious"] < 0.1 * 3 * 64
+    # ...all of them timed by the configured rtt, before the first sample
+    spurious = a.conn.counters["write_repairs_spurious"]
+    assert a.conn.counters["write_repairs_spurious_unsampled"] == spurious
     assert a.conn.rtt.rto > 0.04  # it measured the 40 ms round trip
 
 

@@ -30,6 +30,18 @@ def test_few_spurious_repairs_say_nothing() -> None:
     assert spurious_repair_warning(few, CONFIG, 0.04) is None
 
 
+def test_repairs_before_the_first_sample_say_nothing() -> None:
+    # a 50 us rtt on a host whose first SACK takes 30-45 ms (two busy loops): the chunks
+    # sent before it were repaired for nothing, and from the sample on the RTO follows
+    # the path. Before, 16 of the first 160 chunks warned (a flaky CLI test)
+    early = {"write_repairs_spurious": 16, "write_chunks_sent_lane0": 160}
+    assert spurious_repair_warning(early, CONFIG, 0.038) is not None
+    unsampled = {**early, "write_repairs_spurious_unsampled": 11}
+    assert spurious_repair_warning(unsampled, CONFIG, 0.038) is None  # 5 after it
+    text = spurious_repair_warning({**unsampled, "write_repairs_spurious": 40}, CONFIG, 0.038)
+    assert text is not None and text.startswith("29 of 160 chunks")
+
+
 def test_the_connection_reports_the_advice_as_an_event_and_warns_nothing(monkeypatch) -> None:
     """The sans-I/O connection called warnings.warn itself; now it reports RtoAdvice
     through next_event() (once), and the blocking shell is the one that warns."""

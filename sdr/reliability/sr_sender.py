@@ -71,6 +71,9 @@ class SelectiveRepeatSender(SchemeSender):
         super().__init__(scheme, seq, data)
         self.n_chunks = self.geometry.n_chunks
         self.tracker = ChunkTracker(self.n_chunks)
+        self._unsampled = np.zeros(self.n_chunks, dtype=bool)
+        """Chunks queued again by an RTO before the connection had an RTT sample (timed
+        by the configured ``rtt`` alone)."""
         self.digest = DigestBuilder(seq, data, self.geometry, scheme.fingerprint)
         self.digest_ok = False
         self.started = False
@@ -150,8 +153,11 @@ class SelectiveRepeatSender(SchemeSender):
                 self.finish(None)
         elif isinstance(message, Sack):
             fresh = self.tracker.ack(message.clipped(self.n_chunks).acked())
-            if early := int(self.tracker.queued[fresh].sum()):  # its repair still waits:
-                self.count("repairs_spurious", early)  # the first copy had arrived
+            early = fresh[self.tracker.queued[fresh]]  # their repairs still wait to leave:
+            if len(early):  # the first copies had arrived, the RTO fired too soon
+                self.count("repairs_spurious", len(early))
+                if unsampled := int(self._unsampled[early].sum()):  # timed by the config
+                    self.count("repairs_spurious_unsampled", unsampled)
             self.delivered(now, fresh, message.ack_delay)
             self.digest_ok = self.digest_ok or message.digest_ok
             if not message.digest_ok:
@@ -214,6 +220,8 @@ class SelectiveRepeatSender(SchemeSender):
         due = self.tracker.due(now)
         if len(due):
             self.count("rto_expired", len(due))
+            if self.rtt.srtt is None:  # no sample yet: the configured rtt timed these
+                self._unsampled[due] = True
             # a receiver that acknowledges as chunks arrive (SR) and said nothing for an
             # RTO is silent (EC's says nothing until a submessage fails: not silence)
             silent = self.scheme.acks_progressively and now - self._last_control >= self.rtt.rto
