@@ -195,7 +195,7 @@ class SendTable:
                 f"message of {length} bytes exceeds max_message_size {self.attr.max_message_size}"
             )
 
-    def on_cts(self, cts: CTS, now: float = 0.0) -> None:
+    def on_cts(self, cts: CTS, now: float) -> None:
         """Match a CTS to the message with the same sequence number (``now``: when it
         came, kept as the record's ``cts_at``)."""
         attr = self.attr

@@ -156,8 +156,9 @@ class ReliableQP:
         return None if handle.done else self.connection.cleared_at(handle.seq)
 
     def sent(self, handle: WriteHandle) -> bool:
-        """Every packet of this write has left at least once (repairs may follow), or it
-        finished: a caller about to stop progressing can see a message out first."""
+        """Every data packet of this write has left at least once (repairs and an EC
+        write's parity may follow), or it finished: a caller about to stop progressing
+        can see a message out first."""
         return handle.finished or self.connection.has_left(handle.seq)
 
     def cancel(self, handle: WriteHandle | ReceiveHandle) -> bool:
