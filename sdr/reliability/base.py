@@ -232,6 +232,12 @@ class SchemeSender(Machine):
     def on_sent(self, now: float, lane: int, chunks: np.ndarray) -> None:
         """These chunks of ``lane`` were handed to the wire at ``now`` (after pacing)."""
 
+    def end_back_off(self, now: float) -> bool:
+        """The path answered (a new RTT sample, from any write of the connection): drop a
+        back-off of the RTO, as RFC 6298 ends it at the next valid sample. True when
+        timers moved earlier (the connection runs the machine again)."""
+        return False
+
 
 class SchemeReceiver(Machine):
     """Receiver side of one message; ``data`` is the writable receive buffer."""

@@ -53,6 +53,13 @@ class ChunkTracker:
         """Arm the RTO of chunks that are neither acknowledged nor queued."""
         self._set_deadline(chunks[~self.acked[chunks] & ~self.queued[chunks]], now + rto)
 
+    def pull_in(self, at: float) -> np.ndarray:
+        """Bring every armed RTO later than ``at`` forward to ``at`` (a back-off ended);
+        the chunks moved."""
+        moved = np.flatnonzero(np.isfinite(self.deadline) & (self.deadline > at))
+        self._set_deadline(moved, at)
+        return moved
+
     def ack(self, chunks: np.ndarray) -> np.ndarray:
         """Mark chunks acknowledged; returns those that were not before."""
         fresh = chunks[~self.acked[chunks]]

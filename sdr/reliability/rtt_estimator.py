@@ -28,11 +28,14 @@ class RttEstimator:
         self.min_rtt = float("inf")
         """The smallest sample so far."""
         self._rto = floor  # kept by sample(): the RTO is asked several times a round
+        self.samples = 0
+        """Samples taken so far (a new one tells every write the path answered)."""
 
     def sample(self, rtt: float) -> None:
         """One RTT measurement in seconds (ignored unless positive and finite)."""
         if not 0 < rtt < float("inf"):
             return
+        self.samples += 1
         self.min_rtt = min(self.min_rtt, rtt)
         if self.srtt is None:
             self.srtt, self.rttvar = rtt, rtt / 2

@@ -72,8 +72,8 @@ class SelectiveRepeatSender(SchemeSender):
         self.n_chunks = self.geometry.n_chunks
         self.tracker = ChunkTracker(self.n_chunks)
         self._unsampled = np.zeros(self.n_chunks, dtype=bool)
-        """Chunks queued again by an RTO before the connection had an RTT sample (timed
-        by the configured ``rtt`` alone)."""
+        """Chunks whose RTO timer was armed before the connection had an RTT sample
+        (timed by the configured ``rtt`` alone, when it fires after the first sample too)."""
         self.digest = DigestBuilder(seq, data, self.geometry, scheme.fingerprint)
         self.digest_ok = False
         self.started = False
@@ -135,12 +135,18 @@ class SelectiveRepeatSender(SchemeSender):
         self.tracker.sent(now, chunks, None)
         arm = chunks if self.arm_first_send else chunks[~first]
         self.tracker.arm(now, arm, self.rto)
+        self._arm_timed(arm)
 
     def on_control(self, now: float, message: ControlMessage) -> None:
         if not self.active:
             return
         self._last_heard = self._last_control = now
-        self._backoff = 1
+        self._on_control(now, message)
+        # after the message: the timers it brings back take the RTO of the sample it
+        # gave (before, a short configured one: repairs for nothing)
+        self.end_back_off(now)
+
+    def _on_control(self, now: float, message: ControlMessage) -> None:
         if isinstance(message, Ack):
             if message.failed:
                 self.finish(
@@ -220,8 +226,6 @@ class SelectiveRepeatSender(SchemeSender):
         due = self.tracker.due(now)
         if len(due):
             self.count("rto_expired", len(due))
-            if self.rtt.srtt is None:  # no sample yet: the configured rtt timed these
-                self._unsampled[due] = True
             # a receiver that acknowledges as chunks arrive (SR) and said nothing for an
             # RTO is silent (EC's says nothing until a submessage fails: not silence)
             silent = self.scheme.acks_progressively and now - self._last_control >= self.rtt.rto
@@ -229,6 +233,7 @@ class SelectiveRepeatSender(SchemeSender):
             if silent:  # probe; the rest wait for the answer, all on one timer
                 armed = np.flatnonzero(np.isfinite(self.tracker.deadline))
                 self.tracker.arm(now, armed, self.rto)
+                self._arm_timed(armed)
                 due = due[:PROBE_CHUNKS]
             self.retransmit(due)
             self.probe(now)
@@ -246,6 +251,23 @@ class SelectiveRepeatSender(SchemeSender):
             if self.rto < self.max_rto:
                 self._backoff *= 2
             self._last_backoff = now
+
+    def end_back_off(self, now: float) -> bool:
+        """The receiver answered, or the path did (a new RTT sample of any write): the RTO
+        is the estimator's again (RFC 6298 5.7), and so is every chunk timer that a silent
+        timeout armed with the backed-off one. Before, those waited the back-off out: after
+        a 2 s blackout, the rest of a window re-armed at many times the RTO (the likely
+        cause of one outer step of 46.5 s in a training run)."""
+        if self._backoff == 1:
+            return False
+        self._backoff = 1
+        self._arm_timed(self.tracker.pull_in(now + self.rto))
+        return True
+
+    def _arm_timed(self, chunks: np.ndarray) -> None:
+        """These chunks' timers were just armed: by the configured RTO while the
+        connection has no RTT sample (what the RTO warning leaves out when they fire)."""
+        self._unsampled[chunks] = self.rtt.srtt is None
 
     def probe(self, now: float) -> None:
         """Ask the receiver for its state (and resend the digest it may lack)."""
@@ -300,7 +322,11 @@ class SelectiveRepeatSender(SchemeSender):
         if not len(fresh):
             return
         self.progressed(now)
-        once = fresh[self.tracker.sends[fresh] == 1]
+        # Karn's rule, and BSD's: a chunk that left before a silent timeout gives no
+        # sample either (the acknowledgements the dark path lost would have timed it: after
+        # a 2 s blackout it read 2 s and lifted a 25 ms path's RTO to 7 s)
+        tracker = self.tracker
+        once = fresh[(tracker.sends[fresh] == 1) & (tracker.last_sent[fresh] > self._last_backoff)]
         rtt, sample = None, None
         if len(once):
             newest = once[int(np.argmax(self.tracker.last_sent[once]))]

@@ -90,6 +90,7 @@ class WriteSide:
         self._schedule = Schedule()
         self._stall = StallHold()
         self._rto_kept = rtt.rto  # the RTO when the write timers were last kept
+        self._samples_kept = rtt.samples  # the estimator's samples then
 
     # --- what the connection asks ---------------------------------------------------------
     def post(self, now: float, region: MemoryRegion, offset: int, length: int) -> int:
@@ -229,6 +230,7 @@ class WriteSide:
         """Run the machines an event reached or whose timer is due, and carry out their
         actions (only those: one that neither has no actions to give)."""
         self._check_rto()
+        self._check_samples(now)
         for seq in self._schedule.due(now):
             due = self.sending.get(seq)
             if due is not None:
@@ -249,6 +251,15 @@ class WriteSide:
         if rto < self._rto_kept:
             self._schedule.touch_all()
         self._rto_kept = rto
+
+    def _check_samples(self, now: float) -> None:
+        """The shared estimator took a sample: the path answered, so a write backed off
+        by its own silence stops backing off (RFC 6298 keeps one back-off per path)."""
+        if self.rtt.samples != self._samples_kept:
+            self._samples_kept = self.rtt.samples
+            for seq, out in self.sending.items():
+                if out.machine.end_back_off(now):
+                    self._schedule.touch(seq)
 
     def _poll(self, now: float, out: Outgoing) -> None:
         for lane in out.lanes:
