@@ -36,8 +36,23 @@ def _job() -> list[dict]:
             return intra(op, *args)
 
         comm._intra = spy
+        run, guesses = comm._deadline.run, []
+
+        def spy_run(*args: object, while_waiting, **kwargs: object) -> object:
+            # what the call combined from while the notes crossed, beside what they said
+            seen: list[np.ndarray] = []
+
+            def early(contributions: list, guess: np.ndarray) -> None:
+                seen.append(guess.copy())
+                while_waiting(contributions, guess)
+
+            got = run(*args, while_waiting=early, **kwargs)
+            guesses.append((seen, got[1]))
+            return got
+
+        comm._deadline.run = spy_run
         try:
-            out: dict = {"posted": posted}
+            out: dict = {"posted": posted, "guesses": guesses}
             # 1. nothing late: the plain mean, every contribution in
             out["full"] = comm.allreduce_by(_data(rank, 0), 30.0, slices=SLICES)
             out["unanimous"] = comm._deadline.unanimous  # everything crossed: no wait
@@ -100,6 +115,15 @@ def test_deadline_allreduce_is_consistent_exact_and_loses_nothing() -> None:
         assert line["decision"] == "unanimous", line
         assert 0 <= line["setup"] <= line["stopped"] <= line["agreed"] <= report.seconds, line
         assert line["stopped"] < line["cut"], line  # done before the cut was due
+    for r in range(WORLD):
+        # a call the notes decided combined while they crossed, from a guess that holds
+        # nothing they did not (a peer's note has every slice it acknowledged); a call
+        # decided without them made no guess
+        for i, (seen, arrived) in enumerate(results[r]["guesses"]):
+            decision = results[r][("full", "late", "next", "all", "default", "local")[i]][1]
+            assert len(seen) == (decision.timeline["decision"] == "notes"), (r, i)
+            for guess in seen:
+                assert not (guess & ~arrived).any(), (r, i, guess, arrived)
     for r in (0, 2):  # a withheld slice: the peers' notes decided
         line = results[r]["late"][1].timeline
         assert line["decision"] == "notes", line

@@ -31,7 +31,7 @@ time went.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,6 +156,7 @@ class DeadlineExchange:
         withhold: Iterable[int] = (),
         grace: float | None = None,
         opened: Opened | None = None,
+        while_waiting: Callable[[list[np.ndarray | None], np.ndarray], None] | None = None,
     ) -> tuple[list[np.ndarray | None], np.ndarray, int]:
         """Exchange ``contribution`` (flat, contiguous) with every peer until ``until``
         (``time.monotonic()``); ``(contributions, arrived, slices)``.
@@ -167,7 +168,10 @@ class DeadlineExchange:
         deadline in seconds (``until`` minus its start): how much later the cut may move
         for a peer that entered later (default: none). ``opened``: this call's receives,
         posted by :meth:`open` at its start (else posted here: ``slices`` and
-        ``withhold`` as given to :meth:`open` then).
+        ``withhold`` as given to :meth:`open` then). ``while_waiting(contributions,
+        guess)``: called once our notes are out, while the peers' cross (half a round
+        trip of nothing to do), with ``arrived`` as far as this rank can tell: a peer's
+        note holds every slice of ours it acknowledged, and may hold more.
         """
         grace = 0.0 if grace is None else grace
         begun = until - grace
@@ -241,6 +245,10 @@ class DeadlineExchange:
                 note = mine.copy()  # unchanged until its write completes
                 rqp = self.links.rqps[p]
                 self._masks_out.append((rqp.write(ctx.register(note), 0, note.nbytes), note))
+            contributions: list[np.ndarray | None] = [None] * d
+            contributions[self.me] = contribution
+            for p in peers:
+                contributions[p] = scratch[p]
             if alone or unanimous:
                 self.alone += alone
                 self.unanimous += unanimous
@@ -249,6 +257,9 @@ class DeadlineExchange:
                     masks[p][:] = unanimous
                 self._send_notes([h for h, _ in self._masks_out[-len(peers) :]])
             else:
+                if while_waiting is not None:
+                    self._send_notes([h for h, _ in self._masks_out[-len(peers) :]])
+                    while_waiting(contributions, self._guess(mine, writes, order))
                 self.links.drive(
                     lambda: all(h.finished for h in agreement),
                     self.links.options.timeout,
@@ -268,11 +279,20 @@ class DeadlineExchange:
         arrived[self.me] = mine.astype(bool)
         for p in peers:
             arrived[p] = masks[p].astype(bool)
-        contributions: list[np.ndarray | None] = [None] * d
-        contributions[self.me] = contribution
-        for p in peers:
-            contributions[p] = scratch[p]
         return contributions, arrived, slices
+
+    def _guess(
+        self, mine: np.ndarray, writes: dict[int, list[WriteHandle]], order: list[int]
+    ) -> np.ndarray:
+        """``arrived`` before the peers' notes come: ours; and each peer holds its own
+        slices, ours that it acknowledged (it takes its note before it acknowledges
+        more), and of the others what we hold."""
+        arrived = np.repeat(mine.astype(bool)[None], self.datacenters, axis=0)
+        for p, handles in writes.items():
+            arrived[p, p] = True
+            arrived[p, self.me] = False
+            arrived[p, self.me, order] = [h.done for h in handles]
+        return arrived
 
     def _drive_until(
         self,

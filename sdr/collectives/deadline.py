@@ -75,6 +75,9 @@ def combine(
     bounds: np.ndarray,
     weight: float = 1.0,
     average: str = "arrived",
+    *,
+    out: np.ndarray | None = None,
+    only: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per slice, the mean of the included contributions; and how many were included.
 
@@ -87,24 +90,38 @@ def combine(
     contributor order whatever the caller, so every contributor gets the same bits. Each
     contribution counts as ``weight`` (the ranks it already sums; the mean divides by
     ``weight * count``). A slice with no contribution in is zero.
+
+    ``out``: where to write (default a new array); ``only``: the slices to compute (a
+    boolean mask; the others of ``out`` are left as they are): a result combined from a
+    guess of ``included`` is put right where the guess was wrong, with the same bits as
+    combining afresh.
     """
     if average not in AVERAGES:
         raise ConfigError(f"average must be one of {', '.join(AVERAGES)}, got {average!r}")
     d, slices = included.shape
     first = next(c for c in contributions if c is not None)
-    out = np.zeros_like(first)
+    out = np.empty_like(first) if out is None else out
     counts = included.sum(axis=0).astype(np.int64)
-    for s in range(slices):
+    for s in range(slices) if only is None else np.flatnonzero(only):
         lo, hi = int(bounds[s]), int(bounds[s + 1])
-        if hi == lo or counts[s] == 0:
-            continue
         acc = out[lo:hi]
+        parts = []
         for x in range(d):  # contributor order: the same additions everywhere
             if included[x, s]:
                 part = contributions[x]
                 assert part is not None, f"contributor {x}'s slice {s} is in but missing"
-                acc += part[lo:hi]
-        acc /= out.dtype.type(weight * (counts[s] if average == "arrived" else d))
+                parts.append(part[lo:hi])
+        if not parts:
+            acc.fill(0)
+            continue
+        over = out.dtype.type(weight * (counts[s] if average == "arrived" else d))
+        if len(parts) == 1:  # no zeroed start, no copy: one pass per part, one to divide
+            np.divide(parts[0], over, out=acc)
+            continue
+        np.add(parts[0], parts[1], out=acc)
+        for part in parts[2:]:
+            acc += part
+        acc /= over
     return out, counts
 
 
