@@ -274,18 +274,18 @@ class HierarchicalCommunicator:
             early.append((included, combine(contributions, included, bounds, local, average)[0]))
 
         wan = time.perf_counter()
-        if dcs > 1:
-            contributions, arrived, slices = self._deadline.run(
-                sent, slices, until, withhold, grace=deadline, opened=opened,
-                while_waiting=while_waiting,
-            )  # fmt: skip
-        else:
-            contributions, slices = [sent], max(1, min(slices, sent.size))
-            arrived = np.ones((1, 1, slices), bool)
-        # the progress thread stands by while the result is made: between NumPy's steps
-        # it would take the GIL (up to a 5 ms switch interval each time) to handle the
-        # packets the cut left on the link
+        # the progress thread stands by from the exchange until the result is made: it
+        # would take the lock between them for a round over the packets the cut left on
+        # the link, and the GIL between NumPy's steps (up to a 5 ms switch interval each)
         with self.links.exclusive():
+            if dcs > 1:
+                contributions, arrived, slices = self._deadline.run(
+                    sent, slices, until, withhold, grace=deadline, opened=opened,
+                    while_waiting=while_waiting,
+                )  # fmt: skip
+            else:
+                contributions, slices = [sent], max(1, min(slices, sent.size))
+                arrived = np.ones((1, 1, slices), bool)
             included = agree(arrived)
             bounds = slice_bounds(sent.size, slices)
             if early:
