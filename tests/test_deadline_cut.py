@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from sdr.backends.hierarchical import deadline_exchange
@@ -140,3 +141,58 @@ def test_a_note_that_cannot_leave_is_not_waited_for() -> None:
     rqp.cleared = lambda h: True  # cleared but not out yet: that one is waited for
     exchange._send_notes([SimpleNamespace(rqp=rqp)])  # type: ignore[list-item]
     assert waited == [False, True]
+
+
+class _Posting:
+    """A peer QP that records what open() does, on a clock each post advances."""
+
+    def __init__(self, clock: _Clock, post_s: float) -> None:
+        self.clock, self.post_s, self.log = clock, post_s, []
+
+    def post_recv(self, mr: object, offset: int, length: int) -> str:
+        self.clock.now += self.post_s
+        self.log.append("post")
+        return "recv"
+
+    def progress(self) -> int:
+        self.log.append("progress")
+        return 0
+
+
+def _opener(monkeypatch: pytest.MonkeyPatch) -> tuple[DeadlineExchange, _Clock, _Posting]:
+    from contextlib import nullcontext
+
+    clock = _Clock()
+    monkeypatch.setattr(deadline_exchange, "time", clock)
+    peer = _Posting(clock, 0.0001)
+    links = SimpleNamespace(
+        rqps={1: peer},
+        ctx=SimpleNamespace(register=lambda buf: buf),
+        exclusive=nullcontext,
+        options=SimpleNamespace(attr=lambda: SimpleNamespace(max_message_size=1 << 20)),
+        config=SimpleNamespace(max_in_flight=32, rtt=RTT),
+    )
+    return DeadlineExchange(links, me=0, datacenters=2), clock, peer  # type: ignore[arg-type]
+
+
+def test_open_sends_its_clear_to_sends_before_it_returns(monkeypatch) -> None:
+    # posted receives' clear-to-sends leave at the next progress round; before, that was
+    # whichever thread came first after the carry and the local reduction (0-3 ms more,
+    # not in the set-up the peer subtracts, so it dated our entry that much late)
+    exchange, _, peer = _opener(monkeypatch)
+    exchange.open(1000, np.float32, 4, begun=0.0)
+    assert peer.log == ["post"] * 5 + ["progress"]  # four slices and the note, then out
+
+
+def test_a_preempted_set_up_of_ours_does_not_date_the_peer(monkeypatch) -> None:
+    # the peer's entry is its first clear-to-send less half an RTT and its set-up, taken
+    # to be ours; one set-up of ours 10 ms long (the host ran something else) says
+    # nothing about the peer's: the median of our recent ones stands for it
+    exchange, clock, peer = _opener(monkeypatch)
+    for _ in range(5):
+        opened = exchange.open(1000, np.float32, 4, begun=clock.now)
+    assert opened.typical_setup == pytest.approx(0.0005)
+    peer.post_s = 0.002  # five posts: 10 ms
+    opened = exchange.open(1000, np.float32, 4, begun=clock.now)
+    assert opened.setup == pytest.approx(0.010)
+    assert opened.typical_setup == pytest.approx(0.0005)

@@ -31,6 +31,7 @@ time went.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,9 @@ from sdr.errors import ConfigError, TimeoutError
 from sdr.runtime import ReceiveHandle, WriteHandle
 
 __all__ = ["DeadlineExchange", "Opened"]
+
+_SETUPS_KEPT = 9
+"""Our recent set-ups whose median stands for a peer's when its entry is dated."""
 
 
 @dataclass
@@ -61,6 +65,9 @@ class Opened:
     mask_recvs: dict[int, ReceiveHandle]
     setup: float
     """Seconds from the call's start to our clear-to-sends."""
+    typical_setup: float
+    """The median of our recent set-ups: what a peer's is taken to be when its entry is
+    dated (one preempted set-up of ours says nothing about the peer's)."""
 
 
 class DeadlineExchange:
@@ -74,6 +81,8 @@ class DeadlineExchange:
         """Calls so far (the same on every rank: a collective); rotates the slice order."""
         self._masks_out: list[tuple[WriteHandle, np.ndarray]] = []
         """Mask writes not acknowledged yet, with the buffers they read."""
+        self._setups: deque[float] = deque(maxlen=_SETUPS_KEPT)
+        """Our last set-ups (seconds from a call's start to its clear-to-sends)."""
         self._strays: list[ReceiveHandle] = []
         """Peers' notes of calls we decided alone: they land later, unread."""
         self.alone = 0
@@ -142,11 +151,18 @@ class DeadlineExchange:
                 }
                 recvs[p] = [posted[s] for s in range(slices)]
                 mask_recvs[p] = rqp.post_recv(ctx.register(masks[p]), 0, masks[p].nbytes)
-        # from the call's start to our clear-to-sends: a peer's takes as long (the same
-        # code), so its entry is its first clear-to-send less this and half an RTT
+            # the clear-to-sends leave now, not at the next round of whichever thread
+            # comes first (0-3 ms later, after the carry and the local reduction): that
+            # wait is not in the set-up below, and a peer dated our entry that much late
+            for rqp in dict.fromkeys(self.links.rqps.values()):
+                rqp.progress()
+        # from the call's start to our clear-to-sends: a peer's takes about as long (the
+        # same code), so its entry is its first clear-to-send less this and half an RTT
         setup = max(time.monotonic() - begun, 0.0)
+        self._setups.append(setup)
+        typical = float(np.median(self._setups))
         return Opened(n, np.dtype(dtype), slices, bounds, order, held, scratch, masks, recvs,
-                      mask_recvs, setup)  # fmt: skip
+                      mask_recvs, setup, typical)  # fmt: skip
 
     def run(
         self,
@@ -215,7 +231,7 @@ class DeadlineExchange:
                 until,
                 grace,
                 probes,
-                setup,
+                opened.typical_setup,
             )
             stopped = time.monotonic()
             mine = np.zeros((d, slices), np.uint8)
@@ -307,11 +323,13 @@ class DeadlineExchange:
         after it posted): ranks that enter ``d`` seconds apart then cut at about the same
         moment, instead of the early one cutting ``d`` seconds of the late one's window.
         The first clear-to-send of each peer dates its entry (one lost and asked for
-        again must not move the cut an RTO later), less ``setup``: the time from our own
-        entry to our clear-to-sends, which the peer's code takes too (before, the later
-        peer's entry was dated its 2-4 ms of set-up late, and the earlier rank cut that
-        much after it). The cut moves at most ``grace`` s later (a slow site). Returns
-        (the last peer's entry as dated, None if none came; the cut)."""
+        again must not move the cut an RTO later), less ``setup``: the typical time from
+        our own entry to our clear-to-sends, which the peer's code takes too (before, the
+        later peer's entry was dated its 2-4 ms of set-up late, and the earlier rank cut
+        that much after it; with this call's own set-up, a preempted set-up of ours
+        moved our cut off the peer's by as much). The cut moves at most ``grace`` s later
+        (a slow site). Returns (the last peer's entry as dated, None if none came; the
+        cut)."""
         rtqps, half_rtt = self.links.rqps, float(self.links.config.rtt) / 2
         start = until - grace  # the call's start: grace is its deadline
         cut = [until]
