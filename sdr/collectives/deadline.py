@@ -139,7 +139,10 @@ def missed_part(own: np.ndarray, mine_in: np.ndarray, shard: int) -> np.ndarray 
     if mine_in.all():
         return None
     bounds = slice_bounds(shard, mine_in.shape[1])
-    kept = np.zeros_like(own)
+    # np.zeros, not zeros_like: calloc's pages are zero until written, so only the
+    # missed slices are touched here (zeros_like writes every byte: up to 14 ms for the
+    # example's 4.8 MB of fresh memory on a busy host, between the decision and the result)
+    kept = np.zeros(own.shape, own.dtype)
     for local, s in zip(*np.nonzero(~mine_in), strict=True):
         lo = min(own.size, int(local) * shard + int(bounds[s]))
         hi = min(own.size, int(local) * shard + int(bounds[s + 1]))
@@ -174,7 +177,7 @@ class CarryOver:
     def settle(self, sent: np.ndarray, mine_in: np.ndarray, bounds: np.ndarray) -> None:
         """After the call: the slices of ``sent`` (what :meth:`add_to` returned) that were
         not in (``mine_in[s]`` False) are carried to the next call; the rest is paid."""
-        residual = np.zeros_like(sent)
+        residual = np.zeros(sent.shape, sent.dtype)  # only missed slices touched (missed_part)
         for s in np.flatnonzero(~np.asarray(mine_in, dtype=bool)):
             lo, hi = int(bounds[s]), int(bounds[s + 1])
             residual[lo:hi] = sent[lo:hi]
