@@ -53,13 +53,17 @@ def test_bad_shapes_say_what_was_expected() -> None:
         carry.add_to(np.zeros(4, np.float32))
 
 
+_VIEWS = {
+    "d": st.integers(2, 4),
+    "slices": st.integers(1, 6),
+    "n": st.integers(1, 40),
+    "seed": st.integers(0, 2**31 - 1),
+}
+"""Contributors, slices, elements and a seed: the shapes the consistency properties run over."""
+
+
 @settings(max_examples=60, deadline=None)
-@given(
-    d=st.integers(2, 4),
-    slices=st.integers(1, 6),
-    n=st.integers(1, 40),
-    seed=st.integers(0, 2**31 - 1),
-)
+@given(**_VIEWS)
 def test_every_contributor_computes_the_same_bits(d: int, slices: int, n: int, seed: int) -> None:
     """Each contributor only holds its own data and what arrived; after the mask exchange
     all of them compute bitwise identical results."""
@@ -91,13 +95,7 @@ def test_every_contributor_computes_the_same_bits(d: int, slices: int, n: int, s
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    d=st.integers(2, 4),
-    slices=st.integers(1, 6),
-    n=st.integers(1, 40),
-    seed=st.integers(0, 2**31 - 1),
-    average=st.sampled_from(["arrived", "all"]),
-)
+@given(**_VIEWS, average=st.sampled_from(["arrived", "all"]))
 def test_a_result_combined_from_a_guess_and_put_right_is_the_fresh_one(
     d: int, slices: int, n: int, seed: int, average: str
 ) -> None:
