@@ -65,13 +65,27 @@ def test_an_answer_brings_every_backed_off_chunk_timer_back() -> None:
 
 def test_a_chunk_sent_before_a_silent_timeout_gives_no_rtt_sample() -> None:
     machine = _sender()
+    machine.rtt.sample(0.025)  # the connection has run: its RTT is known
     _dark_until(machine, 2.0)
     once = np.flatnonzero(machine.tracker.sends == 1)
     assert len(once)  # chunks that left once, before the dark, and were never resent
     machine.on_control(2.0, _sack(N_CHUNKS))  # held back by the blackout, they arrive
     assert machine.tracker.acked.all()
-    # 2 s is not the path's RTT: before, it became SRTT and the RTO read 7 s
-    assert machine.rtt.srtt is None and machine.rtt.samples == 0
+    # 2 s is not the path's RTT: before, it moved SRTT, and on a fresh estimator the RTO
+    # read 7 s
+    assert machine.rtt.srtt == 0.025 and machine.rtt.samples == 1
+
+
+def test_before_the_first_sample_a_timeout_does_not_stop_sampling() -> None:
+    # a configured rtt far below the path's (50 us on loopback, ACKs after 1-2 ms): every
+    # chunk leaves before a silent timeout; were those never sampled, the RTO would never
+    # learn the path (with the rule above applied from the start, 362 of 512 chunks of
+    # test_cli_transfer.py::test_an_rtt_far_below_the_paths_is_learned went twice)
+    machine = _sender()
+    _dark_until(machine, 0.2)  # 25 ms configured (RTO 75 ms), the answer takes 200 ms
+    assert machine.rto > machine.rtt.rto  # it timed out, silent
+    machine.on_control(0.2, _sack(N_CHUNKS))
+    assert machine.rtt.srtt is not None and machine.rtt.samples == 1
 
 
 def test_a_chunk_first_sent_after_the_dark_is_sampled() -> None:
@@ -139,10 +153,11 @@ class _Blackout(Wire):
 def test_writes_caught_by_a_blackout_finish_soon_after_it() -> None:
     """Four 1 MiB writes at 25 ms RTT; the path goes dark for 2 s as their first chunks
     leave (the clear-to-sends came at 12.5 ms). Before: the last write finished at 4.76 s
-    and the connection's RTO read 7.05 s (acknowledgements of chunks that arrived just
+    and the connection's RTO read 2.68 s (acknowledgements of chunks that arrived just
     before the dark timed them as 2 s, and a back-off was waited out); now 2.45-2.55 s,
     RTO 75 ms."""
     a, b = Side("sr-nack", rtt=0.025), Side("sr-nack", rtt=0.025)
+    a.conn.rtt.sample(0.025)  # a connection that has run (a training job's earlier steps)
     start, end = 0.013, 2.013
     wire = _Blackout(a, b, start, end, control_delay=0.0125)
     srcs = [_payload(1 << 20, seed=s) for s in range(4)]
