@@ -322,16 +322,16 @@ class SelectiveRepeatSender(SchemeSender):
         if not len(fresh):
             return
         self.progressed(now)
-        # Karn's rule, and BSD's once the path's RTT is known: a chunk that left before a
-        # silent timeout gives no sample either (the acknowledgements a dark path lost
-        # would time it: after a 2 s blackout it read 2 s and lifted a 25 ms path's RTO to
-        # 7 s). Before the first sample a timeout says only that the configured rtt may be
-        # short: with --rtt 50us on loopback every chunk left before one, and no sample
-        # ever came (362 of 512 chunks repaired for nothing)
+        # Karn's rule, and more: the sample is the newest first copy among the chunks this
+        # message newly acknowledges, and none when it also covers a later resend (then it
+        # may answer that resend: after a 2 s blackout, chunks that had arrived just before
+        # it, whose acknowledgements the dark path lost, came back covered by the answer
+        # to a probe's resend and timed the path as 2 s, lifting its RTO from 75 ms to
+        # 2.7 s). Timestamps would tell (TCP's RTTM); without them, no sample
         tracker = self.tracker
         once = fresh[tracker.sends[fresh] == 1]
-        if self.rtt.srtt is not None:
-            once = once[tracker.last_sent[once] > self._last_backoff]
+        if len(once) and tracker.last_sent[once].max() < tracker.last_sent[fresh].max():
+            once = once[:0]
         rtt, sample = None, None
         if len(once):
             newest = once[int(np.argmax(self.tracker.last_sent[once]))]
