@@ -11,8 +11,8 @@ The sender sees it exactly: a chunk acknowledged while its repair copy still wai
 queue was repaired for nothing (``repairs_spurious`` in the write's stats). When that is
 a tenth of the chunks sent, :func:`spurious_repair_warning` says so once per connection,
 with the fix. Repairs of chunks whose RTO was armed before the connection's first RTT
-sample (``repairs_spurious_unsampled``) are left out: from that sample on, the RTO follows the
-measured round trip.
+sample (``repairs_spurious_unsampled``) are left out: from that sample on, the RTO
+follows the measured round trip.
 """
 
 from __future__ import annotations
