@@ -86,11 +86,11 @@ def test_a_packet_for_a_placed_offset_is_refused_by_the_key_table() -> None:
     assert keys.resolve(0, 3 * ATTR.max_message_size, ATTR.mtu, first) == "duplicates"
 
 
-def test_a_chunk_changed_after_verification_is_caught_by_the_final_check() -> None:
-    """Defence in depth (a NIC that writes without asking): bytes of a verified chunk
-    change before the message is final; the final check sends the chunk back to repair."""
+def _change_a_verified_chunk(**kw: Any) -> tuple[Any, Any, np.ndarray, np.ndarray]:
+    """An sr-rto transfer whose receive buffer changes (one byte of chunk 0) after chunk 0
+    is verified, behind the driver's back; (the pair, the receive handle, src, dst)."""
     net = LateDamage()
-    pair = make_rpair("sr-rto", net=net)
+    pair = make_rpair("sr-rto", net=net, **kw)
     src = random_bytes(N_CHUNKS * CHUNK, seed=6)
     dst = np.zeros_like(src)
     rh = pair.r.post_recv(pair.r.ctx.register(dst))
@@ -104,8 +104,44 @@ def test_a_chunk_changed_after_verification_is_caught_by_the_final_check() -> No
     assert inc.machine.verified[0]
     dst[7] ^= 0xFF
     wait_all([wh, rh], timeout=60)
+    return pair, rh, src, dst
+
+
+def test_a_chunk_changed_after_verification_is_caught_by_the_final_check() -> None:
+    """Defence in depth, asked for (``final_check=True``): bytes of a verified chunk
+    change before the message is final; the final check sends the chunk back to repair."""
+    _, rh, src, dst = _change_a_verified_chunk(final_check=True)
     assert np.array_equal(src, dst)
     assert rh.stats["final_check_failed"] == 1
+
+
+def test_the_final_check_runs_by_default_where_the_driver_cannot_refuse_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A driver whose NIC writes payload itself (verbs: ``guards_placement`` False) gets
+    the final check without asking."""
+    from sdr.backends.inproc.transport import InprocQP  # noqa: PLC0415
+
+    monkeypatch.setattr(InprocQP, "guards_placement", False)
+    pair, rh, src, dst = _change_a_verified_chunk()
+    assert pair.r.config.final_check is True
+    assert np.array_equal(src, dst)
+    assert rh.stats["final_check_failed"] == 1
+
+
+def test_a_driver_that_seals_verified_chunks_skips_the_second_pass() -> None:
+    """Every software driver refuses writes into a sealed chunk, so by default the receiver
+    does not read the whole message again (a tenth of its CPU per byte)."""
+    pair = make_rpair("sr-nack")
+    assert pair.r.config.final_check is False
+    src = random_bytes(N_CHUNKS * CHUNK, seed=7)
+    dst = np.zeros_like(src)
+    rh = pair.r.post_recv(pair.r.ctx.register(dst))
+    wh = pair.s.write(pair.s.ctx.register(src))
+    wait_all([wh, rh], timeout=60)
+    assert np.array_equal(src, dst)
+    assert pair.r.counters["final_checked_bytes"] == 0
+    assert pair.r.counters["receives_completed"] == 1
 
 
 def _plain_pair() -> tuple[Any, ...]:

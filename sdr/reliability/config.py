@@ -160,6 +160,13 @@ class ReliabilityConfig:
         back), and its CTS and DIGEST too: a repetition code for tiny messages (a
         collective's notes, a flag) whose loss would otherwise cost an RTO,
         rtt * (1 + alpha); 1 sends each once.
+    final_check: check every chunk's CRC once more when a receive is declared final
+        (docs/reliability.md, "Integrity"). None (default): only where the driver cannot
+        refuse a write into a verified chunk (``guards_placement`` False: verbs, whose
+        NIC writes payload itself); a driver that seals verified chunks (every software
+        driver) lets no write change them, and the second pass over the whole message
+        costs the receiver a tenth of its CPU per byte. True: always (defence in depth
+        against whatever writes the buffer behind the driver's back); False: never.
     params: extra parameters for user-registered schemes.
     """
 
@@ -179,6 +186,7 @@ class ReliabilityConfig:
     congestion_params: Mapping[str, Any] = attrs.field(factory=dict)
     multipath: bool = False
     small_copies: int = attrs.field(default=1, converter=_small_copies)
+    final_check: bool | None = None
     params: Mapping[str, Any] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
@@ -200,6 +208,8 @@ class ReliabilityConfig:
                 f"congestion_params must be a table/mapping, got {self.congestion_params!r}"
             )
         set_(self, "congestion_params", dict(self.congestion_params))
+        if self.final_check is not None and not isinstance(self.final_check, bool):
+            raise ConfigError(f"final_check must be true or false, got {self.final_check!r}")
         if not isinstance(self.multipath, bool):
             raise ConfigError(f"multipath must be true or false, got {self.multipath!r}")
         if not isinstance(self.params, Mapping):

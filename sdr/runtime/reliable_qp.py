@@ -65,6 +65,9 @@ class ReliableQP:
         # the QP's chunk size and rate fill the config; "auto" goes through the selector
         # (keywords drop=, drop_unit=, size_hint=: see sdr.runtime.auto_scheme)
         self.config = resolve_for_qp(config, attr, overrides)
+        if self.config.final_check is None:  # only where the driver cannot refuse writes
+            guarded = qp.transport_qp.guards_placement
+            self.config = self.config.replace(final_check=not guarded)
         warn_if_short(attr, self.config.rtt, self.config.link_rate)
         self.adaptive = adaptive
         scheme: Scheme
