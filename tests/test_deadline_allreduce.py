@@ -7,11 +7,13 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 
 from sdr.backends.hierarchical import SdrLinkOptions, connect
 from sdr.backends.hierarchical.local_job import run_ranks
 from sdr.backends.shm import free_port
 from sdr.collectives.deadline import slice_bounds
+from sdr.errors import ConfigError
 
 DCS, LOCAL, N, SLICES = 2, 2, 4000, 4
 WORLD = DCS * LOCAL
@@ -258,11 +260,14 @@ def test_a_guess_the_notes_correct_leaves_no_trace_one_rank_per_datacenter() -> 
 
         comm._deadline._guess = wrong
         x = np.random.default_rng(rank).standard_normal(n).astype(np.float32)
+        stale = np.full(n, 7.0, np.float32)  # a reused buffer still holding an old step's
         try:
+            with pytest.raises(ConfigError, match="kept_out must be a contiguous float32"):
+                comm.allreduce_by(x, 0.5, carry="local", kept_out=stale[::2])  # before any I/O
             late = (1,) if rank == 0 else ()
             out, report = comm.allreduce_by(x.copy(), 0.5, slices=slices, withhold=late,
-                                            carry="local")  # fmt: skip
-            return {"out": out, "report": report, "x": x}
+                                            carry="local", kept_out=stale)  # fmt: skip
+            return {"out": out, "report": report, "x": x, "stale": stale}
         finally:
             comm.close()
 
@@ -278,6 +283,8 @@ def test_a_guess_the_notes_correct_leaves_no_trace_one_rank_per_datacenter() -> 
     )
     np.testing.assert_array_equal(a["out"][missed], b["x"][missed] / 2)
     assert b["report"].kept is None  # all of rank 1's is in, whatever its guess said
+    assert (b["stale"] == 7.0).all()  # ...and its buffer is left as it was
     kept = a["report"].kept
+    assert np.shares_memory(kept, a["stale"])  # written into the buffer it was given
     np.testing.assert_array_equal(kept[missed], a["x"][missed])
-    assert not np.delete(kept, np.r_[missed]).any()
+    assert not np.delete(kept, np.r_[missed]).any()  # nothing of the old step's is left

@@ -181,3 +181,30 @@ def test_the_local_carry_is_the_own_contribution_where_its_slices_missed() -> No
     assert edge is not None and edge.tolist() == [0] * 9 + [10]  # the padding is cut off
     with pytest.raises(ConfigError, match=r"shape \(local, S\)"):
         missed_part(own, np.ones(2, bool), shard=6)
+
+
+@given(
+    mask=st.lists(st.booleans(), min_size=6, max_size=6),
+    stale=st.floats(allow_nan=False, allow_infinity=False),
+)
+def test_the_local_carry_written_into_a_reused_buffer_is_the_fresh_one(
+    mask: list[bool], stale: float
+) -> None:
+    """Whatever the buffer held (an earlier step's kept part), it ends as the fresh
+    result, in place; left as it was when nothing missed."""
+    own = np.arange(1.0, 15.0)  # 14 elements: two shards of 7 (padded 8): 3 slices each
+    mine_in = np.array(mask).reshape(2, 3)
+    buffer = np.full(own.shape, stale)
+    got = missed_part(own, mine_in, shard=8, out=buffer)
+    fresh = missed_part(own, mine_in, shard=8)
+    if fresh is None:
+        assert got is None and (buffer == stale).all()
+    else:
+        assert got is buffer and np.array_equal(buffer, fresh)
+
+
+def test_a_kept_buffer_of_another_shape_or_dtype_is_refused() -> None:
+    own = np.arange(10.0)
+    for wrong in (np.zeros(9), np.zeros(10, np.float32)):
+        with pytest.raises(ConfigError, match="the kept part's buffer is"):
+            missed_part(own, np.array([[False]]), shard=10, out=wrong)

@@ -231,9 +231,13 @@ def test_allreduce_by_on_the_sdr_group_averages_what_arrived_and_carries_the_res
         with pytest.raises(ConfigError, match="expected float32"):
             sdr.torch.allreduce_by(torch.zeros(3, dtype=torch.int32), 1.0)
         own = _values(rank, torch.float32, 1000).view(10, 100)
-        local = sdr.torch.allreduce_by(own.clone(), 1.0, slices=2, withhold=late, carry="local")
+        with pytest.raises(ConfigError, match=r"kept_out must be a torch.float32 tensor"):
+            sdr.torch.allreduce_by(own.clone(), 1.0, carry="local", kept_out=torch.zeros(3))
+        buffer = torch.full((10, 100), 7.0)  # reused from an earlier step
+        local = sdr.torch.allreduce_by(own.clone(), 1.0, slices=2, withhold=late, carry="local",
+                                       kept_out=buffer)  # fmt: skip
         return {"t": t, "z": z, "in": first.included.tolist(), "counts": first.counts.tolist(),
-                "second": second.complete, "kept": local.kept}  # fmt: skip
+                "second": second.complete, "kept": local.kept, "buffer": buffer}  # fmt: skip
 
     results = _job(4, 2, body)
     for r in results[1:]:
@@ -254,6 +258,7 @@ def test_allreduce_by_on_the_sdr_group_averages_what_arrived_and_carries_the_res
     # carry="local": both ranks of datacenter 0 get their own missed part, as a tensor
     for rank in (0, 1):
         kept = results[rank]["kept"]
+        assert kept is results[rank]["buffer"]  # written into the tensor it was given
         assert isinstance(kept, torch.Tensor) and kept.shape == (10, 100)
         own = _values(rank, torch.float32, 1000)
         assert torch.equal(kept.reshape(-1)[missed], own[missed])

@@ -213,6 +213,7 @@ class HierarchicalCommunicator:
         average: str | None = None,
         carry: bool | float | str = True,
         out: np.ndarray | None = None,
+        kept_out: np.ndarray | None = None,
     ) -> tuple[np.ndarray, DeadlineReport]:
         """The mean of every rank's ``x`` over what crossed the WAN within ``deadline``
         seconds of this call; ``(result, report)``. Bitwise identical on every rank.
@@ -236,8 +237,10 @@ class HierarchicalCommunicator:
         keeps the mean exact over a run (a late contribution counts once, when it comes);
         ``"arrived"`` would give the other ranks its weight for that step and it its own
         later (an outer optimizer sees more than the mean). ``withhold``: slices of this
-        rank's shard to treat as late (fault injection).
-        NumPy arrays only.
+        rank's shard to treat as late (fault injection). ``kept_out``: with ``"local"``,
+        an array like ``x`` to hand the kept part back in (reuse one from call to call:
+        its pages are in, where a fresh array's would fault between the decision and the
+        result). NumPy arrays only.
         """
         start = time.perf_counter()
         begun = time.monotonic()
@@ -247,6 +250,15 @@ class HierarchicalCommunicator:
         out = np.empty_like(x) if out is None else out
         if out.size != n:
             raise ConfigError(f"allreduce_by output has {out.size} elements; expected {n}")
+        if kept_out is not None and (
+            kept_out.shape != x.shape
+            or kept_out.dtype != x.dtype
+            or not kept_out.flags.c_contiguous
+        ):
+            raise ConfigError(
+                f"kept_out must be a contiguous {x.dtype} array of shape {x.shape}, got "
+                f"{kept_out.dtype} {kept_out.shape}"
+            )
         # the receives (and so our clear-to-sends) first: they date our entry at the peers
         opened = (
             self._deadline.open(-(-n // local), x.dtype, slices, begun, withhold)
@@ -301,11 +313,11 @@ class HierarchicalCommunicator:
             else:
                 carried.clear()
             if local == 1:  # no step inside the datacenter: all of it here
-                kept = self._kept(x, included, sent.size) if carry == "local" else None
+                kept = self._kept(x, included, sent.size, kept_out) if carry == "local" else None
                 out.reshape(-1)[:] = mean[:n]
         self.timings["wan"] += time.perf_counter() - wan
         if local > 1:
-            kept = self._kept(x, included, sent.size) if carry == "local" else None
+            kept = self._kept(x, included, sent.size, kept_out) if carry == "local" else None
             out.reshape(-1)[:] = self._intra("allgather", mean, dt)[:n]
         sizes = np.diff(bounds) * sent.itemsize
         return out, DeadlineReport(
@@ -324,13 +336,20 @@ class HierarchicalCommunicator:
             kept=kept,
         )
 
-    def _kept(self, x: np.ndarray, included: np.ndarray, shard: int) -> np.ndarray | None:
+    def _kept(
+        self, x: np.ndarray, included: np.ndarray, shard: int, out: np.ndarray | None
+    ) -> np.ndarray | None:
         """``x`` where this datacenter's contribution is not in (every local rank's shard
-        mask, gathered inside the datacenter), zero elsewhere; None when all of it is in."""
+        mask, gathered inside the datacenter), zero elsewhere, in ``out`` when given; None
+        when all of it is in."""
         mine = included[self.topology.datacenter].astype(np.float32)
         rows = self._intra("allgather", mine, "float32") if self.topology.local_size > 1 else mine
-        kept = missed_part(x.reshape(-1), rows.reshape(self.topology.local_size, -1) > 0, shard)
-        return None if kept is None else kept.reshape(x.shape)
+        mine_in = rows.reshape(self.topology.local_size, -1) > 0
+        flat = None if out is None else out.reshape(-1)
+        kept = missed_part(x.reshape(-1), mine_in, shard, flat)
+        if kept is None:
+            return None
+        return out if out is not None else kept.reshape(x.shape)
 
     def allgather(
         self, x: np.ndarray, out: np.ndarray | None = None, *, dtype: str | None = None

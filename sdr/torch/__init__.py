@@ -43,6 +43,7 @@ def allreduce_by(
     withhold: tuple[int, ...] = (),
     average: str | None = None,
     carry: bool | float | str = True,
+    kept_out: torch.Tensor | None = None,
 ) -> DeadlineReport:
     """Average ``tensor`` in place over what crossed the WAN within ``deadline`` seconds.
 
@@ -59,8 +60,11 @@ def allreduce_by(
     run; ``"arrived"`` without; ``"all"`` with ``"local"``). For DiLoCo's pseudo-gradients
     use ``carry="local"`` (and start the next inner steps from the shared model less
     ``report.kept``) or ``carry=False``: plain carry-over counts a missed slice about twice
-    there (docs/training.md). Needs the ``sdr`` backend (``group``:
-    default, the default group). Returns this rank's report.
+    there (docs/training.md). ``kept_out``: a tensor like ``tensor`` that
+    ``report.kept`` is written into (pass the same one every step: its memory is in
+    place, where a fresh tensor's pages fault in between the decision and the result).
+    Needs the ``sdr`` backend (``group``: default, the default group). Returns this
+    rank's report.
     """
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     if not isinstance(pg, ProcessGroupSDR):
@@ -69,7 +73,14 @@ def allreduce_by(
             "dist.init_process_group('sdr')"
         )
     work = pg.allreduce_by(
-        tensor, deadline, slices=slices, key=key, withhold=withhold, average=average, carry=carry
+        tensor,
+        deadline,
+        slices=slices,
+        key=key,
+        withhold=withhold,
+        average=average,
+        carry=carry,
+        kept_out=kept_out,
     )
     work.wait()
     return work.get_future().value()[0]

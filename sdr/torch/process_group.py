@@ -157,6 +157,7 @@ class ProcessGroupSDR(dist.ProcessGroup):
         withhold: tuple[int, ...] = (),
         average: str | None = None,
         carry: bool | float | str = True,
+        kept_out: torch.Tensor | None = None,
     ) -> SdrWork:
         """SDR's own collective: ``tensor`` becomes (in place) the mean over every rank's
         contribution that crossed the WAN within ``deadline`` s, bitwise the same on every
@@ -166,6 +167,16 @@ class ProcessGroupSDR(dist.ProcessGroup):
             raise ConfigError(
                 f"allreduce_by of {tensor.dtype}; expected float32, float64 or float16"
             )
+        if kept_out is not None and (
+            kept_out.dtype != tensor.dtype or kept_out.shape != tensor.shape
+        ):
+            raise ConfigError(
+                f"kept_out must be a {tensor.dtype} tensor of shape {list(tensor.shape)}, got "
+                f"{kept_out.dtype} {list(kept_out.shape)}"
+            )
+        # the kept part lands in kept_out itself where it is a contiguous CPU tensor
+        direct = kept_out is not None and kept_out.device.type == "cpu"
+        direct = direct and kept_out.is_contiguous()  # type: ignore[union-attr]
         reports: list[Any] = []
 
         def one(host: torch.Tensor) -> None:
@@ -179,13 +190,21 @@ class ProcessGroupSDR(dist.ProcessGroup):
                 average=average,
                 carry=carry,
                 out=arr,
+                kept_out=kept_out.detach().view(-1).numpy() if direct else None,  # type: ignore[union-attr]
             )
             reports.append(report)
 
         def run() -> list[Any]:
             _in_place(tensor, one)
             kept = reports[0].kept
-            if kept is not None:  # the caller's own missed part, shaped and placed like it
+            if kept is None:
+                return reports
+            # the caller's own missed part, shaped and placed like it
+            if direct:
+                reports[0].kept = kept_out
+            elif kept_out is not None:
+                reports[0].kept = kept_out.copy_(torch.from_numpy(kept).view_as(tensor))
+            else:
                 reports[0].kept = torch.from_numpy(kept).view_as(tensor).to(tensor.device)
             return reports
 
