@@ -243,7 +243,8 @@ def test_a_guess_the_notes_correct_leaves_no_trace_one_rank_per_datacenter() -> 
     """The result is combined while the notes cross, from a guess. Rank 1's guess here
     misses a slice of its own that did arrive (as when its acknowledgement is still on
     the way): once the notes are in, the result and the kept part (none: all of rank 1's
-    is in) are those of the notes, not the guess, and the same bits on both ranks."""
+    is in) are those of the notes, not the guess, and the same bits on both ranks. The
+    input is averaged in place and the kept part is still the rank's own input."""
     port = free_port()
     opts = SdrLinkOptions(scheme="sr-nack", rtt="2ms", rate="4Gbit/s", loss=1e-3, timeout=30)
     slices, n = 4, 1000
@@ -265,8 +266,10 @@ def test_a_guess_the_notes_correct_leaves_no_trace_one_rank_per_datacenter() -> 
             with pytest.raises(ConfigError, match="kept_out must be a contiguous float32"):
                 comm.allreduce_by(x, 0.5, carry="local", kept_out=stale[::2])  # before any I/O
             late = (1,) if rank == 0 else ()
-            out, report = comm.allreduce_by(x.copy(), 0.5, slices=slices, withhold=late,
-                                            carry="local", kept_out=stale)  # fmt: skip
+            mine = x.copy()  # averaged in place (as the torch group does): the kept part
+            out, report = comm.allreduce_by(mine, 0.5, slices=slices, withhold=late,
+                                            carry="local", kept_out=stale, out=mine)  # fmt: skip
+            assert out is mine
             return {"out": out, "report": report, "x": x, "stale": stale}
         finally:
             comm.close()
