@@ -311,9 +311,7 @@ class HierarchicalCommunicator:
                     contributions, included, bounds, local, average, out=mean, only=wrong
                 )
             else:
-                mean, counts = combine(
-                    contributions, included, bounds, local, average, out=direct
-                )
+                mean, counts = combine(contributions, included, bounds, local, average, out=direct)
             if weight:
                 carried.settle(sent, included[self.topology.datacenter], bounds)
             else:
