@@ -128,10 +128,14 @@ def test_a_note_that_cannot_leave_is_not_waited_for() -> None:
     # a rank that decided alone (no clear-to-send from the peer: a dark link, a slow
     # site) has notes that cannot leave; before, it waited out the 100 ms bound for them
     # (a blackout step took 217 ms against a 108 ms deadline)
-    rqp = SimpleNamespace(sent=lambda h: False, cleared=lambda h: False)
+    calls: list[str] = []
+    rqp = SimpleNamespace(
+        sent=lambda h: False, cleared=lambda h: False, flush=lambda: calls.append("flush")
+    )
     waited: list[bool] = []
 
     def drive(cond: object, timeout: float, what: str) -> None:
+        calls.append("drive")
         waited.append(not cond())  # type: ignore[operator]
 
     links = SimpleNamespace(rqps={1: rqp}, config=SimpleNamespace(rtt=RTT), drive=drive)
@@ -141,6 +145,8 @@ def test_a_note_that_cannot_leave_is_not_waited_for() -> None:
     rqp.cleared = lambda h: True  # cleared but not out yet: that one is waited for
     exchange._send_notes([SimpleNamespace(rqp=rqp)])  # type: ignore[list-item]
     assert waited == [False, True]
+    # each time the note's QP sent before any round read what arrived
+    assert calls == ["flush", "drive", "flush", "drive"]
 
 
 class _Posting:

@@ -3,6 +3,7 @@ one lost packet costs nothing (not an RTO); longer messages go out once."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from test_reliability_support import RTT, make_rpair, scripted, transfer
 
@@ -10,6 +11,7 @@ from sdr.control import CTS_TYPE, message_type
 from sdr.errors import ConfigError
 from sdr.reliability.config import ReliabilityConfig
 from sdr.reliability.messages import Digest, decode_message, is_reliability_message
+from sdr.runtime import wait_all
 
 ONE_CHUNK = 4096  # ATTR's chunk: 4 packets of 1 KiB
 
@@ -101,3 +103,30 @@ def test_a_message_of_several_chunks_is_sent_once() -> None:
 def test_small_copies_is_a_small_count(bad: object) -> None:
     with pytest.raises(ConfigError, match=r"small_copies must be an integer in 1\.\.4"):
         ReliabilityConfig(small_copies=bad)  # type: ignore[arg-type]
+
+
+def test_flush_puts_a_cleared_write_on_the_wire_without_reading_arrivals() -> None:
+    """``ReliableQP.flush``: the sending half of a round (a deadline's note must not wait
+    behind the round that reads the late data first)."""
+    pair = make_rpair("sr-nack")
+    dst = np.zeros(ONE_CHUNK, np.uint8)
+    rh = pair.r.post_recv(pair.r.ctx.register(dst))
+    for _ in range(20):  # the clear-to-send reaches the writer
+        pair.r.progress()
+        pair.s.progress()
+        pair.clock.advance(RTT / 4)
+    src = np.full(ONE_CHUNK, 9, np.uint8)
+    wh = pair.s.write(pair.s.ctx.register(src))
+    assert not pair.s.sent(wh)
+
+    def no_reading(*args: object) -> object:
+        raise AssertionError("flush read what arrived")
+
+    tqp = pair.s.qp.transport_qp
+    tqp.poll_completions = no_reading  # type: ignore[method-assign]
+    tqp.poll_control = no_reading  # type: ignore[method-assign]
+    assert pair.s.flush() > 0
+    assert pair.s.sent(wh)
+    del tqp.poll_completions, tqp.poll_control
+    wait_all([wh, rh], timeout=60)
+    assert (dst == 9).all()

@@ -371,7 +371,11 @@ class DeadlineExchange:
         five). It takes a round or two; bounded by an RTT or 100 ms, whichever is longer
         (a loaded host), after which the background thread sends the rest. A note whose
         clear-to-send has not come cannot leave (a rank that decided alone: the peer is
-        not in the call, or the link is dark): it is not waited for."""
+        not in the call, or the link is dark): it is not waited for. Each note's QP first
+        sends before it reads: a full round reads the late data the cut left on the link
+        first (1-2 ms of the note's latency, measured)."""
+        for rqp in {id(h.rqp): h.rqp for h in notes}.values():
+            rqp.flush()
         try:
             self.links.drive(
                 lambda: all(h.rqp.sent(h) or not h.rqp.cleared(h) for h in notes),

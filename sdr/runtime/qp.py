@@ -232,6 +232,20 @@ class QP:
             protocol.handle_timer(now)
             work += 1
         work += self._carry_out()
+        return work + self._send(now)
+
+    def send_pending(self) -> int:
+        """Only the sending half of a round: what the pacer allows goes on the wire now,
+        before anything that arrived is read. A message that must leave at once (the
+        deadline allreduce's note) does not wait behind a round's arrivals (one round
+        took 0.9-1.9 ms in the DiLoCo example). Returns the packets and actions sent."""
+        if not self.connected:
+            return 0
+        return self._carry_out() + self._send(self.ctx.now())
+
+    def _send(self, now: float) -> int:
+        protocol, tqp = self.protocol, self.transport_qp
+        work = 0
         rate = protocol.pacing_rate  # a congestion controller's, when one runs
         if rate is not None and rate != self._paced_at:
             tqp.set_pacing_rate(now, rate)

@@ -191,6 +191,12 @@ class ReliableQP:
         work = self.ctx.progress()
         return work + self._collect()
 
+    def flush(self) -> int:
+        """Put the writes the pacer allows on the wire now, before reading what arrived
+        (:meth:`QP.send_pending`); a :meth:`progress` round does both, sending last."""
+        work = self.qp.send_pending()
+        return work + self._collect()
+
     def next_timer(self) -> float | None:
         """The earliest deadline of the connection (its core, machines, write starts)."""
         return self.connection.get_timer()
