@@ -197,3 +197,29 @@ def test_peers_with_different_parity_counts_fail_with_a_protocol_error():
         wait_all([wh, rh], timeout=10)
     assert "scheme, k, m or chunk size differ" in str(wh.error)
     assert isinstance(rh.error, sdr.ProtocolError)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_a_one_chunk_message_goes_as_selective_repeat_without_parity(scheme):
+    """m parity chunks of a whole chunk each for a few bytes (a deadline allreduce's
+    note): the parity lane of a one-chunk message is empty, its machines are Selective
+    Repeat's, and a lost packet is repaired (here its only copy: small_copies=1)."""
+    pair = ec_pair(scheme)
+    assert pair.s.scheme.lanes(CS) == (CS, 0) and pair.s.scheme.lanes(16) == (16, 0)
+    assert pair.s.scheme.lanes(CS + 1) == (CS + 1, M * CS)  # two chunks: parity as before
+    view = memoryview(bytearray(16))
+    assert type(pair.s.scheme.sender(0, view)) is sdr.reliability.SelectiveRepeatSender
+    assert type(pair.s.scheme.receiver(0, view)) is sdr.reliability.SelectiveRepeatReceiver
+    first = {"dropped": False}
+
+    def drop_first(slot: int, off: int, n: int) -> bool:
+        hit = slot == 0 and not first["dropped"]
+        first["dropped"] = first["dropped"] or hit
+        return hit
+
+    net = scripted(drop_first)
+    pair = ec_pair(scheme, net=net)
+    srcs, dsts, handles = transfer(pair, [16, CS])
+    assert all((s == d).all() for s, d in zip(srcs, dsts, strict=True))
+    assert first["dropped"] and handles[0].retransmissions == 1
+    assert "submessages_encoded" not in handles[0].stats

@@ -247,7 +247,7 @@ def test_ec_property_repairs_exactly_what_cannot_be_decoded(data):
     name = data.draw(st.sampled_from(["ec-mds", "ec-xor"]))
     k = data.draw(st.integers(1, 6))
     m = data.draw(st.integers(1, 3))
-    n_chunks = data.draw(st.integers(1, 20))
+    n_chunks = data.draw(st.integers(2, 20))  # one chunk goes as SR (test_reliability_ec)
     sch = scheme(name, k=k, m=m)
     size = n_chunks * CS - data.draw(st.integers(0, CS - 1))
     payload_bytes = payload(size, seed=n_chunks)
