@@ -72,16 +72,8 @@ def allreduce_by(
             f"allreduce_by needs the 'sdr' backend, the group is {type(pg).__name__}: "
             "dist.init_process_group('sdr')"
         )
-    work = pg.allreduce_by(
-        tensor,
-        deadline,
-        slices=slices,
-        key=key,
-        withhold=withhold,
-        average=average,
-        carry=carry,
-        kept_out=kept_out,
-    )
+    work = pg.allreduce_by(tensor, deadline, slices=slices, key=key, withhold=withhold,
+                           average=average, carry=carry, kept_out=kept_out)  # fmt: skip
     work.wait()
     return work.get_future().value()[0]
 
