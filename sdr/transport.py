@@ -229,6 +229,12 @@ class TransportQP(ABC):
     def send_budget(self, now: float) -> int:
         """Packets the sender may post now without exceeding the rate limit."""
 
+    def send_budget_now(self, now: float) -> int:
+        """As :meth:`send_budget`, but without waiting for a whole batch where the pacer
+        sends in batches: what a message that must leave at once may take (a deadline
+        allreduce's note). Default: :meth:`send_budget`."""
+        return self.send_budget(now)
+
     def next_send_time(self, now: float) -> float | None:
         """When the pacer next allows a batch of packets (``now`` if it already does);
         None: this transport cannot say (the driver then polls while data waits)."""

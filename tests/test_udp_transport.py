@@ -218,3 +218,20 @@ def test_every_discard_the_receive_path_counts_is_listed() -> None:
         assert t.create_qp(ATTR).counters()["bad_source"] == 0  # before any connect
     finally:
         t.close()
+
+
+def test_a_message_that_must_leave_at_once_does_not_wait_for_a_whole_batch() -> None:
+    """``send_budget`` waits for a batch (a round's fixed cost shared by many packets);
+    ``send_budget_now`` gives what the rate allows at once (a deadline allreduce's note,
+    flushed), never more than ``send_budget`` would once the batch is there."""
+    t = UdpTransport(port=0)
+    try:
+        qp = t.create_qp(ATTR.replace(rate_limit="100Mbit/s"))
+        qp.pacer.consume(1.0, qp.send_budget(1.0) * qp.packet_bits)  # empty it
+        wake = qp.next_send_time(1.0)
+        half = 1.0 + (wake - 1.0) / 2  # half a batch of tokens
+        assert qp.send_budget(half) == 0
+        now_budget = qp.send_budget_now(half)
+        assert 0 < now_budget < qp.send_budget(wake)
+    finally:
+        t.close()

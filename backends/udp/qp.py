@@ -169,6 +169,9 @@ class UdpQP(KeyTableBindings, TransportQP):
     def send_budget(self, now: float) -> int:
         return self.pacer.batch_budget(now)
 
+    def send_budget_now(self, now: float) -> int:
+        return self.pacer.budget(now, self.pacer.packet_bits)
+
     def next_send_time(self, now: float) -> float:
         """When the pacer next allows a batch of packets (``now`` if it already does)."""
         return self.pacer.next_batch_time(now)

@@ -241,16 +241,18 @@ class QP:
         took 0.9-1.9 ms in the DiLoCo example). Returns the packets and actions sent."""
         if not self.connected:
             return 0
-        return self._carry_out() + self._send(self.ctx.now())
+        return self._carry_out() + self._send(self.ctx.now(), at_once=True)
 
-    def _send(self, now: float) -> int:
+    def _send(self, now: float, at_once: bool = False) -> int:
+        """Post what the pacer allows; ``at_once``: what the rate allows now, not waiting
+        for a whole batch (a 4 ms batch would hold a one-packet note up to 4 ms)."""
         protocol, tqp = self.protocol, self.transport_qp
         work = 0
         rate = protocol.pacing_rate  # a congestion controller's, when one runs
         if rate is not None and rate != self._paced_at:
             tqp.set_pacing_rate(now, rate)
             self._paced_at = rate
-        budget = tqp.send_budget(now)
+        budget = tqp.send_budget_now(now) if at_once else tqp.send_budget(now)
         for writes in protocol.writes_to_send(now, budget):  # no budget: only CTS deadlines
             tqp.post_writes(writes)
             work += len(writes)
