@@ -236,8 +236,12 @@ def test_allreduce_by_on_the_sdr_group_averages_what_arrived_and_carries_the_res
         buffer = torch.full((10, 100), 7.0)  # reused from an earlier step
         local = sdr.torch.allreduce_by(own.clone(), 1.0, slices=2, withhold=late, carry="local",
                                        kept_out=buffer)  # fmt: skip
+        strided = torch.full((100, 10), 7.0).t()  # like own, not contiguous: copied into
+        again = sdr.torch.allreduce_by(own.clone(), 1.0, slices=2, withhold=late,
+                                       carry="local", kept_out=strided)  # fmt: skip
         return {"t": t, "z": z, "in": first.included.tolist(), "counts": first.counts.tolist(),
-                "second": second.complete, "kept": local.kept, "buffer": buffer}  # fmt: skip
+                "second": second.complete, "kept": local.kept, "buffer": buffer,
+                "again": again.kept, "strided": strided}  # fmt: skip
 
     results = _job(4, 2, body)
     for r in results[1:]:
@@ -259,11 +263,14 @@ def test_allreduce_by_on_the_sdr_group_averages_what_arrived_and_carries_the_res
     for rank in (0, 1):
         kept = results[rank]["kept"]
         assert kept is results[rank]["buffer"]  # written into the tensor it was given
+        assert results[rank]["again"] is results[rank]["strided"]
+        assert torch.equal(results[rank]["strided"], kept)
         assert isinstance(kept, torch.Tensor) and kept.shape == (10, 100)
         own = _values(rank, torch.float32, 1000)
         assert torch.equal(kept.reshape(-1)[missed], own[missed])
         assert float(kept.reshape(-1)[rest].abs().max()) == 0.0
     assert results[2]["kept"] is None and results[3]["kept"] is None
+    assert results[2]["again"] is None and bool((results[2]["strided"] == 7.0).all())
 
 
 def test_int_average_is_refused_in_one_line() -> None:

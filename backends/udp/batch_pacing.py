@@ -44,8 +44,7 @@ class BatchPacer(TokenBucket):
         if rate is not None:
             batch = min(batch, max(self.packet_bits, rate * _BATCH_S))
         bucket = max(_BURST_PACKETS * self.packet_bits, (rate or 0) * _BUCKET_S)
-        bucket = max(bucket, batch + (rate or 0) * _LATE_S)
-        return bucket, min(bucket, batch)
+        return max(bucket, batch + (rate or 0) * _LATE_S), batch
 
     def _shape_batches(self, rate: float | None) -> None:
         # a paced sender sends in batches, not packet by packet: it waits until a batch

@@ -289,25 +289,28 @@ class ErasureCoding(Scheme):
         c = self.config
         return f"{self.name} codec={self.codec_name} k={c.k} m={c.m} chunk_size={c.chunk_size}"
 
+    def as_selective_repeat(self, length: int) -> bool:
+        """A message of at most one chunk goes as Selective Repeat, with an empty parity
+        lane: m parity chunks of a whole chunk each would carry a few bytes (a deadline
+        allreduce's note, a flag) m times over, after an encode on the sending path
+        (0.4-0.6 ms of the note's latency in the DiLoCo example); ``small_copies`` is its
+        repetition code instead. Both ends decide it from the length alone."""
+        return length <= self.chunk_size
+
     def lanes(self, length: int) -> tuple[int, ...]:
-        chunks = -(-length // self.chunk_size)
-        if chunks == 1:  # one chunk goes as Selective Repeat: no parity (sender, below)
+        if self.as_selective_repeat(length):
             return (length, 0)
+        chunks = -(-length // self.chunk_size)
         subs = -(-chunks // self.config.k)
         return (length, subs * self.config.m * self.chunk_size)
 
     def sender(self, seq: int, data: memoryview) -> SchemeSender:
-        """A message of one chunk is sent as Selective Repeat: m parity chunks of a whole
-        chunk each would carry a few bytes (a deadline allreduce's note, a flag) m times
-        over, after an encode on the sending path (0.4-0.6 ms of the note's latency in
-        the DiLoCo example); ``small_copies`` is its repetition code instead."""
-        if len(data) <= self.chunk_size:
+        if self.as_selective_repeat(len(data)):
             return SelectiveRepeatSender(self, seq, data)
         return super().sender(seq, data)
 
     def receiver(self, seq: int, data: memoryview) -> SchemeReceiver:
-        """Selective Repeat for a message of one chunk, as :meth:`sender`."""
-        if len(data) <= self.chunk_size:
+        if self.as_selective_repeat(len(data)):
             return SelectiveRepeatReceiver(self, seq, data)
         return super().receiver(seq, data)
 
