@@ -169,7 +169,8 @@ def test_an_rtt_far_below_the_paths_is_learned(tmp_path: Path) -> None:
     assert receiver.wait(60) == 0, receiver.communicate()
     assert "warning" not in stderr.lower(), stderr
     stats = _lines(stdout)[-1]["report"]["stats"]
-    assert stats["repairs_spurious"] < 0.1 * stats["chunks_sent_lane0"], stats
+    # the counter appears once a repair was spurious: none at all is the best outcome
+    assert stats.get("repairs_spurious", 0) < 0.1 * stats["chunks_sent_lane0"], stats
     assert out.read_bytes() == source.read_bytes()
 
 
