@@ -9,6 +9,8 @@ import sys
 
 from server_client import client_after_server
 
+from sdr.backends.udp.write_bw import Stamps
+
 CLI = [sys.executable, "-m", "sdr.cli.main", "write-bw"]
 
 
@@ -51,3 +53,18 @@ def test_write_bw_prints_perftest_columns_and_counts_every_byte() -> None:
     assert server["bytes"] == 30 * 70000
     assert server["counters"]["bytes_placed"] == 30 * 70000
     assert server["counters"]["bad_icrc"] == 0
+    assert "CPU per GiB (first to last completion, all threads): client" in header
+    assert server["cpu_s_per_gib"] > 0  # a process that moved 2 MB used some CPU
+
+
+def test_cpu_per_gib_counts_only_what_ran_between_the_first_and_last_completion() -> None:
+    stamps = Stamps()
+    stamps.append(0.0)
+    assert stamps.cpu_s_per_gib(2**30) is None  # one completion: no span
+    stamps.cpu = [5.0]  # as if 5 CPU s went before the first completion (start-up)
+    stamps.append(1.0)
+    stamps.cpu[-1] = 5.5
+    stamps.append(2.0)
+    stamps.cpu[-1] = 6.0
+    assert stamps.cpu_s_per_gib(2**29) == 1.0  # 1 CPU s over two messages of 0.5 GiB
+    assert stamps.cpu_s_per_gib(0) is None

@@ -108,6 +108,10 @@ class WriteBwResult:
     ``bw_peak_bps`` is the best bandwidth over fixed intervals of ``peak_interval_s``
     (at least :data:`PEAK_INTERVAL`); a run shorter than one interval reports its average.
     ``intervals`` holds the per-interval lines of ``-i/--interval`` (empty without it).
+    ``cpu_s_per_gib`` is this process's CPU time (user + system, every thread) per GiB
+    from its first completed message to its last: start-up, registration and the
+    teardown are outside it (perftest's ``--cpu_util``, per byte); None with fewer than
+    two completions.
     """
 
     role: str
@@ -123,6 +127,7 @@ class WriteBwResult:
     mismatched: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     intervals: list[dict[str, float]] = field(default_factory=list)
+    cpu_s_per_gib: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The fields, by name."""
@@ -223,9 +228,28 @@ def _datapath_stats(qp: QP) -> dict[str, int]:
     return dict(udp.stats) if isinstance(udp, UdpQP) else {}
 
 
-def _summarise(res: WriteBwResult, stamps: list[float], start: float) -> WriteBwResult:
+class Stamps(list[float]):
+    """Completion times, each with this process's CPU time at that moment."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cpu: list[float] = []
+
+    def append(self, now: float, /) -> None:
+        super().append(now)
+        self.cpu.append(time.process_time())
+
+    def cpu_s_per_gib(self, size: int) -> float | None:
+        """CPU seconds per GiB between the first completion and the last."""
+        if len(self.cpu) < 2 or not size:
+            return None
+        return (self.cpu[-1] - self.cpu[0]) / ((len(self.cpu) - 1) * size / 2**30)
+
+
+def _summarise(res: WriteBwResult, stamps: Stamps, start: float) -> WriteBwResult:
     res.completed = len(stamps)
     res.bytes = res.completed * res.size
+    res.cpu_s_per_gib = stamps.cpu_s_per_gib(res.size)
     if stamps:
         res.seconds = max(stamps[-1] - start, 1e-9)
         res.bw_average_bps = res.bytes * 8 / res.seconds
@@ -306,7 +330,7 @@ def run_server(
         expected = pattern(params.size) if params.verify else None
         res = WriteBwResult("server", params.size, params.iterations)
         ticker = IntervalReporter(params.size, interval, on_interval)
-        stamps: list[float] = []
+        stamps = Stamps()
         if params.scheme:
             rqp = reliable_qp(qp, params.scheme, params.rtt, idle_limit)
             base = qp.counters()["packets_accepted"]
@@ -365,7 +389,7 @@ def _finish_server(
     qp: QP,
     res: WriteBwResult,
     ticker: IntervalReporter,
-    stamps: list[float],
+    stamps: Stamps,
     start: float | None,
     idle_limit: float,
     extra: dict[str, int] | None = None,
@@ -416,7 +440,7 @@ def run_client(
         depth = max(1, min(params.inflight, attr.max_messages))
         res = WriteBwResult("client", params.size, params.iterations)
         outstanding: list[Any] = []
-        stamps: list[float] = []
+        stamps = Stamps()
         posted = 0
         start = ctx.now()
         ticker = IntervalReporter(params.size, interval, on_interval)

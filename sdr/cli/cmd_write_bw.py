@@ -93,6 +93,12 @@ def _report(mine: WriteBwResult, peer: WriteBwResult, gbits: bool, as_json: bool
         f"late {c.get('late', 0)}, out of range {c.get('out_of_range', 0)}"
         + (f"; payload mismatches {server.mismatched}" if server.mismatched else "")
     )
+    if client.cpu_s_per_gib is not None and server.cpu_s_per_gib is not None:
+        console.print(
+            f"CPU per GiB (first to last completion, all threads): client "
+            f"{client.cpu_s_per_gib:.2f} s, server {server.cpu_s_per_gib:.2f} s",
+            highlight=False,
+        )
 
 
 def write_bw(
