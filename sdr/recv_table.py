@@ -256,20 +256,23 @@ class RecvTable:
         lengths = batch.byte_lens.astype(np.int64, copy=False)
         remote = batch.remote_offsets.astype(np.int64, copy=False)
         ok = ~(late | stale)
-        bad = np.zeros(len(batch), dtype=np.uint8)
-        slot_base = self._id_slot[ids] * attr.max_message_size
-        if batch.validated:
+        if batch.validated:  # placed against this core's key table: match the slot only
             late |= ok & (remote // attr.max_message_size != self._id_slot[ids])
+            rows = np.flatnonzero(~(late | stale))
+            if len(rows) < len(batch):  # (stale rows were never late)
+                c.late += int(late.sum())
+                c.stale_generation += int(stale.sum())
         else:
+            slot_base = self._id_slot[ids] * attr.max_message_size
             within = np.where(remote >= 0, remote - slot_base, packets * attr.mtu)
             bad = check_packets(attr.layout, attr.mtu, packets, within, lengths, self._id_len[ids])
             bad[~ok] = PLACED
-        c.late += int(late.sum())
-        c.stale_generation += int((~late & stale).sum())
-        if bad.any():
-            c.malformed += int((bad == MALFORMED).sum())
-            c.out_of_range += int((bad == OUT_OF_RANGE).sum())
-        rows = np.flatnonzero(~late & ~stale & (bad == PLACED))
+            c.late += int(late.sum())
+            c.stale_generation += int((~late & stale).sum())
+            if bad.any():
+                c.malformed += int((bad == MALFORMED).sum())
+                c.out_of_range += int((bad == OUT_OF_RANGE).sum())
+            rows = np.flatnonzero(~late & ~stale & (bad == PLACED))
         if not len(rows):
             return {}
         if placement.DATAPATH == "native" and placement.mark_arrivals_native is not None:

@@ -1,5 +1,6 @@
-"""The sender's chunk tracker keeps its earliest RTO without rescanning each time it is
-asked, and must still agree with a scan after any sequence of queue / sent / arm / ack."""
+"""The sender's chunk tracker keeps its earliest RTO, and whether any chunk is queued,
+without rescanning each time it is asked, and must still agree with a scan after any
+sequence of queue / sent / arm / ack."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def test_the_earliest_deadline_matches_a_scan_after_any_sequence(seq: list) -> N
         elif op == "unack":
             tracker.unack(chunks)
         assert tracker.next_deadline() == float(tracker.deadline.min())
+        assert tracker.any_queued() == bool(tracker.queued.any())
 
 
 def test_an_ack_of_the_earliest_chunk_moves_the_deadline_to_the_next() -> None:

@@ -129,7 +129,7 @@ class Receiver:
             tables = self._native_tables(gro)
             got, segments, listed = receive(fd, tables, max_datagrams=want, gro=gro)
             if got:  # an empty read changed no counter and listed nothing
-                self._native_results(listed)
+                self._native_results(segments, listed)
             total += segments
             if got < want:
                 break
@@ -146,7 +146,7 @@ class Receiver:
         segments, listed = native.module.check(  # type: ignore[union-attr]
             tables, lengths=lengths, sources=self.ring.sources(n), gso_sizes=gso
         )
-        self._native_results(listed)
+        self._native_results(int(segments), listed)
         return int(segments)
 
     def _native_tables(self, gro: bool) -> native.ReceiveTables:
@@ -166,9 +166,12 @@ class Receiver:
         tables.verify = self.verify_icrc
         return tables
 
-    def _native_results(self, listed: int) -> None:
-        """Count the native pass's discards and place the packets it listed."""
-        self._take_native_counters()
+    def _native_results(self, segments: int, listed: int) -> None:
+        """Count the native pass's discards and place the packets it listed. Every
+        segment the pass saw was either listed or counted once (a transport counter or a
+        QP's discard), so a pass that listed them all changed no counter."""
+        if listed < segments:
+            self._take_native_counters()
         if listed:
             ep, offsets, dlen, va, imm = self._tables.listed[:, :listed]
             self._place(ep, offsets, dlen, imm.astype(np.uint32), va)
@@ -247,11 +250,16 @@ class Receiver:
             gens, imm, va = table.gens[eps], imms[mine], remote[mine]
             verdicts = qp.keys.place(gens, va, imm, lengths, staging, offsets[mine])
             ok = verdicts == PLACED
-            if not ok.any():
+            if ok.all():  # the common case; lengths and va may view the pass's table
+                batch = CompletionBatch(
+                    table.chans[eps], gens, imm, lengths.copy(), va.copy(), validated=True
+                )
+            elif ok.any():
+                batch = CompletionBatch(
+                    table.chans[eps][ok], gens[ok], imm[ok], lengths[ok], va[ok], validated=True
+                )
+            else:
                 continue
-            batch = CompletionBatch(
-                table.chans[eps][ok], gens[ok], imm[ok], lengths[ok], va[ok], validated=True
-            )
             qp.deliver(batch)
 
     def _check(

@@ -15,7 +15,9 @@ class ChunkTracker:
     queueing, so a slow pacer does not cause spurious retransmissions.
 
     ``deadline`` is written only through :meth:`_set_deadline`, which keeps the earliest
-    one (:meth:`next_deadline`, asked several times a progress round) without a scan.
+    one (:meth:`next_deadline`, asked several times a progress round) without a scan;
+    ``queued`` only through :meth:`queue` and :meth:`sent`, which keep whether any chunk
+    is queued (:meth:`any_queued`, asked as often) the same way.
     """
 
     def __init__(self, n_chunks: int) -> None:
@@ -25,6 +27,7 @@ class ChunkTracker:
         self.last_sent = np.full(n_chunks, -np.inf)
         self.deadline = np.full(n_chunks, np.inf)
         self._earliest: float | None = np.inf  # min(deadline); None: to be recomputed
+        self._any_queued: bool | None = False  # queued.any(); None: to be recomputed
 
     def _set_deadline(self, chunks: np.ndarray, at: float) -> None:
         if not len(chunks):
@@ -39,11 +42,15 @@ class ChunkTracker:
     def queue(self, chunks: np.ndarray) -> None:
         """The chunks were handed to the stream (their timers stop until they leave)."""
         self.queued[chunks] = True
+        if len(chunks):
+            self._any_queued = True
         self._set_deadline(chunks, np.inf)
 
     def sent(self, now: float, chunks: np.ndarray, rto: float | None) -> None:
         """The chunks left at ``now``; arm their RTO (unless ``rto`` is None or acked)."""
         self.queued[chunks] = False
+        if self._any_queued and len(chunks):
+            self._any_queued = None
         self.sends[chunks] += 1
         self.last_sent[chunks] = now
         if rto is not None:
@@ -74,6 +81,12 @@ class ChunkTracker:
     def due(self, now: float) -> np.ndarray:
         """Chunks whose RTO expired at or before ``now``."""
         return np.flatnonzero(self.deadline <= now)
+
+    def any_queued(self) -> bool:
+        """Whether any chunk waits in the driver's queue."""
+        if self._any_queued is None:
+            self._any_queued = bool(self.queued.any())
+        return self._any_queued
 
     def next_deadline(self) -> float:
         """The earliest armed RTO (inf when none)."""

@@ -215,7 +215,7 @@ class SelectiveRepeatSender(SchemeSender):
         for them, and their departure restarts the silence timer (a message queued
         behind others probed every RTO until it left: 20 probes per 16 MiB piece of a
         file at 1 Gbit/s, each answered by a SACK)."""
-        return bool(self.tracker.queued.any())
+        return self.tracker.any_queued()
 
     def handle_timer(self, now: float) -> None:
         if not self.active or not self.started:
