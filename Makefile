@@ -74,13 +74,14 @@ asan-build: $(STAMP)
 
 asan: asan-build
 	$(ASAN_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_placement_native.py \
-		tests/test_placement_seam.py tests/test_udp_native.py tests/test_recv_table_native.py
+		tests/test_placement_seam.py tests/test_udp_native.py tests/test_recv_table_native.py \
+		tests/test_chunk_crcs_native.py
 	$(ASAN_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_native_forwarder.py \
 		-k "feed or loop or oversize or decisions or delay_line or gso or vnet or coalescing or partial_checksum"
 
 asan-short: asan-build
 	$(ASAN_ENV) $(BIN)/python -m pytest -q -x -p no:cacheprovider tests/test_placement_seam.py \
-		tests/test_udp_native.py tests/test_recv_table_native.py
+		tests/test_udp_native.py tests/test_recv_table_native.py tests/test_chunk_crcs_native.py
 	$(ASAN_ENV) $(BIN)/python -m pytest -q -x -p no:cacheprovider tests/test_native_forwarder.py \
 		-k "feed or loop or oversize or decisions or delay_line or gso or vnet or coalescing or partial_checksum"
 

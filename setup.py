@@ -25,10 +25,12 @@ packages = [
 
 def native(name: str, source: str) -> Extension:
     """One optional C extension: without a compiler the install still succeeds and the
-    Python reference runs instead (each module's loader warns once at import)."""
+    Python reference runs instead (each module's loader warns once at import). Every
+    module may include the shared CRC-32 (sdr/_crc32.h)."""
     return Extension(
         name,
         sources=[source],
+        depends=["sdr/_crc32.h"],
         extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
         optional=True,
     )

@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_crc32.h"
+
 /* Verdict codes, as in sdr.placement. */
 enum { PLACED, LATE, OUT_OF_RANGE, STALE_GENERATION, MALFORMED, DUPLICATE, N_VERDICTS };
 /* Words of a key-table entry: [seq, region, offset, length, msg_id, spare]. */
@@ -784,6 +786,74 @@ out:
     return result;
 }
 
+/* chunk_crcs(data, chunk_size, length, chunks, out): zlib's CRC-32 of each chunk
+ * data[c * chunk_size : min((c + 1) * chunk_size, length)] into out (uint32, one per
+ * chunk). Every bound is checked before the first checksum: length within data, each
+ * chunk starting inside the message (chunk 0 of an empty message is the empty one). */
+static PyObject *chunk_crcs(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *data_obj, *chunks_obj, *out_obj;
+    Py_ssize_t size, length;
+    if (!PyArg_ParseTuple(args, "OnnOO:chunk_crcs", &data_obj, &size, &length, &chunks_obj,
+                          &out_obj))
+        return NULL;
+    Py_buffer data, chunks, out;
+    if (PyObject_GetBuffer(data_obj, &data, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(chunks_obj, &chunks, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(out_obj, &out, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&chunks);
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    char ck = format_code(&chunks), ok = format_code(&out);
+    Py_ssize_t n = chunks.len / 8;
+    if (chunks.itemsize != 8 || !is_signed(ck) || out.itemsize != 4 || (ok != 'I' && ok != 'L')) {
+        PyErr_SetString(PyExc_TypeError, "chunk_crcs: chunks must be int64 and out uint32");
+        goto done;
+    }
+    if (out.len / 4 != n) {
+        PyErr_Format(PyExc_ValueError, "chunk_crcs: %zd chunks but room for %zd checksums", n,
+                     out.len / 4);
+        goto done;
+    }
+    if (size <= 0 || length < 0 || length > data.len) {
+        PyErr_Format(PyExc_ValueError,
+                     "chunk_crcs: chunk size %zd and length %zd do not fit %zd bytes of data",
+                     size, length, data.len);
+        goto done;
+    }
+    const int64_t *c = chunks.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t k = load_i64((const char *)(c + i));
+        if (k < 0 || (k > 0 && k >= length / size + (length % size != 0))) {
+            PyErr_Format(PyExc_ValueError, "chunk_crcs: chunk %lld is outside the %zd-byte message",
+                         (long long)k, length);
+            goto done;
+        }
+    }
+    const uint8_t *base = data.buf;
+    char *dst = out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t start = load_i64((const char *)(c + i)) * size;
+        int64_t stop = size < length - start ? start + size : length;
+        store_u32(dst + 4 * i, ~crc_raw(0xFFFFFFFFu, base + start, (size_t)(stop - start)));
+    }
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&chunks);
+    PyBuffer_Release(&data);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"place_batch", (PyCFunction)(void (*)(void))place_batch, METH_VARARGS | METH_KEYWORDS,
      "place_batch(table, generations, remote_offsets, imms, lengths, payloads, "
@@ -795,6 +865,10 @@ static PyMethodDef methods[] = {
      "lengths, per_chunk)\n--\n\n"
      "One receive's rows of a batch, in order, on its bitmaps and immediate fragments; "
      "returns (new, duplicates, imm_only, done chunks). The native RecvTable._apply."},
+    {"chunk_crcs", chunk_crcs, METH_VARARGS,
+     "chunk_crcs(data, chunk_size, length, chunks, out)\n--\n\n"
+     "zlib's CRC-32 of each of ``chunks`` of the first ``length`` bytes of ``data`` into "
+     "``out`` (uint32). The native sdr.reliability.integrity.chunk_crcs."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -805,6 +879,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__placement(void)
 {
+    crc32_setup();
     PyObject *numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL)
         return NULL;

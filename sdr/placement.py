@@ -71,6 +71,7 @@ __all__ = [
     "place_batch",
     "place_batch_native",
     "mark_arrivals_native",
+    "chunk_crcs_native",
     "place_batch_python",
     "use_datapath",
 ]
@@ -103,6 +104,9 @@ place_batch_native: Any = None if _native is None else _native.place_batch
 mark_arrivals_native: Any = getattr(_native, "mark_arrivals", None)  # None: an older build
 """The native twin of the receive table's arrival marking (RecvTable._apply), None where
 ``sdr._placement`` was not built; it runs where :data:`DATAPATH` is ``native``."""
+chunk_crcs_native: Any = getattr(_native, "chunk_crcs", None)
+"""The chunk checksums of :func:`sdr.reliability.integrity.chunk_crcs` in one call, None
+where ``sdr._placement`` was not built; it runs where :data:`DATAPATH` is ``native``."""
 
 DATAPATH = "python"
 """The implementation :func:`place_batch` runs: ``native`` or ``python``."""
