@@ -108,3 +108,43 @@ def test_a_build_without_mark_arrivals_falls_back_to_the_reference(monkeypatch) 
     monkeypatch.setattr(placement, "mark_arrivals_native", None)
     with_reference = run("python", 0, seed=3)
     assert run("native" if placement.place_batch_native else "python", 0, seed=3) == with_reference
+
+
+@pytest.mark.parametrize("datapath", ["native", "python"])
+def test_a_placed_batch_counts_late_and_stale_rows_as_an_unplaced_one(datapath: str) -> None:
+    """A batch the driver placed against this core's key table (``validated``) skips the
+    packet checks, but a row for no receive, of an old generation, or placed through
+    another slot is still counted and never marked; the good rows are."""
+    if datapath == "native" and placement.mark_arrivals_native is None:
+        pytest.skip("sdr._placement not built")
+    previous = placement.use_datapath(datapath)
+    try:
+        core = sdr.QueuePairCore(ATTR)
+        mr = sdr.MemoryRegion(key=1, view=memoryview(bytearray(2 * 40_000)))
+        recs = [core.post_recv(0.0, mr, i * 40_000, 4_000) for i in range(2)]
+        enc, mms = ATTR.layout.encode, ATTR.max_message_size
+        a, b = recs
+        unused = next(i for i in range(ATTR.max_messages) if i not in (a.msg_id, b.msg_id))
+        rows = [
+            (0, a.generation, enc(a.msg_id, 0, 0), 1000, a.slot * mms),  # good
+            (0, a.generation, enc(unused, 1, 0), 1000, a.slot * mms + 1000),  # no receive
+            (0, (a.generation + 1) % 3, enc(a.msg_id, 2, 0), 1000, a.slot * mms + 2000),  # stale
+            (0, a.generation, enc(a.msg_id, 3, 0), 1000, b.slot * mms + 3000),  # b's slot
+            (0, b.generation, enc(b.msg_id, 1, 0), 1000, b.slot * mms + 1000),  # good
+        ]
+        cols = list(zip(*rows, strict=True))
+        batch = CompletionBatch(
+            np.array(cols[0], np.uint16),
+            np.array(cols[1], np.uint8),
+            np.array(cols[2], np.uint32),
+            np.array(cols[3], np.int64),
+            np.array(cols[4], np.int64),
+            validated=True,
+        )
+        core.receive_completions(0.0, batch)
+        assert (core.counters.late, core.counters.stale_generation) == (2, 1)
+        assert core.counters.packets_accepted == 2
+        assert a.bitmap.packets[:4].tolist() == [1, 0, 0, 0]
+        assert b.bitmap.packets[:2].tolist() == [0, 1]
+    finally:
+        placement.use_datapath(previous)
