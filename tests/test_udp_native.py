@@ -756,3 +756,17 @@ def test_a_send_that_fails_part_way_counts_what_left_then_raises(
     assert stats["gso_refused"] == 0
     assert got["paced"] == [8 * sum(sizes)]
     assert got["psns"] == list(range(19)) and got["next_psn"] == 19
+
+
+@needs_native
+def test_a_batch_queued_for_polling_outlives_the_next_pass() -> None:
+    """Two passes before the QP polls: the first pass's completions keep their own
+    lengths and addresses (the pass's table they were read from is reused by the next)."""
+    ref, nat = _rigs()
+    for rig, impl in ((ref, "python"), (nat, "native")):
+        hostile = _hostile(rig)
+        _run(rig, [hostile[0]], impl)  # 256 bytes at the buffer's start
+        _run(rig, [hostile[12]], impl)  # 232 bytes at 768
+    a, b = _observed(ref), _observed(nat)
+    assert a == b
+    assert [(row[3], row[4] % 1024) for row in b["completions"]] == [(256, 0), (232, 768)]  # type: ignore[attr-defined]
