@@ -288,6 +288,15 @@ class Transport(ABC):
     def wait(self, timeout: float) -> None:  # noqa: B027 - optional hook
         """Block up to ``timeout`` seconds until I/O may be ready (default: return at once)."""
 
+    can_interrupt: ClassVar[bool] = False
+    """Whether :meth:`interrupt` ends a :meth:`wait` in progress (a thread that waits
+    where it cannot must wake on its own, often: see ``SdrLinks``)."""
+
+    def interrupt(self) -> None:  # noqa: B027 - optional hook
+        """Make a :meth:`wait` in progress on another thread return now, or the next one
+        at once if none is (a self-pipe's byte): work was posted that its waiter's
+        timers do not know about yet. Only meaningful where :attr:`can_interrupt`."""
+
     can_hold: ClassVar[bool] = False
     """Whether :meth:`hold` can leave arrivals waiting (socket buffers can; a simulated
     wire that delivers into the QP cannot)."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -235,3 +237,35 @@ def test_a_message_that_must_leave_at_once_does_not_wait_for_a_whole_batch() -> 
         assert 0 < now_budget < qp.send_budget(wake)
     finally:
         t.close()
+
+
+def test_interrupt_ends_a_wait_on_another_thread_and_is_not_lost() -> None:
+    """``interrupt`` wakes a ``wait`` in progress (the hierarchical links' progress
+    thread sleeps in one while its caller works) and, sent before the wait, makes the
+    next one return at once; a spent wake-up does not shorten the wait after it."""
+    transport = UdpTransport(port=0)
+    try:
+        assert transport.can_interrupt
+        waited: list[float] = []
+
+        def waiter() -> None:
+            start = time.monotonic()
+            transport.wait(30.0)
+            waited.append(time.monotonic() - start)
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        time.sleep(0.2)
+        transport.interrupt()
+        thread.join(timeout=10)
+        assert waited and waited[0] < 10  # woken, not timed out
+        transport.interrupt()
+        transport.interrupt()  # two before the wait: one early return, then a real wait
+        start = time.monotonic()
+        transport.wait(30.0)
+        assert time.monotonic() - start < 10
+        start = time.monotonic()
+        transport.wait(0.3)
+        assert time.monotonic() - start >= 0.25  # the pipe was drained: no stale wake-up
+    finally:
+        transport.close()

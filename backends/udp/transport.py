@@ -135,6 +135,10 @@ class UdpTransport(Transport):
         self.ports = [sock.getsockname()[1] for sock in self.data_sockets]
         """The data ports, path by path (``ports[0] == port``)."""
         self.control_port = self.control_socket.getsockname()[1]
+        self._wake_r, self._wake_w = socket.socketpair()
+        """:meth:`interrupt`'s self-pipe: its read end is in every :meth:`wait`."""
+        for end in (self._wake_r, self._wake_w):
+            end.setblocking(False)
         self.prefault = prefault
         self._endpoints = EndpointTable()
         self._controls: dict[int, UdpQP] = {}
@@ -178,10 +182,30 @@ class UdpTransport(Transport):
         return qp
 
     def wait(self, timeout: float) -> None:
-        """Block until a socket is readable, a paced QP may send again, or ``timeout``."""
+        """Block until a socket is readable, a paced QP may send again, another thread
+        calls :meth:`interrupt`, or ``timeout``."""
         left = self._until_a_batch(timeout)
         if left > 0:
-            select.select([*self.data_sockets, self.control_socket], [], [], left)
+            ready, _, _ = select.select(
+                [*self.data_sockets, self.control_socket, self._wake_r], [], [], left
+            )
+            if self._wake_r in ready:
+                self._drain_wakes()
+
+    can_interrupt: ClassVar[bool] = True
+
+    def interrupt(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):  # full: a wake-up is pending already; closed
+            pass
+
+    def _drain_wakes(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
 
     can_hold: ClassVar[bool] = True
 
@@ -209,9 +233,8 @@ class UdpTransport(Transport):
     def close(self) -> None:
         for qp in list(self._qps):
             self.forget(qp)
-        for sock in self.data_sockets:
+        for sock in (*self.data_sockets, self.control_socket, self._wake_r, self._wake_w):
             sock.close()
-        self.control_socket.close()
 
     # --- QP bookkeeping ---------------------------------------------------------------------
     def new_qpn(self, qp: UdpQP, generation: int, channel: int) -> int:
