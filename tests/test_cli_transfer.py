@@ -15,7 +15,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -377,3 +379,61 @@ def test_progress_moves_per_verified_message_with_a_windowed_speed(tmp_path: Pat
     for frame in frames:  # after the first verified bytes: a real speed, binary units
         assert re.search(r"MiB \d+(\.\d+)?(B|KiB|MiB|GiB)/s", frame), frame
         assert " ? " not in f"{frame} " and not re.search(r"\d\s?[kMG]B\b", frame), frame
+
+
+def test_a_receiver_whose_socket_overflowed_says_so(tmp_path: Path, monkeypatch) -> None:
+    """Datagrams the kernel dropped at the receiving socket (the process fell behind:
+    loss the link did not cause) are in the report and in a one-line warning naming
+    what to do; a transfer without any has neither."""
+    from sdr.backends.udp import UdpTransport
+    from sdr.backends.udp.sockets import ReceiveBufferWarning
+    from sdr.cli.transfer_receive import serve_file
+
+    source = _payload(tmp_path / "in.bin", 1 << 20)
+    for drops in (0, 7):
+        monkeypatch.setattr(UdpTransport, "socket_drops", lambda self, n=drops: n)
+        out = tmp_path / f"out{drops}.bin"
+        ready: list[int] = []
+        result: dict[str, Any] = {}
+
+        def serve(out: Path = out) -> None:
+            result["report"] = serve_file(
+                str(out), "127.0.0.1", 0, ready=ready.append, timeout=60
+            )
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            thread = threading.Thread(target=serve)
+            thread.start()
+            while not ready and thread.is_alive():
+                time.sleep(0.01)
+            sender = _sender(source, ready[0], "--timeout", "60")
+            _, stderr = sender.communicate(timeout=120)
+            thread.join(timeout=120)
+        assert sender.returncode == 0, stderr
+        assert result["report"]["socket_drops"] == drops
+        said = [w for w in caught if issubclass(w.category, ReceiveBufferWarning)]
+        if drops:
+            assert len(said) == 1 and "dropped 7 datagrams" in str(said[0].message)
+            assert "--congestion bbr" in str(said[0].message)
+        else:
+            assert not said
+        assert out.read_bytes() == source.read_bytes()
+
+
+def test_socket_drops_counts_what_the_kernel_dropped_at_a_full_socket() -> None:
+    from sdr.backends.udp.sockets import socket_drops
+
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        rx.bind(("127.0.0.1", 0))
+        assert socket_drops([rx]) == 0
+        for _ in range(200):  # never read: the buffer fills, the rest is dropped
+            tx.sendto(b"x" * 1024, rx.getsockname())
+        assert socket_drops([rx]) > 0
+        assert socket_drops([rx], tables=()) is None  # the kernel does not say: unknown
+    finally:
+        rx.close()
+        tx.close()

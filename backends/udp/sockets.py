@@ -21,7 +21,14 @@ import numpy as np
 
 from sdr.errors import TransportError
 
-__all__ = ["DEFAULT_SOCKET_BUFFER", "open_udp_socket", "prefault", "sysctl_value"]
+__all__ = [
+    "DEFAULT_SOCKET_BUFFER",
+    "ReceiveBufferWarning",
+    "open_udp_socket",
+    "prefault",
+    "socket_drops",
+    "sysctl_value",
+]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,32 @@ def sysctl_value(name: str) -> int | None:
             return int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+class ReceiveBufferWarning(UserWarning):
+    """The kernel dropped datagrams at a receiving socket: this host did not keep up."""
+
+
+def socket_drops(
+    socks: list[socket.socket], tables: tuple[str, ...] = ("/proc/net/udp", "/proc/net/udp6")
+) -> int | None:
+    """Datagrams the kernel dropped at these sockets since they opened (a full receive
+    buffer: the process did not read fast enough), from the ``drops`` column of Linux's
+    ``/proc/net/udp``; None where that table cannot be read or lists none of them."""
+    inodes = {str(os.fstat(s.fileno()).st_ino) for s in socks if s.fileno() >= 0}
+    found, total = 0, 0
+    for table in tables:
+        try:
+            with open(table) as fh:
+                lines = fh.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) >= 13 and fields[9] in inodes:
+                found += 1
+                total += int(fields[-1])
+    return total if found else None
 
 
 def _set_buffer(sock: socket.socket, opt: int, force: int, size: int, what: str) -> int:

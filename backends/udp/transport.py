@@ -27,7 +27,12 @@ from sdr.backends.udp.contracts import CONTROL_HEADER, QPN_MAX, QPN_MIN
 from sdr.backends.udp.qp import UdpQP
 from sdr.backends.udp.receive import Receiver
 from sdr.backends.udp.roce import ROCE_PORT, crc32
-from sdr.backends.udp.sockets import DEFAULT_SOCKET_BUFFER, open_udp_socket, prefault
+from sdr.backends.udp.sockets import (
+    DEFAULT_SOCKET_BUFFER,
+    open_udp_socket,
+    prefault,
+    socket_drops,
+)
 from sdr.config import QPAttr
 from sdr.errors import ConfigError, ResourceBusy, TransportError
 from sdr.queue_pair import MAX_QUEUED_CONTROL
@@ -225,6 +230,12 @@ class UdpTransport(Transport):
             if now < when < wake:
                 wake = when
         return wake - now
+
+    def socket_drops(self) -> int | None:
+        """Datagrams the kernel dropped at the data sockets because this process did not
+        read them in time (a full receive buffer): loss the link did not cause. None where
+        the kernel does not say (not Linux)."""
+        return socket_drops(self.data_sockets)
 
     def maybe_readable(self) -> bool:
         readable, _, _ = select.select([*self.data_sockets, self.control_socket], [], [], 0)

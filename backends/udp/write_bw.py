@@ -225,7 +225,11 @@ def peak_bandwidth(
 def _datapath_stats(qp: QP) -> dict[str, int]:
     """The UDP datapath's own counters of ``qp`` (packets, GSO sends ...)."""
     udp = qp.transport_qp
-    return dict(udp.stats) if isinstance(udp, UdpQP) else {}
+    if not isinstance(udp, UdpQP):
+        return {}
+    transport = udp.transport
+    drops = transport.socket_drops() if isinstance(transport, UdpTransport) else None
+    return {**udp.stats, **({} if drops is None else {"socket_drops": drops})}
 
 
 class Stamps(list[float]):

@@ -7,6 +7,7 @@ import mmap
 import os
 import socket
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -14,6 +15,7 @@ import sdr
 from sdr.auth import check_secret
 from sdr.backends import oob
 from sdr.backends.udp import UdpTransport
+from sdr.backends.udp.sockets import ReceiveBufferWarning
 from sdr.backends.udp.transport import MAX_PATHS
 from sdr.cli.transfer_digest import file_digest, peer_digest
 from sdr.cli.transfer_options import Progress
@@ -242,6 +244,16 @@ def _into(
                 partial,
                 keep_partial,
             )
+        drops = transport.socket_drops() if isinstance(transport, UdpTransport) else None
+        if drops:
+            warnings.warn(
+                f"the receiving socket dropped {drops} datagrams: its buffer was full because "
+                "this process did not keep up with the sender's rate (the sender repaired "
+                "them; the link did not lose them); on a host this busy use a lower --rate "
+                "or --congestion bbr, which slows down for them",
+                ReceiveBufferWarning,
+                stacklevel=2,
+            )
         return {
             "bytes": size,
             "end": end,
@@ -250,6 +262,7 @@ def _into(
             "scheme": config.scheme,
             "counters": qp.counters(),
             "stats": window.stats,
+            "socket_drops": drops,
         }
     finally:
         ahead.close()
