@@ -396,10 +396,8 @@ def test_a_receiver_whose_socket_overflowed_says_so(tmp_path: Path, monkeypatch)
         ready: list[int] = []
         result: dict[str, Any] = {}
 
-        def serve(out: Path = out) -> None:
-            result["report"] = serve_file(
-                str(out), "127.0.0.1", 0, ready=ready.append, timeout=60
-            )
+        def serve(out: Path = out, ready: list[int] = ready, result: dict = result) -> None:
+            result["report"] = serve_file(str(out), "127.0.0.1", 0, ready=ready.append, timeout=60)
 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
