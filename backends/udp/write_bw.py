@@ -43,6 +43,7 @@ __all__ = [
     "DEFAULT_BIND",
     "IntervalReporter",
     "PEAK_INTERVAL",
+    "Stamps",
     "WriteBwParams",
     "WriteBwResult",
     "peak_bandwidth",
