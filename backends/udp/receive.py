@@ -173,8 +173,9 @@ class Receiver:
         if listed < segments:
             self._take_native_counters()
         if listed:
+            # copies of the columns a completion batch keeps: the next pass rewrites the table
             ep, offsets, dlen, va, imm = self._tables.listed[:, :listed]
-            self._place(ep, offsets, dlen, imm.astype(np.uint32), va)
+            self._place(ep, offsets, dlen.copy(), imm.astype(np.uint32), va.copy())
 
     def _take_native_counters(self) -> None:
         counters = self._tables.counters
@@ -250,17 +251,11 @@ class Receiver:
             gens, imm, va = table.gens[eps], imms[mine], remote[mine]
             verdicts = qp.keys.place(gens, va, imm, lengths, staging, offsets[mine])
             ok = verdicts == PLACED
-            if ok.all():  # the common case; lengths and va may view the pass's table
-                batch = CompletionBatch(
-                    table.chans[eps], gens, imm, lengths.copy(), va.copy(), validated=True
-                )
-            elif ok.any():
-                batch = CompletionBatch(
-                    table.chans[eps][ok], gens[ok], imm[ok], lengths[ok], va[ok], validated=True
-                )
-            else:
-                continue
-            qp.deliver(batch)
+            if not ok.all():  # some refused: deliver the placed ones (usually all are)
+                if not ok.any():
+                    continue
+                eps, gens, imm, lengths, va = eps[ok], gens[ok], imm[ok], lengths[ok], va[ok]
+            qp.deliver(CompletionBatch(table.chans[eps], gens, imm, lengths, va, validated=True))
 
     def _check(
         self,

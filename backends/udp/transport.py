@@ -202,14 +202,14 @@ class UdpTransport(Transport):
     def interrupt(self) -> None:
         try:
             self._wake_w.send(b"\0")
-        except (BlockingIOError, OSError):  # full: a wake-up is pending already; closed
+        except OSError:  # full (a wake-up is pending already) or closed
             pass
 
     def _drain_wakes(self) -> None:
         try:
             while self._wake_r.recv(4096):
                 pass
-        except (BlockingIOError, OSError):
+        except OSError:  # empty (BlockingIOError) or closed
             pass
 
     can_hold: ClassVar[bool] = True
