@@ -144,7 +144,9 @@ def test_send_recv_through_the_udp_relay_without_root(tmp_path):
              "--timeout", "60"],
             capture_output=True, text=True, cwd=tmp_path, timeout=120,
         )  # fmt: skip
-        assert sender.returncode == 0, sender.stderr
+        if sender.returncode != 0:  # say the receiver's side too: it names the cause
+            receiver.kill()
+            raise AssertionError(f"sender: {sender.stderr}\nreceiver: {receiver.communicate()}")
         assert receiver.wait(60) == 0, receiver.communicate()
     finally:
         receiver.kill()
