@@ -253,8 +253,8 @@ def test_a_guess_the_notes_correct_leaves_no_trace_one_rank_per_datacenter() -> 
         comm = connect(rank, 2, 1, port=port, options=opts)
         guess = comm._deadline._guess
 
-        def wrong(mine, writes, order):  # type: ignore[no-untyped-def]
-            arrived = guess(mine, writes, order)
+        def wrong(mine, writes, order, stopped):  # type: ignore[no-untyped-def]
+            arrived = guess(mine, writes, order, stopped)
             if rank == 1:
                 arrived[0, 1, 2] = False  # "slice 2 of ours: no acknowledgement yet"
             return arrived

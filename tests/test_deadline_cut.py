@@ -28,11 +28,13 @@ def _cut(
     monkeypatch: pytest.MonkeyPatch,
     setup: float = 0.0,
     sleeps: bool = False,
+    stops: list[float] | None = None,
 ) -> float:
     """When a call that started at 0 with deadline T stops, its writes to one peer cleared
     at the times in ``clears`` (and nothing else ends it). ``sleeps``: the driver looks at
     the condition only when something arrives (a clear-to-send) or its timeout comes, as
-    a real one sleeping in select(); else every millisecond."""
+    a real one sleeping in select(); else every millisecond. ``stops``: gets the times
+    the call stopped its writes."""
     clock = _Clock()
     monkeypatch.setattr(deadline_exchange, "time", clock)
     peer = SimpleNamespace(
@@ -57,7 +59,8 @@ def _cut(
     links = SimpleNamespace(rqps={1: peer}, config=SimpleNamespace(rtt=RTT), drive=drive)
     exchange = DeadlineExchange(links, me=0, datacenters=2)  # type: ignore[arg-type]
     probes = [(1, name) for name in clears]
-    exchange._drive_until(lambda: False, T, T, probes, setup)  # type: ignore[arg-type]
+    stop = None if stops is None else lambda: stops.append(clock.now)
+    exchange._drive_until(lambda: False, T, T, probes, setup, stop)  # type: ignore[arg-type]
     return clock.now
 
 
@@ -93,6 +96,32 @@ def test_a_driver_that_sleeps_wakes_at_the_cut(monkeypatch) -> None:
     assert _cut({"a": 0.012}, monkeypatch, sleeps=True) == pytest.approx(T, abs=1e-9)
     late = 0.1 - RTT / 2 + T  # the cut moved later while it slept: it wakes there
     assert _cut({"a": 0.1}, monkeypatch, sleeps=True) == pytest.approx(late, abs=1e-9)
+
+
+def test_writes_stop_half_a_round_trip_before_the_cut(monkeypatch) -> None:
+    # what leaves after cut - RTT/2 reaches the peer after its cut (it cuts when we do):
+    # it cannot count, and it would reach the peer ahead of our note. Before, the writes
+    # ran to the cut, and the note waited behind them (1 ms at the median, 2 at p90)
+    for sleeps in (False, True):
+        stops: list[float] = []
+        cut = _cut({"a": 0.012}, monkeypatch, sleeps=sleeps, stops=stops)
+        assert cut == pytest.approx(T, abs=0.002)
+        assert stops == [pytest.approx(T - RTT / 2, abs=0.002 if not sleeps else 1e-9)]
+
+
+def test_writes_stop_only_once_the_cut_cannot_move_earlier(monkeypatch) -> None:
+    # the peer's clear-to-send comes after our own stop time would have been: its entry
+    # moves the cut later, and the writes stop half a round trip before that cut, not ours
+    for sleeps in (False, True):
+        stops: list[float] = []
+        came = T - RTT / 2 + 0.005
+        cut = _cut({"a": came}, monkeypatch, sleeps=sleeps, stops=stops)
+        assert cut == pytest.approx(came - RTT / 2 + T, abs=0.002)
+        assert stops == [pytest.approx(cut - RTT / 2, abs=0.002 if not sleeps else 1e-9)]
+    # nobody came: nothing of ours left (no clear-to-send), nothing to stop
+    stops = []
+    assert _cut({"a": 10.0}, monkeypatch, stops=stops) == pytest.approx(T, abs=0.002)
+    assert stops == []
 
 
 def test_the_entry_is_dated_by_when_the_clear_to_send_came_not_when_we_looked(

@@ -3,9 +3,11 @@ deadline, one exchange of masks, the late slices cancelled at both ends.
 
 Each rank sends its contribution (its datacenter's sum of shard ``l``) to the rank with
 the same local index in every other datacenter, cut into ``slices`` reliable writes, and
-posts as many receives from each of them. At the deadline it notes which slices arrived
-verified (a write completes only once every byte of it is verified), cancels its own
-writes that are still out (nothing more of them crosses the link) and sends that note,
+posts as many receives from each of them. Half a round trip before the deadline it stops
+its writes that are still out (nothing more of them crosses the link: what it would send
+from then on reaches the peers after their cut, and ahead of its note). At the deadline it
+notes which slices arrived verified (a write completes only once every byte of it is
+verified) and sends that note,
 one small reliable write per peer, after which it waits for theirs: the agreement round,
 about half a round trip after the last peer's deadline. Then every rank holds the same
 ``arrived[y, x, s]`` array (:func:`sdr.collectives.deadline.agree` decides from it).
@@ -225,6 +227,17 @@ class DeadlineExchange:
                 (p, writes[p][i]) for p in peers for i, s in enumerate(order) if s not in held
             ]
             agreement = list(mask_recvs.values())
+            sent_by: dict[int, bool] = {}  # our writes as they stood when we stopped them
+
+            def stop_writes() -> None:
+                # what we would send from now on reaches the peers after their cut (they
+                # cut when we do): it cannot count, and ahead of our note in the link's
+                # queue and in their receive loop it only delays the note
+                for p in peers:
+                    for handle in writes[p]:
+                        sent_by[id(handle)] = handle.done
+                        self.links.rqps[p].cancel(handle)
+
             # every peer's note is here: they have all cut, nothing more will count
             entered, cut = self._drive_until(
                 lambda: all(h.finished for h in everything) or all(h.done for h in agreement),
@@ -232,6 +245,7 @@ class DeadlineExchange:
                 grace,
                 probes,
                 opened.typical_setup,
+                stop_writes,
             )
             stopped = time.monotonic()
             mine = np.zeros((d, slices), np.uint8)
@@ -250,7 +264,9 @@ class DeadlineExchange:
             # cancels its open receives when it takes its note, so nothing it
             # acknowledges is missing from it), so the outcome is known: all in
             unanimous = (
-                d == 2 and bool(mine.all()) and all(h.done for p in peers for h in writes[p])
+                d == 2
+                and bool(mine.all())
+                and all(sent_by.get(id(h), h.done) for p in peers for h in writes[p])
             )
             for p in peers:  # our late writes go no further: the link is the mask's now
                 for handle in writes[p]:
@@ -275,7 +291,7 @@ class DeadlineExchange:
             else:
                 if while_waiting is not None:
                     self._send_notes([h for h, _ in self._masks_out[-len(peers) :]])
-                    while_waiting(contributions, self._guess(mine, writes, order))
+                    while_waiting(contributions, self._guess(mine, writes, order, sent_by))
                 self.links.drive(
                     lambda: all(h.finished for h in agreement),
                     self.links.options.timeout,
@@ -298,16 +314,21 @@ class DeadlineExchange:
         return contributions, arrived, slices
 
     def _guess(
-        self, mine: np.ndarray, writes: dict[int, list[WriteHandle]], order: list[int]
+        self,
+        mine: np.ndarray,
+        writes: dict[int, list[WriteHandle]],
+        order: list[int],
+        stopped: dict[int, bool],
     ) -> np.ndarray:
         """``arrived`` before the peers' notes come: ours; and each peer holds its own
         slices, ours that it acknowledged (it takes its note before it acknowledges
-        more), and of the others what we hold."""
+        more; ``stopped``: a write's state when we stopped it, by ``id``), and of the
+        others what we hold."""
         arrived = np.repeat(mine.astype(bool)[None], self.datacenters, axis=0)
         for p, handles in writes.items():
             arrived[p, p] = True
             arrived[p, self.me] = False
-            arrived[p, self.me, order] = [h.done for h in handles]
+            arrived[p, self.me, order] = [stopped.get(id(h), h.done) for h in handles]
         return arrived
 
     def _drive_until(
@@ -317,6 +338,7 @@ class DeadlineExchange:
         grace: float,
         probes: list[tuple[int, WriteHandle]],
         setup: float = 0.0,
+        stop_writes: Callable[[], None] | None = None,
     ) -> tuple[float | None, float]:
         """Progress until ``done()`` or the deadline. The deadline counts from when every
         peer is in the call too (a clear-to-send from each is here, half a round trip
@@ -328,14 +350,24 @@ class DeadlineExchange:
         later peer's entry was dated its 2-4 ms of set-up late, and the earlier rank cut
         that much after it; with this call's own set-up, a preempted set-up of ours
         moved our cut off the peer's by as much). The cut moves at most ``grace`` s later
-        (a slow site). Returns (the last peer's entry as dated, None if none came; the
-        cut)."""
+        (a slow site). ``stop_writes()`` runs once, half an RTT before the cut, when every
+        peer is in the call: what we send after it arrives after the peers' cut (they cut
+        when we do), so it cannot count, and it would reach them ahead of our note (in the
+        link's queue and their receive loop: 1 ms of the note's latency at the median and
+        2 at p90, at 1 Gbit/s, 25 ms, 1e-2). Returns (the last peer's entry as dated,
+        None if none came; the cut)."""
         rtqps, half_rtt = self.links.rqps, float(self.links.config.rtt) / 2
         start = until - grace  # the call's start: grace is its deadline
         cut = [until]
         entry: list[float] = []
         waiting = {p for p, _ in probes}
         first: dict[int, float] = {}  # each peer's first clear-to-send, as it came
+
+        stopping = [stop_writes]  # emptied once it ran
+
+        def stop_due() -> float:
+            # not before every peer's entry is known: it may move the cut later
+            return cut[0] - half_rtt if stopping[0] and not waiting else cut[0]
 
         def over() -> bool:
             if waiting:
@@ -350,16 +382,25 @@ class DeadlineExchange:
                     entered = max(start, max(first.values()) - half_rtt - setup)
                     entry.append(entered)
                     cut[0] = min(max(until, entered + grace), until + grace)
-            return done() or time.monotonic() >= cut[0]
+            now = time.monotonic()
+            if (stop := stopping[0]) is not None and not waiting and now >= cut[0] - half_rtt:
+                stopping[0] = None
+                stop()
+            return done() or now >= cut[0]
 
-        # wake at the cut: the drive sleeps until a packet, a timer or its timeout, and
-        # a timeout at the latest possible cut let the exchange run 5-17 ms past the
-        # actual one (a third of the late steps' excess at 25 ms); the cut may move
-        # later meanwhile (the peer's entry), so each timeout looks again
-        while (left := cut[0] - time.monotonic()) > 0:
+        # wake at the cut (and at the stop before it): the drive sleeps until a packet, a
+        # timer or its timeout, and a timeout at the latest possible cut let the exchange
+        # run 5-17 ms past the actual one (a third of the late steps' excess at 25 ms);
+        # the cut may move later meanwhile (the peer's entry), so each timeout looks again
+        planned = [until]
+
+        def look() -> bool:  # over, or the peer's entry brought the stop before our wake
+            return over() or stop_due() < planned[0]
+
+        while not over():
+            planned[0] = stop_due()
             try:
-                self.links.drive(over, left, "a deadline")
-                break  # done, or past the cut
+                self.links.drive(look, max(planned[0] - time.monotonic(), 0.0), "a deadline")
             except TimeoutError:
                 continue  # the cut as it stood came: the peer's entry may have moved it
         return (entry[0] if entry else None), cut[0]
