@@ -291,3 +291,33 @@ def test_a_guess_the_notes_correct_leaves_no_trace_one_rank_per_datacenter() -> 
     assert np.shares_memory(kept, a["stale"])  # written into the buffer it was given
     np.testing.assert_array_equal(kept[missed], a["x"][missed])
     assert not np.delete(kept, np.r_[missed]).any()  # nothing of the old step's is left
+
+
+def test_a_rank_that_heard_the_peer_never_decides_alone() -> None:
+    """Rank 1's slices all miss (withheld); rank 0's go out slowly (10 Mbit/s), so the
+    first ones arrive and the rest are stopped half a round trip before the cut. Rank 0
+    then holds nothing of the peer's and has no write in flight, but the peer was in the
+    call (its clear-to-sends came): rank 0 must wait for its note. Before, "alone" was
+    read from writes still in flight, and a stopped write is not: rank 0 decided that
+    nothing was in while rank 1 had some of rank 0's slices, and the results differed (a
+    replica diverged in a DiLoCo run)."""
+    port = free_port()
+    opts = SdrLinkOptions(scheme="sr-nack", rtt="100ms", rate="10Mbit/s", loss=0, timeout=30)
+    slices, n = 4, 400_000  # 400 KB slices: 0.32 s each at 10 Mbit/s
+
+    def body(rank: int) -> dict:
+        comm = connect(rank, 2, 1, port=port, options=opts)
+        x = np.random.default_rng(rank).standard_normal(n).astype(np.float32)
+        try:
+            late = tuple(range(slices)) if rank == 1 else ()
+            out, report = comm.allreduce_by(x, 0.3, slices=slices, withhold=late, carry=False)
+            return {"out": out, "report": report, "x": x}
+        finally:
+            comm.close()
+
+    a, b = run_ranks(2, body, timeout=120)
+    assert a["report"].timeline["decision"] == "notes"
+    assert a["out"].tobytes() == b["out"].tobytes()
+    included = a["report"].included
+    assert included[0].any() and not included[0].all()  # some of rank 0's crossed
+    assert not included[1].any()

@@ -148,9 +148,10 @@ def test_the_entry_is_dated_by_when_the_clear_to_send_came_not_when_we_looked(
 
     links = SimpleNamespace(rqps={1: peer}, config=SimpleNamespace(rtt=RTT), drive=drive)
     exchange = DeadlineExchange(links, me=0, datacenters=2)  # type: ignore[arg-type]
-    entered, cut = exchange._drive_until(lambda: False, T, T, [(1, "a")])  # type: ignore[arg-type]
+    entered, cut, heard = exchange._drive_until(lambda: False, T, T, [(1, "a")])  # type: ignore[arg-type]
     assert entered == pytest.approx(came - RTT / 2)
     assert cut == pytest.approx(came - RTT / 2 + T)
+    assert heard == {1}
 
 
 def test_a_note_that_cannot_leave_is_not_waited_for() -> None:

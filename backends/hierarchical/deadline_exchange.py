@@ -239,7 +239,7 @@ class DeadlineExchange:
                         self.links.rqps[p].cancel(handle)
 
             # every peer's note is here: they have all cut, nothing more will count
-            entered, cut = self._drive_until(
+            entered, cut, heard = self._drive_until(
                 lambda: all(h.finished for h in everything) or all(h.done for h in agreement),
                 until,
                 grace,
@@ -255,10 +255,9 @@ class DeadlineExchange:
             # nobody is in the call with us (no clear-to-send came, nothing arrived): then
             # none of our slices left and none of theirs is here, so every rank will
             # decide that nothing is in whatever it learns; we need not wait for their
-            # notes (a slow site, a link dark from before the call)
-            alone = not mine[peers].any() and not any(
-                self.links.rqps[p].cleared(h) for p, h in probes
-            )
+            # notes (a slow site, a link dark from before the call). Whether one came is
+            # what the drive saw: a write we stopped no longer says it was cleared
+            alone = not mine[peers].any() and not heard
             # two datacenters, every slice of theirs here and every one of ours
             # acknowledged: the peer's note can only say that all of ours arrived (it
             # cancels its open receives when it takes its note, so nothing it
@@ -339,7 +338,7 @@ class DeadlineExchange:
         probes: list[tuple[int, WriteHandle]],
         setup: float = 0.0,
         stop_writes: Callable[[], None] | None = None,
-    ) -> tuple[float | None, float]:
+    ) -> tuple[float | None, float, set[int]]:
         """Progress until ``done()`` or the deadline. The deadline counts from when every
         peer is in the call too (a clear-to-send from each is here, half a round trip
         after it posted): ranks that enter ``d`` seconds apart then cut at about the same
@@ -355,7 +354,7 @@ class DeadlineExchange:
         when we do), so it cannot count, and it would reach them ahead of our note (in the
         link's queue and their receive loop: 1 ms of the note's latency at the median and
         2 at p90, at 1 Gbit/s, 25 ms, 1e-2). Returns (the last peer's entry as dated,
-        None if none came; the cut)."""
+        None if none came; the cut; the peers whose clear-to-send came)."""
         rtqps, half_rtt = self.links.rqps, float(self.links.config.rtt) / 2
         start = until - grace  # the call's start: grace is its deadline
         cut = [until]
@@ -403,7 +402,10 @@ class DeadlineExchange:
                 self.links.drive(look, max(planned[0] - time.monotonic(), 0.0), "a deadline")
             except TimeoutError:
                 continue  # the cut as it stood came: the peer's entry may have moved it
-        return (entry[0] if entry else None), cut[0]
+        for p, h in probes:  # one that came after the last look (the drive had ended)
+            if p not in first and rtqps[p].cleared(h):
+                first[p] = time.monotonic()
+        return (entry[0] if entry else None), cut[0], set(first)
 
     def _send_notes(self, notes: list[WriteHandle]) -> None:
         """See our notes onto the wire before the call returns: a peer that waits for
