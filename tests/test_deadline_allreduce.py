@@ -243,7 +243,8 @@ def test_a_guess_the_notes_correct_leaves_no_trace_one_rank_per_datacenter() -> 
     """The result is combined while the notes cross, from a guess. Rank 1's guess here
     misses a slice of its own that did arrive (as when its acknowledgement is still on
     the way): once the notes are in, the result and the kept part (none: all of rank 1's
-    is in) are those of the notes, not the guess, and the same bits on both ranks. The
+    is in; rank 0's redone from its guess's) are those of the notes, not the guess, and
+    the same bits on both ranks. The
     input is averaged in place and the kept part is still the rank's own input."""
     port = free_port()
     opts = SdrLinkOptions(scheme="sr-nack", rtt="2ms", rate="4Gbit/s", loss=1e-3, timeout=30)
@@ -286,7 +287,10 @@ def test_a_guess_the_notes_correct_leaves_no_trace_one_rank_per_datacenter() -> 
     )
     np.testing.assert_array_equal(a["out"][missed], b["x"][missed] / 2)
     assert b["report"].kept is None  # all of rank 1's is in, whatever its guess said
-    assert (b["stale"] == 7.0).all()  # ...and its buffer is left as it was
+    # its buffer held the guess's kept part meanwhile (slice 2 of its input): with
+    # kept None, what the buffer holds is not promised
+    guess_2 = slice(int(bounds[2]), int(bounds[3]))
+    np.testing.assert_array_equal(b["stale"][guess_2], b["x"][guess_2])
     kept = a["report"].kept
     assert np.shares_memory(kept, a["stale"])  # written into the buffer it was given
     np.testing.assert_array_equal(kept[missed], a["x"][missed])

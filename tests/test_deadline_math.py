@@ -208,3 +208,27 @@ def test_a_kept_buffer_of_another_shape_or_dtype_is_refused() -> None:
     for wrong in (np.zeros(9), np.zeros(10, np.float32)):
         with pytest.raises(ConfigError, match="the kept part's buffer is"):
             missed_part(own, np.array([[False]]), shard=10, out=wrong)
+
+
+@given(
+    guess=st.lists(st.booleans(), min_size=6, max_size=6),
+    final=st.lists(st.booleans(), min_size=6, max_size=6),
+)
+def test_the_local_carry_redone_over_a_guess_is_the_fresh_one(
+    guess: list[bool], final: list[bool]
+) -> None:
+    """The kept part made from a guess while the notes crossed, then redone only where
+    the notes differ from it, has the bits of the kept part made from the notes."""
+    own = np.arange(1.0, 15.0)  # 14 elements: two shards of 7 (padded 8): 3 slices each
+    guessed, decided = np.array(guess).reshape(2, 3), np.array(final).reshape(2, 3)
+    buffer = np.full(own.shape, -1.0)
+    if missed_part(own, guessed, shard=8, out=buffer) is None:
+        buffer[:] = 0.0  # nothing missed in the guess: the result of no slice is there
+        guessed = np.ones_like(guessed)
+    fresh = missed_part(own, decided, shard=8)
+    if fresh is None:
+        return  # all in: nothing is handed back (the caller does not redo)
+    got = missed_part(own, decided, shard=8, out=buffer, only=guessed != decided)
+    assert got is buffer and np.array_equal(buffer, fresh)
+    with pytest.raises(ConfigError, match="only= needs out="):
+        missed_part(own, decided, shard=8, only=guessed != decided)

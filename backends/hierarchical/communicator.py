@@ -240,7 +240,8 @@ class HierarchicalCommunicator:
         rank's shard to treat as late (fault injection). ``kept_out``: with ``"local"``,
         an array like ``x`` to hand the kept part back in (reuse one from call to call:
         its pages are in, where a fresh array's would fault between the decision and the
-        result). NumPy arrays only.
+        result; with ``report.kept`` None what it holds is not promised: the kept part
+        is made from a guess while the notes cross). NumPy arrays only.
         """
         start = time.perf_counter()
         begun = time.monotonic()
@@ -277,17 +278,22 @@ class HierarchicalCommunicator:
         if average is None:  # exact over a run with carry-over; undiluted without
             average = "all" if weight or carry == "local" else "arrived"
         early: list[tuple[np.ndarray, np.ndarray]] = []
+        early_kept: list[np.ndarray | None] = []
         # one rank per datacenter: the mean is made where the caller wants it (``padded``
         # holds ``x`` from here on), not copied there after the decision (1-2 ms of it)
         direct = out.reshape(-1) if local == 1 and out.flags.c_contiguous else None
+        own = padded.reshape(x.shape)  # x itself may be the output, overwritten
 
         def while_waiting(contributions: list[np.ndarray | None], guess: np.ndarray) -> None:
             # the peers' notes take half a round trip: combine meanwhile from what this
             # rank can tell, and after them redo only the slices the guess got wrong
+            # (the kept part too, with one rank per datacenter: 1 ms of local carry's)
             included = agree(guess)
             bounds = slice_bounds(sent.size, guess.shape[2])
             mean = combine(contributions, included, bounds, local, average, out=direct)[0]
             early.append((included, mean))
+            if carry == "local" and local == 1:
+                early_kept.append(self._kept(own, included, sent.size, kept_out))
 
         wan = time.perf_counter()
         # the progress thread stands by from the exchange until the result is made: it
@@ -317,8 +323,12 @@ class HierarchicalCommunicator:
             else:
                 carried.clear()
             if local == 1:  # no step inside the datacenter: all of it here
-                own = padded.reshape(x.shape)  # x itself may be the output, overwritten
-                kept = self._kept(own, included, sent.size, kept_out) if carry == "local" else None
+                from_guess = (early[0][0], early_kept[0]) if early_kept else None
+                kept = (
+                    self._kept(own, included, sent.size, kept_out, from_guess)
+                    if carry == "local"
+                    else None
+                )
                 if mean is not direct:
                     out.reshape(-1)[:] = mean[:n]
         self.timings["wan"] += time.perf_counter() - wan
@@ -343,14 +353,26 @@ class HierarchicalCommunicator:
         )
 
     def _kept(
-        self, x: np.ndarray, included: np.ndarray, shard: int, out: np.ndarray | None
+        self,
+        x: np.ndarray,
+        included: np.ndarray,
+        shard: int,
+        out: np.ndarray | None,
+        guessed: tuple[np.ndarray, np.ndarray | None] | None = None,
     ) -> np.ndarray | None:
         """``x`` where this datacenter's contribution is not in (every local rank's shard
         mask, gathered inside the datacenter), zero elsewhere, in ``out`` when given; None
-        when all of it is in."""
-        mine = included[self.topology.datacenter].astype(np.float32)
+        when all of it is in (``out`` may then hold a guess's). ``guessed``: the
+        ``included`` of a guess and what this returned for it (one rank per datacenter):
+        only the slices where the two differ are redone."""
+        me = self.topology.datacenter
+        mine = included[me].astype(np.float32)
         rows = self._intra("allgather", mine, "float32") if self.topology.local_size > 1 else mine
         mine_in = rows.reshape(self.topology.local_size, -1) > 0
+        if guessed is not None and guessed[1] is not None and not mine_in.all():
+            was = guessed[0][me].reshape(mine_in.shape)
+            missed_part(x.reshape(-1), mine_in, shard, guessed[1].reshape(-1), only=was != mine_in)
+            return guessed[1]
         flat = None if out is None else out.reshape(-1)
         kept = missed_part(x.reshape(-1), mine_in, shard, flat)
         if kept is None:

@@ -232,11 +232,15 @@ class DeadlineExchange:
             def stop_writes() -> None:
                 # what we would send from now on reaches the peers after their cut (they
                 # cut when we do): it cannot count, and ahead of our note in the link's
-                # queue and in their receive loop it only delays the note
+                # queue and in their receive loop it only delays the note. A write whose
+                # packets are all out stays until the cut: its acknowledgement may come
+                # (the guess, and "unanimous", read it)
                 for p in peers:
+                    rqp = self.links.rqps[p]
                     for handle in writes[p]:
-                        sent_by[id(handle)] = handle.done
-                        self.links.rqps[p].cancel(handle)
+                        if not rqp.sent(handle):
+                            sent_by[id(handle)] = handle.done
+                            rqp.cancel(handle)
 
             # every peer's note is here: they have all cut, nothing more will count
             entered, cut, heard = self._drive_until(

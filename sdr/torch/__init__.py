@@ -62,7 +62,8 @@ def allreduce_by(
     ``report.kept``) or ``carry=False``: plain carry-over counts a missed slice about twice
     there (docs/training.md). ``kept_out``: a tensor like ``tensor`` that
     ``report.kept`` is written into (pass the same one every step: its memory is in
-    place, where a fresh tensor's pages fault in between the decision and the result).
+    place, where a fresh tensor's pages fault in between the decision and the result;
+    when ``report.kept`` is None, what it holds is not promised).
     Needs the ``sdr`` backend (``group``: default, the default group). Returns this
     rank's report.
     """
