@@ -98,3 +98,59 @@ def test_a_failure_with_nothing_pending_is_not_logged_as_an_error(caplog) -> Non
     assert caplog.records == []
     assert ops.failure is not None  # still recorded: later operations fail with it
     ops.stop(5)
+
+
+def test_run_here_runs_on_the_callers_thread_when_nothing_is_queued() -> None:
+    ops = OperationQueue(grace=60.0)
+    work = ops.run_here("here", lambda: threading.current_thread())
+    assert work.is_completed()  # settled on return
+    assert work.get_future().value() is threading.current_thread()
+    ops.stop(5)
+
+
+def test_run_here_keeps_the_call_order() -> None:
+    ops = OperationQueue(grace=60.0)
+    order: list[str] = []
+    gate = threading.Event()
+    first = ops.submit("gate", lambda: (gate.wait(10), order.append("gate")))
+    # something is queued: run_here queues it behind, on the worker
+    later = ops.run_here("later", lambda: (order.append("later"), threading.current_thread()))
+    assert not later.is_completed()
+    gate.set()
+    later.wait()
+    assert first.is_completed() and order == ["gate", "later"]
+    assert later.get_future().value()[1] is not threading.current_thread()
+
+    # and one submitted from another thread while run_here runs waits for it
+    inside, release = threading.Event(), threading.Event()
+
+    def long() -> None:
+        inside.set()
+        release.wait(10)
+        order.append("here")
+
+    behind: list = []
+    caller = threading.Thread(target=lambda: behind.append(ops.run_here("here", long)))
+    caller.start()
+    assert inside.wait(10)
+    queued = ops.submit("queued", lambda: order.append("queued"))
+    assert not queued.is_completed()
+    release.set()
+    caller.join(10)
+    queued.wait()
+    assert order[2:] == ["here", "queued"] and behind[0].is_completed()
+    ops.stop(5)
+
+
+def test_run_here_that_raises_fails_it_and_the_ones_behind_it() -> None:
+    ops = OperationQueue(grace=60.0)
+
+    def boom() -> None:
+        raise ValueError("bad tensor\nsecond line")
+
+    work = ops.run_here("allreduce_by of 4 floats", boom)
+    with pytest.raises(SDRError, match="allreduce_by of 4 floats failed: ValueError: bad tensor$"):
+        work.wait()
+    with pytest.raises(SDRError, match="bad tensor"):
+        ops.submit("next", lambda: None).wait()
+    ops.stop(5)

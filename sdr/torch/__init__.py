@@ -73,8 +73,10 @@ def allreduce_by(
             f"allreduce_by needs the 'sdr' backend, the group is {type(pg).__name__}: "
             "dist.init_process_group('sdr')"
         )
+    # on this thread when the group is idle: a deadline step counts the hand-offs
     work = pg.allreduce_by(tensor, deadline, slices=slices, key=key, withhold=withhold,
-                           average=average, carry=carry, kept_out=kept_out)  # fmt: skip
+                           average=average, carry=carry, kept_out=kept_out,
+                           here=True)  # fmt: skip
     work.wait()
     return work.get_future().value()[0]
 

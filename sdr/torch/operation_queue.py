@@ -7,7 +7,11 @@ timeout, or a peer gone, reported through :meth:`OperationQueue.fail`) fails eve
 pending and later operation with the same one-line error: no rank carries on with
 results the others did not get.
 
-Only the worker settles what it was given, in order, and only once the operation has
+A caller that waits for its result at once may run an operation on its own thread
+instead, when nothing is queued (:meth:`OperationQueue.run_here`): one operation runs at a
+time either way, in call order.
+
+Only the thread that runs an operation settles its work, in order, and only once it has
 stopped: a work whose future fails is a tensor nobody writes any more (failed from the
 thread that found the peer gone, DDP's reducer went on while the worker still wrote the
 gradient bucket). The running operation's waits ask :meth:`OperationQueue.check`, so a
@@ -44,6 +48,10 @@ class OperationQueue:
         self.failure: BaseException | None = None
         """The group's first failure (None while healthy)."""
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._running = threading.Lock()
+        """Held while an operation runs (on the worker, or on a caller: :meth:`run_here`)."""
+        self._runner: threading.Thread | None = None
+        """The thread running an operation now."""
         self._worker = threading.Thread(target=self._serve, daemon=True, name="sdr-pg-worker")
         self._worker.start()
 
@@ -53,6 +61,13 @@ class OperationQueue:
             if item is None:
                 return
             work, fn = item
+            with self._running:
+                self._run(work, fn)
+
+    def _run(self, work: SdrWork, fn: Callable[[], Any]) -> None:
+        """Run one operation (``_running`` held) and settle its work."""
+        self._runner = threading.current_thread()
+        try:
             if self.failure is None:
                 try:
                     result = fn()
@@ -60,8 +75,10 @@ class OperationQueue:
                     self.fail(_one_line(work.what, exc))
                 else:
                     self._settle(work, result=result)
-                    continue
+                    return
             self._settle(work, error=self.failure)
+        finally:
+            self._runner = None
 
     def _settle(
         self, work: SdrWork, result: Any = None, error: BaseException | None = None
@@ -87,7 +104,7 @@ class OperationQueue:
         if not waiting:
             return  # nothing of ours fails (a peer that left at the end): nothing to say
         log.error("%s", error)
-        if threading.current_thread() is not self._worker:
+        if threading.current_thread() not in (self._worker, self._runner):
             timer = threading.Timer(self.grace, self._fail_stuck)
             timer.daemon = True
             timer.start()
@@ -116,6 +133,27 @@ class OperationQueue:
             work.settle(error=failure)
         else:
             self._queue.put((work, fn))
+        return work
+
+    def run_here(self, what: str, fn: Callable[[], Any]) -> SdrWork:
+        """Run ``fn`` on the calling thread when nothing is queued or running, else
+        :meth:`submit` it; the work is settled on return in the first case. For a caller
+        that waits for the result at once: the two hand-offs to the worker and back cost
+        0.3 ms each at the median and up to 4.5 ms (the other thread waits for the GIL)
+        in a DiLoCo outer step, whose deadline counts them. An operation submitted
+        meanwhile from another thread runs after this one, as it would have."""
+        work = SdrWork(what)
+        with self._lock:  # nothing pending: the worker holds nothing, nor will before us
+            here = not self._pending and self.failure is None
+            here = here and self._running.acquire(blocking=False)
+            if here:
+                self._pending.append(work)
+        if not here:
+            return self.submit(what, fn)
+        try:
+            self._run(work, fn)
+        finally:
+            self._running.release()
         return work
 
     def stop(self, timeout: float) -> None:

@@ -158,11 +158,14 @@ class ProcessGroupSDR(dist.ProcessGroup):
         average: str | None = None,
         carry: bool | float | str = True,
         kept_out: torch.Tensor | None = None,
+        here: bool = False,
     ) -> SdrWork:
         """SDR's own collective: ``tensor`` becomes (in place) the mean over every rank's
         contribution that crossed the WAN within ``deadline`` s, bitwise the same on every
         rank; the work's future holds ``[DeadlineReport]``. What missed is carried to the
-        next call with the same ``key`` (see :func:`sdr.torch.allreduce_by`)."""
+        next call with the same ``key`` (see :func:`sdr.torch.allreduce_by`). ``here``:
+        run it on the calling thread when no other operation is queued (it returns
+        settled), for a caller that waits for it at once."""
         if tensor.dtype not in (torch.float32, torch.float64, torch.float16):
             raise ConfigError(
                 f"allreduce_by of {tensor.dtype}; expected float32, float64 or float16"
@@ -208,9 +211,10 @@ class ProcessGroupSDR(dist.ProcessGroup):
                 reports[0].kept = torch.from_numpy(kept).view_as(tensor).to(tensor.device)
             return reports
 
-        return self._operations.submit(
-            f"allreduce_by of {_describe([tensor])} within {deadline:g} s", run
-        )
+        what = f"allreduce_by of {_describe([tensor])} within {deadline:g} s"
+        if here:
+            return self._operations.run_here(what, run)
+        return self._operations.submit(what, run)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> SdrWork:  # type: ignore[override]
         """Copy rank ``opts.rootRank``'s tensors to every rank."""
