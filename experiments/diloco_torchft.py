@@ -22,7 +22,12 @@ class TorchftAverager:
 
     def __init__(self, dc: int, host: str, lighthouse: tuple[str, int], store_port: int,
                  replicas: int = 2, timeout_s: float = 120.0) -> None:  # fmt: skip
+        import os
+
         import torch.distributed as dist
+
+        # torchft's manager logs every quorum and commit at INFO (about 190 lines per run)
+        os.environ.setdefault("RUST_LOG", "warn")
         from torchft import Manager, ProcessGroupGloo
         from torchft.coordination import LighthouseServer
 

@@ -370,8 +370,10 @@ def main() -> int:
                                           "slow_site": 0.0})  # fmt: skip
             calibration = float(sorted(_run("reliable", rtt, 0.0, 1.0, quick)["step_s"][1:])[1])
         deadline, model = _deadline(rtt, loss, calibration, args)
+        why = (f"lossless reliable {1e3 * calibration:.0f} ms" if calibration is not None
+               else "--deadline")  # fmt: skip
         print(f"RTT {rtt}, loss {loss:g}: T = {deadline * 1e3:.0f} ms (model {model * 1e3:.0f} ms,"
-              f" lossless reliable {1e3 * (calibration or 0):.0f} ms)", flush=True)  # fmt: skip
+              f" {why})", flush=True)  # fmt: skip
         for variant in variants:
             row = _run(variant, rtt, loss, deadline, args)
             row.update(model_deadline_s=model, calibrated_s=calibration)

@@ -325,3 +325,40 @@ def test_a_rank_that_heard_the_peer_never_decides_alone() -> None:
     included = a["report"].included
     assert included[0].any() and not included[0].all()  # some of rank 0's crossed
     assert not included[1].any()
+
+
+def test_three_datacenters_agree_on_a_late_slice() -> None:
+    """Three datacenters, one rank each: every peer's entry must be known before a rank
+    stops its writes, each rank hears two peers, and a slice is in only where both
+    other datacenters had it. Rank 2 withholds slice 1: no rank counts it, everything
+    else is the plain mean, and the three results are the same bits."""
+    port = free_port()
+    opts = SdrLinkOptions(scheme="sr-nack", rtt="2ms", rate="4Gbit/s", loss=0, timeout=30)
+    slices, n = 4, 4000
+
+    def body(rank: int) -> dict:
+        comm = connect(rank, 3, 1, port=port, options=opts)
+        x = np.random.default_rng(rank).standard_normal(n).astype(np.float32)
+        try:
+            late = (1,) if rank == 2 else ()
+            out, report = comm.allreduce_by(
+                x, 0.5, slices=slices, withhold=late, carry=False, average="arrived"
+            )
+            return {"out": out, "report": report, "x": x}
+        finally:
+            comm.close()
+
+    ranks = run_ranks(3, body, timeout=120)
+    assert ranks[0]["out"].tobytes() == ranks[1]["out"].tobytes() == ranks[2]["out"].tobytes()
+    included = ranks[0]["report"].included
+    expected = np.ones((3, slices), bool)
+    expected[2, 1] = False
+    np.testing.assert_array_equal(included, expected)
+    assert all(r["report"].timeline["decision"] == "notes" for r in ranks)
+    bounds = slice_bounds(n, slices)
+    late = slice(int(bounds[1]), int(bounds[2]))
+    xs = [r["x"] for r in ranks]
+    np.testing.assert_allclose(ranks[0]["out"][late], (xs[0][late] + xs[1][late]) / 2, rtol=1e-6)
+    keep = np.ones(n, bool)
+    keep[late] = False
+    np.testing.assert_allclose(ranks[0]["out"][keep], (xs[0] + xs[1] + xs[2])[keep] / 3, rtol=1e-5)

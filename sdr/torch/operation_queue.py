@@ -141,7 +141,9 @@ class OperationQueue:
         that waits for the result at once: the two hand-offs to the worker and back cost
         0.3 ms each at the median and up to 4.5 ms (the other thread waits for the GIL)
         in a DiLoCo outer step, whose deadline counts them. An operation submitted
-        meanwhile from another thread runs after this one, as it would have."""
+        meanwhile from another thread runs after this one, as it would have. A failure
+        found elsewhere ends it at its next poll of :meth:`check`, as on the worker; the
+        grace does not apply (nobody waits for its work: the caller runs it)."""
         work = SdrWork(what)
         with self._lock:  # nothing pending: the worker holds nothing, nor will before us
             here = not self._pending and self.failure is None
