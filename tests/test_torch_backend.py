@@ -15,6 +15,8 @@ import os
 import pickle
 import queue
 import signal
+import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -395,6 +397,27 @@ def test_a_killed_rank_is_named_by_the_survivor_in_one_line() -> None:
     (message,) = _job(2, 1, body, timeout_s=600, survivors=[0])
     assert "peer rank 1 (datacenter 1) is gone" in message, message
     assert "control connection closed" in message and "\n" not in message
+
+
+def test_a_rank_killed_inside_allreduce_by_fails_the_callers_own_call() -> None:
+    # allreduce_by runs on the caller's thread (no worker hand-off): a peer that dies in
+    # the middle of it must still end it with the one-line error, not the group timeout
+    def body(rank: int) -> str:
+        dist.barrier()
+        if rank == 1:
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        started = time.monotonic()
+        late = (0,)  # a slice of each misses: both wait for the cut, then for the notes
+        try:
+            sdr.torch.allreduce_by(torch.ones(1000), 1.0, slices=2, withhold=late, carry=False)
+        except Exception as exc:  # noqa: BLE001 - the message is the result
+            return f"{time.monotonic() - started:.1f} {exc}"
+        return "no error"
+
+    (message,) = _job(2, 1, body, timeout_s=600, survivors=[0])
+    assert "peer rank 1 (datacenter 1) is gone" in message, message
+    assert "\n" not in message
+    assert float(message.split()[0]) < 30  # the liveness, not the group's 600 s
 
 
 def test_a_rank_killed_during_ddp_training_fails_the_survivors_backward() -> None:
