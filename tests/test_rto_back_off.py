@@ -11,6 +11,7 @@ one write's back-off ignored that the path answered its other writes.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from test_reliable_connection import Side, Wire, _payload, _register
 
 from sdr.reliability import ReliabilityConfig, WriteCompleted
@@ -143,13 +144,17 @@ class _Blackout(Wire):
         return 1.0 if self.dark() else 0.0
 
 
-def test_writes_caught_by_a_blackout_finish_soon_after_it() -> None:
+@pytest.mark.parametrize("ack_interval", [None, 0.0125])
+def test_writes_caught_by_a_blackout_finish_soon_after_it(ack_interval: float | None) -> None:
     """Four 1 MiB writes at 25 ms RTT; the path goes dark for 2 s as their first chunks
     leave (the clear-to-sends came at 12.5 ms). Before: the last write finished at 4.76 s
     and the connection's RTO read 2.68 s (acknowledgements of chunks that arrived just
     before the dark timed them as 2 s, and a back-off was waited out); now 2.45-2.55 s,
-    RTO 75 ms."""
-    a, b = Side("sr-nack", rtt=0.025), Side("sr-nack", rtt=0.025)
+    RTO 75 ms. With a SACK every 12.5 ms (``ack_interval``, rtt/2) they finished at 11 and
+    15 s: the timers the answer to a probe brought back expired one RTO after it, which
+    read as silence again, so each RTO let only a probe's worth of chunks go."""
+    extra = {} if ack_interval is None else {"ack_interval": ack_interval}
+    a, b = Side("sr-nack", rtt=0.025, **extra), Side("sr-nack", rtt=0.025, **extra)
     a.conn.rtt.sample(0.025)  # a connection that has run (a training job's earlier steps)
     start, end = 0.013, 2.013
     wire = _Blackout(a, b, start, end, control_delay=0.0125)

@@ -227,8 +227,18 @@ class SelectiveRepeatSender(SchemeSender):
         if len(due):
             self.count("rto_expired", len(due))
             # a receiver that acknowledges as chunks arrive (SR) and said nothing for an
-            # RTO is silent (EC's says nothing until a submessage fails: not silence)
-            silent = self.scheme.acks_progressively and now - self._last_control >= self.rtt.rto
+            # RTO is silent (EC's says nothing until a submessage fails: not silence); one
+            # that answered our last probe is not, though nothing came since: with no data
+            # arriving it has nothing to acknowledge, and the timers its answer brought
+            # back expire one RTO after it. Before, that read as silence again: one probe's
+            # worth of chunks per RTO after a blackout (4 MiB over 25 ms took 9-13 s, not
+            # 0.5 s, with a 12.5 ms SACK interval: tests/test_rto_back_off.py)
+            answered = np.isfinite(self._last_probe) and self._last_control >= self._last_probe
+            silent = (
+                self.scheme.acks_progressively
+                and now - self._last_control >= self.rtt.rto
+                and not answered
+            )
             self.back_off(now)
             if silent:  # probe; the rest wait for the answer, all on one timer
                 armed = np.flatnonzero(np.isfinite(self.tracker.deadline))
