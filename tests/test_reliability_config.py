@@ -20,11 +20,17 @@ def test_defaults_and_derived_timers():
 
 
 def test_the_sack_interval_is_finer_where_a_controller_or_the_path_selector_feeds_on_it():
-    assert ReliabilityConfig(rtt="25ms").ack_delay == pytest.approx(0.025 / 4)  # fixed, one path
-    assert ReliabilityConfig(rtt="25ms", congestion="delay").ack_delay == pytest.approx(0.0025)
-    assert ReliabilityConfig(rtt="25ms", congestion="bbr").ack_delay == pytest.approx(0.0025)
-    assert ReliabilityConfig(rtt="25ms", multipath=True).ack_delay == pytest.approx(0.0025)
-    assert ReliabilityConfig(rtt="25ms", ack_interval="1ms").ack_delay == pytest.approx(0.001)
+    fixed = ReliabilityConfig(rtt="25ms")  # fixed, one path: rtt/2 in order, rtt/4 with holes
+    assert fixed.ack_delay == pytest.approx(0.025 / 2)
+    assert fixed.ack_delay_gapped == pytest.approx(0.025 / 4)
+    for cfg in (
+        ReliabilityConfig(rtt="25ms", congestion="delay"),
+        ReliabilityConfig(rtt="25ms", congestion="bbr"),
+        ReliabilityConfig(rtt="25ms", multipath=True),
+    ):
+        assert cfg.ack_delay == cfg.ack_delay_gapped == pytest.approx(0.0025)
+    own = ReliabilityConfig(rtt="25ms", ack_interval="1ms")  # the user's, with holes or not
+    assert own.ack_delay == own.ack_delay_gapped == pytest.approx(0.001)
 
 
 def test_fto_follows_the_paper_formula():

@@ -111,7 +111,8 @@ def test_sr_receiver_acks_coalesced_and_completes_after_verification():
         r.on_control(0.001, msg)
     wire = Wire(s, r, lose={(0, 2)})
     wire.deliver(0.005, [SendChunks(0, chunks[0].chunks)])
-    sack_at = 0.005 + r.config.ack_delay
+    sack_at = 0.005 + r.config.ack_delay_gapped  # chunk 2 is missing: the sooner interval
+    assert r.config.ack_delay_gapped < r.config.ack_delay
     assert r.next_timer() == pytest.approx(sack_at)  # the delayed SACK
     r.handle_timer(sack_at)
     _, control, done = split(r.actions())
@@ -283,3 +284,23 @@ def test_ec_property_repairs_exactly_what_cannot_be_decoded(data):
     assert bytes(r.data) == bytes(payload_bytes)
     assert sorted(np.flatnonzero(s.tracker.sends > 1).tolist()) == expected
     assert r.stats.get("fallbacks", 0) == (1 if undecodable else 0)
+
+
+def test_sr_receiver_acks_in_order_data_later_and_a_hole_sooner():
+    """The SACK of data that came in order waits ``ack_delay`` (rtt/2 with ``fixed``);
+    once a hole shows, ``ack_delay_gapped`` (rtt/4), even if a later SACK was scheduled:
+    as TCP acks out-of-order data at once (RFC 5681)."""
+    data = payload(6 * CS)
+    s = scheme("sr-rto").sender(3, data)
+    r = scheme("sr-rto").receiver(3, memoryview(bytearray(len(data))))
+    s.start(0.0)
+    run_work(s, 0.0)
+    chunks, control, _ = split(s.actions())
+    for msg in control:
+        r.on_control(0.001, msg)
+    r.on_chunks(0.005, 0, np.array([0, 1]))
+    assert not r.gapped and r.next_timer() == pytest.approx(0.005 + r.config.ack_delay)
+    r.on_chunks(0.006, 0, np.array([3]))  # chunk 2 is missing
+    assert r.gapped and r.next_timer() == pytest.approx(0.006 + r.config.ack_delay_gapped)
+    r.on_chunks(0.007, 0, np.array([2]))  # filled: in order again
+    assert not r.gapped

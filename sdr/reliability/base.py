@@ -242,6 +242,10 @@ class SchemeSender(Machine):
 class SchemeReceiver(Machine):
     """Receiver side of one message; ``data`` is the writable receive buffer."""
 
+    gapped: bool = False
+    """A chunk is missing below the highest that arrived (a loss under repair): SACKs
+    then come every :attr:`~sdr.reliability.config.ReliabilityConfig.ack_delay_gapped`."""
+
     @abstractmethod
     def on_chunks(self, now: float, lane: int, chunks: np.ndarray) -> None:
         """These chunks of ``lane`` became complete in the receive bitmap."""

@@ -45,11 +45,16 @@ _TIMEOUT_RTOS = 100
 _TIMEOUT_TX = 4
 SACKS_PER_RTT = 10
 """The default SACK interval is rtt / this where SACKs feed a controller or a selector."""
-SACKS_PER_RTT_FIXED = 4
-"""... and rtt / this with ``fixed`` on one path, where SACKs only retire data and time the
-RTO: every SACK costs both ends a progress round, and at 1 Gbit/s on loopback rtt/4 took
-7-17% of the sender's CPU per byte and 20-22% of the receiver's off rtt/10's
-(docs/benchmarks.md, "CPU per byte, round 7")."""
+SACKS_PER_RTT_FIXED = 2
+"""... and rtt / this with ``fixed`` on one path while no posted receive has a hole, where
+SACKs only retire data and time the RTO: every SACK costs both ends a progress round, and
+at 1 Gbit/s on loopback rtt/4 took 7-17% of the sender's CPU per byte and 20-22% of the
+receiver's off rtt/10's (docs/benchmarks.md, "CPU per byte, round 7"); rtt/2 takes
+another 18% of the receiver's off rtt/4's (round 11)."""
+SACKS_PER_RTT_GAPPED = 4
+"""... and rtt / this there while a receive has a hole (a loss under repair), as TCP acks
+out-of-order data at once (RFC 5681): the hole's NACK, and the SACKs that time its
+repair, wait no longer than they did with rtt/4 throughout."""
 
 
 def _number(name: str, value: object, low: float, high: float = math.inf) -> float:
@@ -230,14 +235,23 @@ class ReliabilityConfig:
     @property
     def ack_delay(self) -> float:
         """Longest a receiver holds back a SACK: ``ack_interval``; by default
-        :data:`SACKS_PER_RTT_FIXED` per RTT with the ``fixed`` controller on one path,
-        :data:`SACKS_PER_RTT` where a congestion controller or the path selector feeds on
-        the SACKs (RTT samples, delivery rates)."""
+        :data:`SACKS_PER_RTT_FIXED` per RTT with the ``fixed`` controller on one path
+        (:attr:`ack_delay_gapped` while a receive has a hole), :data:`SACKS_PER_RTT` where
+        a congestion controller or the path selector feeds on the SACKs (RTT samples,
+        delivery rates)."""
         if self.ack_interval is not None:
             return self.ack_interval
         if self.congestion == "fixed" and not self.multipath:
             return self.rtt / SACKS_PER_RTT_FIXED
         return self.rtt / SACKS_PER_RTT
+
+    @property
+    def ack_delay_gapped(self) -> float:
+        """:attr:`ack_delay` while a receive has a hole: :data:`SACKS_PER_RTT_GAPPED` per
+        RTT where the default is :data:`SACKS_PER_RTT_FIXED`, else the same."""
+        if self.ack_interval is None and self.congestion == "fixed" and not self.multipath:
+            return self.rtt / SACKS_PER_RTT_GAPPED
+        return self.ack_delay
 
     @property
     def t_inj(self) -> float:

@@ -136,6 +136,13 @@ class ReceiveSide:
                 least = left if least is None else min(least, left)
         return least
 
+    def gapped(self) -> bool:
+        """Some posted receive has a hole (:attr:`SchemeReceiver.gapped`)."""
+        return any(
+            inc.machine is not None and inc.machine.active and inc.machine.gapped
+            for inc in self.receiving.values()
+        )
+
     def next_timer(self) -> float | None:
         """The earliest deadline of any receive's machine."""
         return self._schedule.next_timer(self._machine)

@@ -99,6 +99,7 @@ class SelectiveRepeatReceiver(SchemeReceiver):
                 shown = np.arange(self._hi + 1, hi)
                 self.hole_since[shown[~self.arrived[shown]]] = now
                 self._hi = hi
+            self.gapped = self._hi > 0 and not self.arrived[: self._hi].all()
             self.verify(now, chunks)
             self.after_data(now, chunks)
         else:
@@ -110,9 +111,11 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         self.count("ignored_lane_chunks", len(chunks))
 
     def after_data(self, now: float, chunks: np.ndarray) -> None:
-        """Schedule the SACK; NACK holes at once in the NACK variant."""
-        if self._ack_at is None:
-            self._ack_at = now + self.config.ack_delay
+        """Schedule the SACK (sooner while a hole is open); NACK holes at once in the NACK
+        variant."""
+        delay = self.config.ack_delay_gapped if self.gapped else self.config.ack_delay
+        if self._ack_at is None or now + delay < self._ack_at:
+            self._ack_at = now + delay
         if self.nack_holes:
             self.nack_holes_below(now, self._hi)
 

@@ -257,7 +257,9 @@ class ReliableQP:
         rate = self.config.link_rate or self.qp.attr.rate_limit
         if not rate:
             return 0.0
-        return min(least * 8 / rate, self.config.ack_delay)
+        config = self.config  # SACKs come sooner while a hole is open
+        delay = config.ack_delay_gapped if self.connection.receives.gapped() else config.ack_delay
+        return min(least * 8 / rate, delay)
 
     def _send_hold(self) -> float | None:
         """The writes' bound on the hold (None: no write in flight)."""
