@@ -64,6 +64,20 @@ def test_switches_to_ec_under_loss_and_back_with_intact_bytes():
     assert est.rtt == pytest.approx(RTT, rel=0.2)
 
 
+def test_an_adaptive_receive_says_whether_it_has_a_hole():
+    # the driver's hold asks every posted receive (ReceiveSide.gapped) on transports
+    # that can hold (UDP): an adaptive receive answered with an AttributeError before
+    net = InprocNetwork(seed=5, clock=ManualClock(), delay=RTT / 2)
+    s, r, _ = rpair(net)
+    dst = np.zeros(150_000, dtype=np.uint8)
+    handle = r.post_recv(r.ctx.register(dst))
+    r.progress()
+    assert r.connection.receives.gapped() is False  # no member yet: no hole
+    src = random_bytes(150_000, seed=3)
+    wait_all([handle, s.write(s.ctx.register(src))], timeout=120)
+    assert np.array_equal(src, dst) and r.connection.receives.gapped() is False
+
+
 def test_receiver_asks_for_a_lost_digest():
     dropped = []
 

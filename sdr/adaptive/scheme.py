@@ -152,6 +152,11 @@ class AdaptiveReceiver:
         return self.inner.active if self.inner is not None else self._own_status is Status.ACTIVE
 
     @property
+    def gapped(self) -> bool:
+        """The member receiver has a hole (none before the DIGEST named the member)."""
+        return bool(self.inner is not None and self.inner.gapped)
+
+    @property
     def status(self) -> Status:
         return self.inner.status if self.inner is not None else self._own_status
 
