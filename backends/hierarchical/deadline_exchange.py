@@ -49,6 +49,8 @@ __all__ = ["DeadlineExchange", "Opened"]
 
 _SETUPS_KEPT = 9
 """Our recent set-ups whose median stands for a peer's when its entry is dated."""
+NOTES_BOUND_S = 0.1
+"""How long a call drives, at least, to see its notes onto the wire (an RTT if longer)."""
 
 
 @dataclass
@@ -426,7 +428,7 @@ class DeadlineExchange:
         try:
             self.links.drive(
                 lambda: all(h.rqp.sent(h) or not h.rqp.cleared(h) for h in notes),
-                max(float(self.links.config.rtt), 0.1),
+                max(float(self.links.config.rtt), NOTES_BOUND_S),
                 "our notes",
             )
         except TimeoutError:
