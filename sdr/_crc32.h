@@ -194,6 +194,36 @@ static void crc32_setup(void)
 #endif
 }
 
+/* Moving a register across zero bytes, and joining checksums. The raw register is linear
+ * over GF(2): crc_raw(s, M) = shift(s, |M|) ^ crc_raw(0, M), where shift(s, n) is s times
+ * x^(8n) modulo the polynomial (reflected: bit 31 is x^0). So the checksum of a payload
+ * follows from a register that ran over a header and the payload, and zlib's CRC of A|B
+ * from zlib's CRCs of A and B: crc(A|B) = shift(crc(A), |B|) ^ crc(B). */
+
+/* a * b modulo the polynomial, both reflected. */
+static inline uint32_t crc_mul(uint32_t a, uint32_t b)
+{
+    uint32_t product = 0;
+    for (uint32_t bit = 0x80000000u; bit != 0; bit >>= 1) {
+        if (a & bit)
+            product ^= b;
+        b = (b >> 1) ^ (0xEDB88320u & (0u - (b & 1u)));
+    }
+    return product;
+}
+
+/* x^(8n) modulo the polynomial (reflected): square and multiply from x^8. */
+static uint32_t crc_x8n(uint64_t n)
+{
+    uint32_t result = 0x80000000u, power = 0x00800000u; /* x^0, x^8 */
+    for (; n != 0; n >>= 1) {
+        if (n & 1)
+            result = crc_mul(result, power);
+        power = crc_mul(power, power);
+    }
+    return result;
+}
+
 /* The name of the implementation crc_raw() runs. */
 static inline const char *crc32_implementation(void)
 {

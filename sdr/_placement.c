@@ -667,14 +667,16 @@ typedef struct {
     int held;
 } Arg;
 
-static int get_arg(PyObject *obj, const char *name, char code, Py_ssize_t itemsize, int writable,
+/* ``obj`` as a C-contiguous 1-D array of ``code`` (``n``: its length, or -1 to learn it);
+ * errors name ``func`` and ``name``. */
+static int get_arg(const char *arg_func, PyObject *obj, const char *name, char code, Py_ssize_t itemsize, int writable,
                    Arg *a, Py_ssize_t *n)
 {
     int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, &a->view, flags) < 0) {
         PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "mark_arrivals: %s must be a C-contiguous %sarray, got %.80s",
-                     name, writable ? "writable " : "", Py_TYPE(obj)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a C-contiguous %sarray, got %.80s",
+                     arg_func, name, writable ? "writable " : "", Py_TYPE(obj)->tp_name);
         return -1;
     }
     a->held = 1;
@@ -685,13 +687,13 @@ static int get_arg(PyObject *obj, const char *name, char code, Py_ssize_t itemsi
     }
     int same = got == code || (itemsize == 8 && sizeof(long) == 8 && got == 'l' && code == 'q');
     if (a->view.ndim != 1 || a->view.itemsize != itemsize || !same) {
-        PyErr_Format(PyExc_TypeError, "mark_arrivals: %s must be a 1-D array of format %c, "
-                     "got format %s with %d dimensions", name, code,
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a 1-D array of format %c, "
+                     "got format %s with %d dimensions", arg_func, name, code,
                      a->view.format ? a->view.format : "B", a->view.ndim);
         return -1;
     }
     if (*n >= 0 && a->view.shape[0] != *n) {
-        PyErr_Format(PyExc_ValueError, "mark_arrivals: %s has %zd values, expected %zd", name,
+        PyErr_Format(PyExc_ValueError, "%s: %s has %zd values, expected %zd", arg_func, name,
                      a->view.shape[0], *n);
         return -1;
     }
@@ -702,23 +704,26 @@ static int get_arg(PyObject *obj, const char *name, char code, Py_ssize_t itemsi
 static PyObject *mark_arrivals(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *o[9];
+    PyObject *o[11] = {NULL};
     Py_ssize_t per_chunk;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOn:mark_arrivals", &o[0], &o[1], &o[2], &o[3], &o[4],
-                          &o[5], &o[6], &o[7], &o[8], &per_chunk))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOn|OO:mark_arrivals", &o[0], &o[1], &o[2], &o[3],
+                          &o[4], &o[5], &o[6], &o[7], &o[8], &per_chunk, &o[9], &o[10]))
         return NULL;
-    Arg a[9] = {{{0}, 0}};
+    Arg a[11] = {{{0}, 0}};
+    int keep = o[9] != NULL && o[9] != Py_None && o[10] != NULL && o[10] != Py_None;
     PyObject *done = NULL, *result = NULL;
     Py_ssize_t n_packets = -1, n_chunks = -1, n_frag = -1, rows = -1;
-    if (get_arg(o[0], "packets", '?', 1, 1, &a[0], &n_packets) < 0 ||
-        get_arg(o[1], "counts", 'I', 4, 1, &a[1], &n_chunks) < 0 ||
-        get_arg(o[2], "expected", 'I', 4, 0, &a[2], &n_chunks) < 0 ||
-        get_arg(o[3], "chunks", '?', 1, 1, &a[3], &n_chunks) < 0 ||
-        get_arg(o[4], "have", '?', 1, 1, &a[4], &n_frag) < 0 ||
-        get_arg(o[5], "fragments", 'I', 4, 1, &a[5], &n_frag) < 0 ||
-        get_arg(o[6], "offsets", 'q', 8, 0, &a[6], &rows) < 0 ||
-        get_arg(o[7], "values", 'I', 4, 0, &a[7], &rows) < 0 ||
-        get_arg(o[8], "lengths", 'q', 8, 0, &a[8], &rows) < 0)
+    if (get_arg("mark_arrivals", o[0], "packets", '?', 1, 1, &a[0], &n_packets) < 0 ||
+        get_arg("mark_arrivals", o[1], "counts", 'I', 4, 1, &a[1], &n_chunks) < 0 ||
+        get_arg("mark_arrivals", o[2], "expected", 'I', 4, 0, &a[2], &n_chunks) < 0 ||
+        get_arg("mark_arrivals", o[3], "chunks", '?', 1, 1, &a[3], &n_chunks) < 0 ||
+        get_arg("mark_arrivals", o[4], "have", '?', 1, 1, &a[4], &n_frag) < 0 ||
+        get_arg("mark_arrivals", o[5], "fragments", 'I', 4, 1, &a[5], &n_frag) < 0 ||
+        get_arg("mark_arrivals", o[6], "offsets", 'q', 8, 0, &a[6], &rows) < 0 ||
+        get_arg("mark_arrivals", o[7], "values", 'I', 4, 0, &a[7], &rows) < 0 ||
+        get_arg("mark_arrivals", o[8], "lengths", 'q', 8, 0, &a[8], &rows) < 0 ||
+        (keep && (get_arg("mark_arrivals", o[9], "crcs", 'q', 8, 0, &a[9], &rows) < 0 ||
+                  get_arg("mark_arrivals", o[10], "sums", 'q', 8, 1, &a[10], &n_packets) < 0)))
         goto out;
     if (per_chunk < 1 || n_frag < 1 || n_chunks < (n_packets + per_chunk - 1) / per_chunk) {
         PyErr_Format(PyExc_ValueError, "mark_arrivals: %zd chunks of %zd packets cannot hold "
@@ -743,6 +748,8 @@ static PyObject *mark_arrivals(PyObject *self, PyObject *args)
     uint32_t *counts = a[1].view.buf, *frags = a[5].view.buf;
     const uint32_t *expected = a[2].view.buf, *values = a[7].view.buf;
     int64_t *out = dv.buf;
+    const int64_t *crcs = keep ? a[9].view.buf : NULL;
+    int64_t *sums = keep ? a[10].view.buf : NULL;
     Py_ssize_t fresh = 0, dup = 0, imm_only = 0, k = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < rows; i++) {
@@ -754,6 +761,8 @@ static PyObject *mark_arrivals(PyObject *self, PyObject *args)
         } else {
             pk[p] = 1;
             fresh++;
+            if (sums != NULL)
+                sums[p] = crcs[i];
             Py_ssize_t c = (Py_ssize_t)(p / per_chunk);
             if (++counts[c] == expected[c]) {
                 ch[c] = 1;
@@ -779,7 +788,7 @@ static PyObject *mark_arrivals(PyObject *self, PyObject *args)
     if (trimmed != NULL)
         result = Py_BuildValue("nnnN", fresh, dup, imm_only, trimmed);
 out:
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < 11; i++)
         if (a[i].held)
             PyBuffer_Release(&a[i].view);
     Py_XDECREF(done);
@@ -854,6 +863,66 @@ done:
     return result;
 }
 
+/* chunk_sums(sums, per_chunk, mtu, length, chunks, out): zlib's CRC-32 of each chunk
+ * combined from its packets' (``sums``, int64 per packet of a ``length``-byte receive of
+ * ``mtu``-byte packets, -1: not known) into ``out`` (int64 per chunk; -1 where a packet's
+ * is not known). Every bound is checked before the first combination. */
+static PyObject *chunk_sums(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *o[3];
+    Py_ssize_t per_chunk, mtu, length;
+    if (!PyArg_ParseTuple(args, "OnnnOO:chunk_sums", &o[0], &per_chunk, &mtu, &length, &o[1],
+                          &o[2]))
+        return NULL;
+    Arg a[3] = {{{0}, 0}};
+    PyObject *result = NULL;
+    Py_ssize_t n_packets = -1, rows = -1;
+    if (get_arg("chunk_sums", o[0], "sums", 'q', 8, 0, &a[0], &n_packets) < 0 ||
+        get_arg("chunk_sums", o[1], "chunks", 'q', 8, 0, &a[1], &rows) < 0 ||
+        get_arg("chunk_sums", o[2], "out", 'q', 8, 1, &a[2], &rows) < 0)
+        goto out;
+    if (per_chunk < 1 || mtu < 1 || length < 0 || n_packets != length / mtu + (length % mtu != 0)) {
+        PyErr_Format(PyExc_ValueError, "chunk_sums: %zd packet sums do not fit %zd bytes in "
+                     "%zd-byte packets (%zd per chunk)", n_packets, length, mtu, per_chunk);
+        goto out;
+    }
+    const int64_t *sums = a[0].view.buf, *chunks = a[1].view.buf;
+    int64_t *dst = a[2].view.buf;
+    Py_ssize_t n_chunks = n_packets / per_chunk + (n_packets % per_chunk != 0);
+    for (Py_ssize_t i = 0; i < rows; i++)
+        if (chunks[i] < 0 || chunks[i] >= n_chunks) {
+            PyErr_Format(PyExc_ValueError, "chunk_sums: chunk %lld is outside the receive's "
+                         "%zd chunks", (long long)chunks[i], n_chunks);
+            goto out;
+        }
+    Py_BEGIN_ALLOW_THREADS
+    uint32_t full = crc_x8n((uint64_t)mtu);
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        Py_ssize_t first = (Py_ssize_t)chunks[i] * per_chunk;
+        Py_ssize_t stop = first + per_chunk < n_packets ? first + per_chunk : n_packets;
+        int64_t crc = sums[first] > 0xFFFFFFFFll ? -1 : sums[first];
+        for (Py_ssize_t p = first + 1; crc >= 0 && p < stop; p++) {
+            int64_t part = sums[p];
+            if (part < 0 || part > 0xFFFFFFFFll) {
+                crc = -1;
+                break;
+            }
+            Py_ssize_t size = length - p * mtu < mtu ? length - p * mtu : mtu;
+            uint32_t shift = size == mtu ? full : crc_x8n((uint64_t)size);
+            crc = crc_mul((uint32_t)crc, shift) ^ (uint32_t)part;
+        }
+        dst[i] = crc;
+    }
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+out:
+    for (int i = 0; i < 3; i++)
+        if (a[i].held)
+            PyBuffer_Release(&a[i].view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"place_batch", (PyCFunction)(void (*)(void))place_batch, METH_VARARGS | METH_KEYWORDS,
      "place_batch(table, generations, remote_offsets, imms, lengths, payloads, "
@@ -862,9 +931,15 @@ static PyMethodDef methods[] = {
      "The native implementation of sdr.placement.place_batch (same rules, same results)."},
     {"mark_arrivals", mark_arrivals, METH_VARARGS,
      "mark_arrivals(packets, counts, expected, chunks, have, fragments, offsets, values, "
-     "lengths, per_chunk)\n--\n\n"
+     "lengths, per_chunk, crcs=None, sums=None)\n--\n\n"
      "One receive's rows of a batch, in order, on its bitmaps and immediate fragments; "
-     "returns (new, duplicates, imm_only, done chunks). The native RecvTable._apply."},
+     "returns (new, duplicates, imm_only, done chunks). The native RecvTable._apply. With "
+     "``crcs`` (int64 per row) and ``sums`` (int64 per packet), a new packet's checksum is "
+     "kept in ``sums``."},
+    {"chunk_sums", chunk_sums, METH_VARARGS,
+     "chunk_sums(sums, per_chunk, mtu, length, chunks, out)\n--\n\n"
+     "zlib's CRC-32 of each of ``chunks`` combined from its packets' checksums into ``out`` "
+     "(int64, -1 where one is not known). The native ReceiveBitmap.chunk_sums."},
     {"chunk_crcs", chunk_crcs, METH_VARARGS,
      "chunk_crcs(data, chunk_size, length, chunks, out)\n--\n\n"
      "zlib's CRC-32 of each of ``chunks`` of the first ``length`` bytes of ``data`` into "

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sdr import placement
+from sdr.crc import crc32_combine
 from sdr.errors import ConfigError
 
 __all__ = ["ReceiveBitmap", "bitmap_chunk_expand"]
@@ -18,7 +20,9 @@ __all__ = ["ReceiveBitmap", "bitmap_chunk_expand"]
 class ReceiveBitmap:
     """Arrival state of one posted receive of ``length`` bytes."""
 
-    __slots__ = ("length", "mtu", "chunk_size", "packets", "chunks", "_counts", "_expected")
+    __slots__ = (
+        "length", "mtu", "chunk_size", "packets", "chunks", "sums", "_counts", "_expected"
+    )  # fmt: skip
 
     def __init__(self, length: int, mtu: int, chunk_size: int) -> None:
         if length < 0 or mtu < 1 or chunk_size < mtu or chunk_size % mtu:
@@ -33,6 +37,9 @@ class ReceiveBitmap:
         n_chunks = -(-n_packets // per_chunk)
         self.packets = np.zeros(n_packets, dtype=bool)
         self.chunks = np.zeros(n_chunks, dtype=bool)
+        self.sums: np.ndarray | None = None
+        """zlib's CRC-32 of each packet's payload as it was placed (int64, -1: not known),
+        from the first batch that carries them (:meth:`keep_sums`); None before."""
         self._counts = np.zeros(n_chunks, dtype=np.uint32)
         self._expected = np.full(n_chunks, per_chunk, dtype=np.uint32)
         if n_chunks:
@@ -56,18 +63,31 @@ class ReceiveBitmap:
         starts = packet_offsets.astype(np.int64) * self.mtu
         return np.minimum(self.mtu, self.length - starts)
 
-    def mark(self, packet_offsets: np.ndarray) -> tuple[int, int, np.ndarray]:
-        """Record arrivals. Offsets must be < n_packets (the caller filters).
+    def keep_sums(self) -> np.ndarray:
+        """Start keeping the packets' checksums (arrivals marked before stay unknown)."""
+        if self.sums is None:
+            self.sums = np.full(self.n_packets, -1, dtype=np.int64)
+        return self.sums
+
+    def mark(
+        self, packet_offsets: np.ndarray, crcs: np.ndarray | None = None
+    ) -> tuple[int, int, np.ndarray]:
+        """Record arrivals. Offsets must be < n_packets (the caller filters). ``crcs``:
+        each row's payload checksum, kept for the first copy of a packet when
+        :attr:`sums` is kept.
 
         Returns (new packets, duplicates, indices of chunks that just became complete).
         """
         offsets = packet_offsets.astype(np.int64, copy=False)
-        unique = np.unique(offsets)
-        fresh = unique[~self.packets[unique]]
+        unique, first = np.unique(offsets, return_index=True)
+        new = ~self.packets[unique]
+        fresh = unique[new]
         duplicates = len(offsets) - len(fresh)
         if not len(fresh):
             return 0, duplicates, np.empty(0, dtype=np.int64)
         self.packets[fresh] = True
+        if crcs is not None and self.sums is not None:
+            self.sums[fresh] = crcs[first[new]]
         chunk_ids, counts = np.unique(fresh // (self.chunk_size // self.mtu), return_counts=True)
         self._counts[chunk_ids] += counts.astype(np.uint32)
         done = chunk_ids[self._counts[chunk_ids] == self._expected[chunk_ids]]
@@ -79,11 +99,14 @@ class ReceiveBitmap:
         in place (``sdr._placement.mark_arrivals``), by the rules of :meth:`mark`."""
         return self.packets, self._counts, self._expected, self.chunks
 
-    def mark_one(self, packet: int) -> bool:
-        """Record one arrival (offset < n_packets); False when it is a duplicate."""
+    def mark_one(self, packet: int, crc: int = -1) -> bool:
+        """Record one arrival (offset < n_packets) and its payload's checksum (-1: not
+        known) where :attr:`sums` is kept; False when it is a duplicate."""
         if self.packets[packet]:
             return False
         self.packets[packet] = True
+        if self.sums is not None:
+            self.sums[packet] = crc
         chunk = packet // (self.chunk_size // self.mtu)
         self._counts[chunk] += 1
         if self._counts[chunk] == self._expected[chunk]:
@@ -119,9 +142,37 @@ class ReceiveBitmap:
         and counts go back to zero, so the repair's packets count as new arrivals."""
         for start, stop in self.packet_range(chunks):
             self.packets[start:stop] = False
+            if self.sums is not None:
+                self.sums[start:stop] = -1
             chunk = start // (self.chunk_size // self.mtu)
             self._counts[chunk] = 0
             self.chunks[chunk] = False
+
+    def chunk_sums(self, chunks: np.ndarray) -> np.ndarray:
+        """zlib's CRC-32 of each of ``chunks`` combined from its packets' checksums
+        (int64), -1 for a chunk with a packet whose checksum is not known (or not
+        arrived): those must be read. One native call where the native datapath runs
+        (``sdr._placement.chunk_sums``), else :func:`sdr.crc.crc32_combine` per packet,
+        the reference (tests hold the two equal)."""
+        chunks = np.ascontiguousarray(chunks, dtype=np.int64)
+        out = np.full(len(chunks), -1, dtype=np.int64)
+        sums = self.sums
+        if sums is None or not len(chunks):
+            return out
+        per_chunk = self.chunk_size // self.mtu
+        if placement.DATAPATH == "native" and placement.chunk_sums_native is not None:
+            placement.chunk_sums_native(sums, per_chunk, self.mtu, self.length, chunks, out)
+            return out
+        for i, chunk in enumerate(chunks.tolist()):
+            start = chunk * per_chunk
+            parts = sums[start : min(start + per_chunk, self.n_packets)].tolist()
+            if not parts or min(parts) < 0:
+                continue
+            crc = parts[0]
+            for packet, part in enumerate(parts[1:], start=start + 1):
+                crc = crc32_combine(crc, part, min(self.mtu, self.length - packet * self.mtu))
+            out[i] = crc
+        return out
 
     def view(self) -> np.ndarray:
         """Read-only view of the chunk bitmap (one bool per chunk)."""
@@ -135,9 +186,11 @@ class ReceiveBitmap:
 
     def nbytes(self) -> int:
         """Memory held by this bitmap's arrays."""
+        kept = 0 if self.sums is None else self.sums.nbytes
         return (
             self.packets.nbytes + self.chunks.nbytes + self._counts.nbytes + self._expected.nbytes
-        )
+            + kept
+        )  # fmt: skip
 
 
 def bitmap_chunk_expand(chunks: object, chunk_size: int, length: int) -> np.ndarray:

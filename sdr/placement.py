@@ -72,6 +72,7 @@ __all__ = [
     "place_batch_native",
     "mark_arrivals_native",
     "chunk_crcs_native",
+    "chunk_sums_native",
     "place_batch_python",
     "use_datapath",
 ]
@@ -107,6 +108,11 @@ mark_arrivals_native: Any = getattr(_native, "mark_arrivals", None)  # None: an 
 chunk_crcs_native: Any = getattr(_native, "chunk_crcs", None)
 """The chunk checksums of :func:`sdr.reliability.integrity.chunk_crcs` in one call, None
 where ``sdr._placement`` was not built; it runs where :data:`DATAPATH` is ``native``."""
+
+chunk_sums_native: Any = getattr(_native, "chunk_sums", None)
+"""The chunk checksums combined from packet checksums
+(:meth:`sdr.chunk_bitmap.ReceiveBitmap.chunk_sums`) in one call, None where
+``sdr._placement`` was not built; it runs where :data:`DATAPATH` is ``native``."""
 
 DATAPATH = "python"
 """The implementation :func:`place_batch` runs: ``native`` or ``python``."""

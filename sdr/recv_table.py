@@ -104,14 +104,21 @@ class RecvRecord:
             self._have[index] = True
 
     def mark_native(
-        self, packets: np.ndarray, fragments: np.ndarray, lengths: np.ndarray, per_chunk: int
+        self,
+        packets: np.ndarray,
+        fragments: np.ndarray,
+        lengths: np.ndarray,
+        per_chunk: int,
+        crcs: np.ndarray | None = None,
     ) -> tuple[int, int, int, np.ndarray]:
         """This receive's rows in one native call (:data:`sdr.placement.mark_arrivals_native`):
         (new, duplicates, immediate-only, completed chunks), the effects of the Python
-        paths of :class:`RecvTable`."""
+        paths of :class:`RecvTable`; with ``crcs``, each new packet's checksum is kept."""
+        sums = None if crcs is None else self.bitmap.keep_sums()
         return placement.mark_arrivals_native(
             *self.bitmap.arrays(), self._have, self._fragments, packets,
             fragments.astype(np.uint32, copy=False), lengths, per_chunk,
+            None if crcs is None else np.ascontiguousarray(crcs, dtype=np.int64), sums,
         )  # fmt: skip
 
     def _take_fragments(self, index: np.ndarray, values: np.ndarray) -> None:
@@ -275,11 +282,12 @@ class RecvTable:
             rows = np.flatnonzero(~late & ~stale & (bad == PLACED))
         if not len(rows):
             return {}
+        crcs = batch.crcs
         if placement.DATAPATH == "native" and placement.mark_arrivals_native is not None:
-            return self._apply_native(rows, ids, packets, fragments, lengths)
+            return self._apply_native(rows, ids, packets, fragments, lengths, crcs)
         if len(rows) <= SMALL_BATCH:
-            return self._apply_rows(rows, ids, packets, fragments, lengths)
-        return self._apply(rows, ids, packets, fragments, lengths)
+            return self._apply_rows(rows, ids, packets, fragments, lengths, crcs)
+        return self._apply(rows, ids, packets, fragments, lengths, crcs)
 
     def _apply_native(
         self,
@@ -288,6 +296,7 @@ class RecvTable:
         packets: np.ndarray,
         fragments: np.ndarray,
         lengths: np.ndarray,
+        crcs: np.ndarray | None = None,
     ) -> dict[RecvRecord, np.ndarray]:
         """:meth:`_apply` in one native call per receive (sdr._placement.mark_arrivals):
         same effects, same counters, same events (tests/test_recv_table_native.py)."""
@@ -298,8 +307,9 @@ class RecvTable:
         for mine in groups:
             rec = self._active[int(ids[mine[0]])]
             new, dup, imm_only, done = rec.mark_native(
-                packets[mine], fragments[mine], lengths[mine], ppc
-            )
+                packets[mine], fragments[mine], lengths[mine], ppc,
+                None if crcs is None else crcs[mine],
+            )  # fmt: skip
             c.packets_accepted += new
             c.duplicates += dup
             c.imm_only_packets += imm_only
@@ -313,6 +323,7 @@ class RecvTable:
         packets: np.ndarray,
         fragments: np.ndarray,
         lengths: np.ndarray,
+        crcs: np.ndarray | None = None,
     ) -> dict[RecvRecord, np.ndarray]:
         """Accepted rows, vectorized per receive."""
         c, n_frag = self.counters, self.attr.layout.fragments
@@ -324,8 +335,11 @@ class RecvTable:
             data = lengths[mine] > 0
             c.imm_only_packets += int((~data).sum())
             done = np.empty(0, dtype=np.int64)
+            if crcs is not None:
+                rec.bitmap.keep_sums()
             if data.any():
-                new, dup, done = rec.bitmap.mark(pkt[data])
+                sums = None if crcs is None else crcs[mine][data]
+                new, dup, done = rec.bitmap.mark(pkt[data], sums)
                 c.packets_accepted += new
                 c.duplicates += dup
             rec._take_fragments(pkt % n_frag, fragments[mine])
@@ -339,26 +353,31 @@ class RecvTable:
         packets: np.ndarray,
         fragments: np.ndarray,
         lengths: np.ndarray,
+        crcs: np.ndarray | None = None,
     ) -> dict[RecvRecord, np.ndarray]:
         """The per-row twin of :meth:`_apply`: same effects, same counters, same events."""
         c, active = self.counters, self._active
         n_frag, ppc = self.attr.layout.fragments, self.attr.packets_per_chunk
         done: dict[RecvRecord, list[int]] = {}
-        for msg_id, pkt, fragment, length in zip(
+        sums = [-1] * len(rows) if crcs is None else crcs[rows].tolist()
+        for msg_id, pkt, fragment, length, crc in zip(
             ids[rows].tolist(),
             packets[rows].tolist(),
             fragments[rows].tolist(),
             lengths[rows].tolist(),
+            sums,
             strict=True,
         ):
             rec = active[msg_id]
             chunks = done.setdefault(rec, [])
+            bitmap = rec.bitmap
+            if crcs is not None:
+                bitmap.keep_sums()
             if length == 0:
                 c.imm_only_packets += 1
                 rec.take_fragment(pkt, fragment)
                 continue
-            bitmap = rec.bitmap
-            if bitmap.mark_one(pkt):
+            if bitmap.mark_one(pkt, crc):
                 c.packets_accepted += 1
                 chunk = pkt // ppc
                 if bitmap.chunks[chunk]:

@@ -148,6 +148,11 @@ class CompletionBatch:
     validated: every row was placed through :func:`sdr.placement.place_batch` against the
     key table this QP's core bound (software drivers), so the core only matches rows to
     receives; False (the default) makes the core check each row itself.
+
+    crcs: zlib's CRC-32 of each row's payload as it was placed (int64; -1 where not
+    known), or None (the default) where the driver did not compute them. A driver that
+    gives them promises the bytes it placed are the bytes it checksummed: the core then
+    combines a chunk's checksum from its packets' instead of reading the chunk again.
     """
 
     channels: np.ndarray  # uint16
@@ -156,6 +161,7 @@ class CompletionBatch:
     byte_lens: np.ndarray  # int64
     remote_offsets: np.ndarray  # int64
     validated: bool = False
+    crcs: np.ndarray | None = None  # int64
 
     def __len__(self) -> int:
         return len(self.imms)
@@ -189,6 +195,16 @@ def concat_completions(parts: list[CompletionBatch]) -> CompletionBatch:
         byte_lens=np.concatenate([p.byte_lens for p in parts]),
         remote_offsets=np.concatenate([p.remote_offsets for p in parts]),
         validated=all(p.validated for p in parts),
+        crcs=_concat_crcs(parts),
+    )
+
+
+def _concat_crcs(parts: list[CompletionBatch]) -> np.ndarray | None:
+    """The parts' CRCs in one column (-1 for the rows of a part without), None if none has."""
+    if all(p.crcs is None for p in parts):
+        return None
+    return np.concatenate(
+        [np.full(len(p), -1, np.int64) if p.crcs is None else p.crcs for p in parts]
     )
 
 

@@ -1,9 +1,14 @@
 """The receive table's native arrival marking (``sdr._placement.mark_arrivals``) against
 the two Python paths (row by row and vectorized): mostly honest traffic with duplicates,
 reordering, immediate-only rows and a few forged ones, in batches of 1 to 200 rows over
-several receives at once. Same counters, bitmaps, immediates and completed-chunk events."""
+several receives at once. Same counters, bitmaps, immediates and completed-chunk events,
+and, for batches that carry payload checksums (some unknown, duplicates with others),
+the same kept packet checksums (the first copy's) and the same chunk checksums combined
+from them."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -19,10 +24,15 @@ ATTR = sdr.QPAttr(mtu=1000, chunk_size=4000, max_message_size=40_000, generation
 SIZES = (39_500, 4_000, 1, 0, 12_345)  # a short last packet, one chunk, one byte, none
 
 
-def traffic(seed: int, recs: list) -> list[list[tuple[int, int, int, int, int]]]:
-    """Batches of (channel, generation, imm, length, remote offset) for ``recs``."""
+def traffic(seed: int, recs: list) -> list[list[tuple[int, int, int, int, int, int]]]:
+    """Batches of (channel, generation, imm, length, remote offset, payload CRC) for
+    ``recs``; the CRC is -1 (not known) for a few rows, and a duplicate's differs."""
     rng = np.random.default_rng(seed)
     enc, rows = ATTR.layout.encode, []
+
+    def crc() -> int:
+        return -1 if rng.random() < 0.05 else int(rng.integers(0, 1 << 32))
+
     for index, rec in enumerate(recs):
         size = SIZES[index]
         n = max(1, -(-size // ATTR.mtu))
@@ -30,12 +40,12 @@ def traffic(seed: int, recs: list) -> list[list[tuple[int, int, int, int, int]]]
             length = min(ATTR.mtu, size - pkt * ATTR.mtu)
             row = (0, rec.generation, enc(rec.msg_id, pkt, (pkt * 7 + index) % 16), length,
                    rec.slot * ATTR.max_message_size + pkt * ATTR.mtu)  # fmt: skip
-            rows.append(row)
+            rows.append((*row, crc()))
             for _ in range(int(rng.integers(0, 3)) if rng.random() < 0.2 else 0):
-                rows.append(row)  # duplicates
+                rows.append((*row, crc()))  # duplicates
             if rng.random() < 0.05:  # a forged generation, an immediate-only row
-                rows.append((0, (rec.generation + 1) % 3, *row[2:]))
-                rows.append((0, rec.generation, row[2], 0, row[4]))
+                rows.append((0, (rec.generation + 1) % 3, *row[2:], crc()))
+                rows.append((0, rec.generation, row[2], 0, row[4], crc()))
     order = rng.permutation(len(rows))
     rows = [rows[i] for i in order]
     batches, at = [], 0
@@ -46,7 +56,7 @@ def traffic(seed: int, recs: list) -> list[list[tuple[int, int, int, int, int]]]
     return batches
 
 
-def run(datapath: str, small: int, seed: int) -> tuple:
+def run(datapath: str, small: int, seed: int, crcs: bool = False) -> tuple:
     recv_table.SMALL_BATCH, saved = small, recv_table.SMALL_BATCH
     previous = placement.use_datapath(datapath)
     try:
@@ -54,9 +64,14 @@ def run(datapath: str, small: int, seed: int) -> tuple:
         mr = sdr.MemoryRegion(key=1, view=memoryview(bytearray(len(SIZES) * 40_000)))
         recs = [core.post_recv(0.0, mr, i * 40_000, n) for i, n in enumerate(SIZES)]
         events = []
-        for batch in traffic(seed, recs):
-            done = core.receive_completions(0.0, CompletionBatch.from_rows(batch))
+        for rows in traffic(seed, recs):
+            batch = CompletionBatch.from_rows([row[:5] for row in rows])
+            if crcs:
+                batch = dataclasses.replace(batch, crcs=np.array([r[5] for r in rows], np.int64))
+            done = core.receive_completions(0.0, batch)
             events.append(sorted((recs.index(r), c.dtype.str, c.tolist()) for r, c in done.items()))
+        sums = [None if r.bitmap.sums is None else r.bitmap.sums.tolist() for r in recs]
+        every = [np.arange(r.bitmap.n_chunks) for r in recs]
         return (
             core.counters.as_dict(),
             [r.bitmap.packets.tolist() for r in recs],
@@ -64,6 +79,8 @@ def run(datapath: str, small: int, seed: int) -> tuple:
             [r.bitmap._counts.tolist() for r in recs],
             [(r.imm, r.arrived) for r in recs],
             events,
+            sums,
+            [r.bitmap.chunk_sums(c).tolist() for r, c in zip(recs, every, strict=True)],
         )
     finally:
         recv_table.SMALL_BATCH = saved
@@ -71,15 +88,24 @@ def run(datapath: str, small: int, seed: int) -> tuple:
 
 
 @needs_native
+@pytest.mark.parametrize("crcs", [False, True])
 @pytest.mark.parametrize("seed", range(12))
-def test_native_marking_equals_both_python_paths(seed: int) -> None:
-    rows_path, vector_path, native = run("python", 10**6, seed), run("python", 0, seed), None
-    native = run("native", 0, seed)
+def test_native_marking_equals_both_python_paths(seed: int, crcs: bool) -> None:
+    rows_path = run("python", 10**6, seed, crcs)
+    vector_path = run("python", 0, seed, crcs)
+    native = run("native", 0, seed, crcs)
     assert rows_path == vector_path
     assert native == rows_path
     counters = native[0]
     assert counters["duplicates"] > 0 and counters["packets_accepted"] > 0  # exercised
     assert sum(len(e) for e in native[5]) > 0
+    sums, chunk_sums = native[6], native[7]
+    if crcs:  # kept where known, and some chunks combined, some not (a -1 among them)
+        assert all(s is not None for s in sums[:1])
+        flat = [c for rec in chunk_sums for c in rec]
+        assert any(c >= 0 for c in flat)
+    else:
+        assert sums == [None] * len(SIZES) and all(c == -1 for r in chunk_sums for c in r)
 
 
 @needs_native

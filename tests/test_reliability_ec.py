@@ -223,3 +223,18 @@ def test_a_one_chunk_message_goes_as_selective_repeat_without_parity(scheme):
     assert all((s == d).all() for s, d in zip(srcs, dsts, strict=True))
     assert first["dropped"] and handles[0].retransmissions == 1
     assert "submessages_encoded" not in handles[0].stats
+
+
+def test_chunks_ec_rebuilt_are_read_not_taken_from_packet_checksums():
+    """Only bytes that came as packets have a placed checksum: a chunk the EC receiver
+    rebuilt itself is read when checked, whatever the receive's packet sums say."""
+    from sdr.reliability import create_scheme
+    from sdr.reliability.config import ReliabilityConfig
+
+    scheme = create_scheme(ReliabilityConfig(scheme="ec-mds", k=4, m=2, chunk_size=1024))
+    receiver = scheme.receiver(0, memoryview(bytearray(8 * 1024)))
+    receiver.use_packet_sums(1, lambda chunks: np.zeros(len(chunks), np.int64))  # parity lane
+    assert receiver.placed_sums(np.arange(8)) is None
+    receiver.use_packet_sums(0, lambda chunks: np.full(len(chunks), 5, np.int64))
+    receiver.recovered[[2, 6]] = True
+    assert receiver.placed_sums(np.arange(8)).tolist() == [5, 5, -1, 5, 5, 5, -1, 5]

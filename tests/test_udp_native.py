@@ -169,7 +169,7 @@ def _run(rig: _ReceiveRig, datagrams: list[tuple[bytes, tuple[str, int]]], impl:
 
 
 def _observed(rig: _ReceiveRig) -> dict[str, object]:
-    fields = ("channels", "generations", "imms", "byte_lens", "remote_offsets")
+    fields = ("channels", "generations", "imms", "byte_lens", "remote_offsets", "crcs")
     rows = []
     for batch in rig.qp.completions:
         rows += list(zip(*(getattr(batch, f).tolist() for f in fields), strict=True))
@@ -196,6 +196,58 @@ def test_every_discard_reason_agrees_with_the_reference() -> None:
     assert len(a["completions"]) == 3  # type: ignore[arg-type]
     ref.check(True)
     nat.check(True)
+
+
+def _odd_tail_rig(verify: bool) -> tuple[_ReceiveRig, list[bytes], bytes]:
+    """A rig with one more receive (generation 0, slot 1, message id 1) of 301 bytes, so
+    its last packet carries 45: three bytes of ICRC padding. Returns the rig, the two
+    payloads, and their packets as one bytes each (the second corrupted copy last)."""
+    from sdr.transport import Bind
+
+    rig = _ReceiveRig()
+    rig.receiver.verify_icrc = verify
+    rig.qp.bind(Bind(generation=0, slot=1, region=rig.region, offset=3600, length=301, msg_id=1))
+    qp, layout, mtu = rig.qp, rig.attr.layout, rig.attr.mtu
+    rng = np.random.default_rng(11)
+    payloads = [rng.bytes(256), rng.bytes(45)]
+    packets = [
+        encode_packet(
+            _PEER,
+            rig.local,
+            qp.qpns[0][0],
+            0,
+            rig.attr.max_message_size + i * mtu,
+            qp.rkeys[0],
+            layout.encode(1, i, 0),
+            payload,
+        )  # fmt: skip
+        for i, payload in enumerate(payloads)
+    ]
+    return rig, payloads, packets
+
+
+@needs_native
+@pytest.mark.parametrize("impl", ["python", "native"])
+@pytest.mark.parametrize("verify", [True, False])
+def test_completions_carry_each_payloads_crc(impl: str, verify: bool) -> None:
+    """Each placed packet's completion carries zlib's CRC-32 of its payload (the chunk
+    checksums are combined from these). The native pass derives it from the ICRC's read
+    of the payload: a packet with ICRC padding still verifies (a wrong derivation would
+    count it ``bad_icrc``), and a corrupted one still does not."""
+    rig, payloads, packets = _odd_tail_rig(verify)
+    corrupt = bytearray(packets[1])
+    corrupt[HEADER_SIZE + 40] ^= 0x10
+    _run(rig, [(packets[0], _PEER), (packets[1], _PEER)], impl)
+    crcs = [c for batch in rig.qp.completions for c in batch.crcs.tolist()]
+    assert crcs == [zlib.crc32(p) for p in payloads]
+    assert rig.qp.counters()["bad_icrc"] == 0
+    rig, _, _ = _odd_tail_rig(verify)
+    _run(rig, [(bytes(corrupt), _PEER)], impl)
+    placed = [c for batch in rig.qp.completions for c in batch.crcs.tolist()]
+    if verify:
+        assert rig.qp.counters()["bad_icrc"] == 1 and placed == []
+    else:  # nothing checks the wire: the checksum is of what was placed
+        assert placed == [zlib.crc32(bytes(corrupt[HEADER_SIZE : HEADER_SIZE + 45]))]
 
 
 @needs_native

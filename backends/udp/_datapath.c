@@ -12,7 +12,10 @@
  *       by COUNTERS), bad_source, bad_length, bad_icrc, bad_rkey (``tables.discards``, one
  *       row per QP, columns named by DISCARDS). The segments that pass are listed in
  *       ``tables.listed`` (one row per name in LISTED) for the key table's placement step
- *       (sdr.placement.place_batch); nothing is written anywhere else.
+ *       (sdr.placement.place_batch), each with zlib's CRC-32 of its payload (the "crc"
+ *       column, from the same read of the payload as the ICRC: the chunk checksums are
+ *       combined from these instead of reading the chunk again); nothing is written
+ *       anywhere else.
  *   check(tables, *, lengths, sources, gso_sizes=None) -> (segments, listed)
  *       The same pass over datagrams already in the staging slots (no socket).
  *   send(fd, region, *, peer, local, rkey, src_offsets, lengths, remote_offsets, imms,
@@ -93,10 +96,10 @@ static const char *const discard_names[N_DISCARDS] = {
     [D_BAD_SOURCE] = "bad_source", [D_BAD_LENGTH] = "bad_length",
     [D_BAD_ICRC] = "bad_icrc", [D_BAD_RKEY] = "bad_rkey",
 };
-enum { L_ENDPOINT, L_OFFSET, L_LENGTH, L_VA, L_IMM, N_LISTED };
+enum { L_ENDPOINT, L_OFFSET, L_LENGTH, L_VA, L_IMM, L_CRC, N_LISTED };
 static const char *const listed_names[N_LISTED] = {
     [L_ENDPOINT] = "endpoint", [L_OFFSET] = "offset", [L_LENGTH] = "length",
-    [L_VA] = "va", [L_IMM] = "imm",
+    [L_VA] = "va", [L_IMM] = "imm", [L_CRC] = "crc",
 };
 /* The attributes of the receive pass's ``tables`` object (exported as TABLES). */
 enum {
@@ -322,6 +325,9 @@ typedef struct {
     /* the last ICRC prefix: most segments come from one peer at one size */
     int64_t last_source;
     uint32_t last_len, last_state;
+    /* x^(8 * last_dlen): moves the header's register across a payload of that size */
+    int64_t last_dlen;
+    uint32_t last_shift;
 } RecvPass;
 
 static Py_ssize_t find_qpn(const RecvPass *r, int64_t qpn)
@@ -367,6 +373,9 @@ static int recv_segment(RecvPass *r, Py_ssize_t *k, Py_ssize_t off, uint32_t len
         disc[D_BAD_LENGTH]++;
         return 0;
     }
+    /* the payload's register, zlib's CRC-32 of it (listed: the chunk checksums follow
+     * from these), and the ICRC from the same read of the payload */
+    uint32_t payload = crc_raw(0xFFFFFFFFu, p + HEADER_SIZE, (size_t)dlen);
     if (r->verify) {
         if (source != r->last_source || len != r->last_len) {
             r->last_source = source;
@@ -374,11 +383,17 @@ static int recv_segment(RecvPass *r, Py_ssize_t *k, Py_ssize_t off, uint32_t len
             r->last_state = icrc_prefix((uint32_t)(source >> 16), (uint32_t)(source & 0xFFFF),
                                         r->local_ip, r->local_port, len);
         }
+        if (dlen != r->last_dlen) {
+            r->last_dlen = dlen;
+            r->last_shift = crc_x8n((uint64_t)dlen);
+        }
         uint8_t hdr[HEADER_SIZE];
         memcpy(hdr, p, HEADER_SIZE);
         hdr[4] = 0xFF; /* the ICRC sees F|B|resv6 as all ones */
         uint32_t c = crc_raw_table(r->last_state, hdr, HEADER_SIZE);
-        c = ~crc_raw(c, p + HEADER_SIZE, (size_t)(end - HEADER_SIZE));
+        /* crc_raw(c, payload) = shift(c ^ ~0, dlen) ^ crc_raw(~0, payload) */
+        c = crc_mul(c ^ 0xFFFFFFFFu, r->last_shift) ^ payload;
+        c = ~crc_raw_table(c, p + HEADER_SIZE + dlen, (size_t)pad);
         uint32_t carried = (uint32_t)p[end] | (uint32_t)p[end + 1] << 8 |
                            (uint32_t)p[end + 2] << 16 | (uint32_t)p[end + 3] << 24;
         if (c != carried) {
@@ -396,6 +411,7 @@ static int recv_segment(RecvPass *r, Py_ssize_t *k, Py_ssize_t off, uint32_t len
     r->listed[L_LENGTH][i] = dlen;
     r->listed[L_VA][i] = (int64_t)be64(p + 12); /* > 2^63 wraps negative: out of range */
     r->listed[L_IMM][i] = be32(p + 28);
+    r->listed[L_CRC][i] = ~payload;
     return 1;
 }
 
@@ -486,7 +502,7 @@ static int setup_pass(RecvPass *r, Buf *b, PyObject *tables, Py_ssize_t *slots,
         .listed_cap = cap,
         .counters = I64(b[B_COUNTERS]), .discards = I64(b[B_DISCARDS]),
         .local_ip = (uint32_t)local_ip, .local_port = (uint32_t)local_port, .verify = verify,
-        .last_source = -2,
+        .last_source = -2, .last_dlen = -1,
     };
     Py_ssize_t stride = b[B_LISTED].view.shape[1];
     for (int i = 0; i < N_LISTED; i++)

@@ -53,9 +53,10 @@ COUNTERS = ("runt", "bad_opcode", "unknown_qpn")
 """Transport-wide counters of the receive pass, in the order of its ``counters`` array."""
 DISCARDS = ("bad_source", "bad_length", "bad_icrc", "bad_rkey")
 """Per-QP discards of the receive pass, the columns of its ``discards`` table."""
-LISTED = ("endpoint", "offset", "length", "va", "imm")
+LISTED = ("endpoint", "offset", "length", "va", "imm", "crc")
 """The rows of the receive pass's ``listed`` table: per segment that passed, its
-endpoint, staging offset of the payload, payload length, RETH address, immediate."""
+endpoint, staging offset of the payload, payload length, RETH address, immediate, and
+zlib's CRC-32 of the payload (the chunk checksums are combined from these)."""
 WOULD_BLOCK = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS, errno.EINTR})
 """A send's ``error`` when the send queue stayed full for its wait bound: not a fault."""
 

@@ -72,6 +72,7 @@ def _rows(batch: CompletionBatch, start: int, stop: int) -> CompletionBatch:
         byte_lens=batch.byte_lens[start:stop],
         remote_offsets=batch.remote_offsets[start:stop],
         validated=batch.validated,
+        crcs=None if batch.crcs is None else batch.crcs[start:stop],
     )
 
 

@@ -174,8 +174,8 @@ class Receiver:
             self._take_native_counters()
         if listed:
             # copies of the columns a completion batch keeps: the next pass rewrites the table
-            ep, offsets, dlen, va, imm = self._tables.listed[:, :listed]
-            self._place(ep, offsets, dlen.copy(), imm.astype(np.uint32), va.copy())
+            ep, offsets, dlen, va, imm, crcs = self._tables.listed[:, :listed]
+            self._place(ep, offsets, dlen.copy(), imm.astype(np.uint32), va.copy(), crcs.copy())
 
     def _take_native_counters(self) -> None:
         counters = self._tables.counters
@@ -227,10 +227,16 @@ class Receiver:
         )
         if not passed.any():
             return
-        ep, rows = ep[passed], rows[passed]
+        ep, rows, dlen = ep[passed], rows[passed], dlen[passed]
         imms = hdr["imm"][rows].astype(np.uint32)
         remote = hdr["va"][rows].astype(np.int64)  # > 2^63 wraps negative: out of range
-        self._place(ep, rows * self.ring.slot_size + HEADER_SIZE, dlen[passed], imms, remote)
+        offsets = rows * self.ring.slot_size + HEADER_SIZE
+        view = self.ring.view
+        crcs = np.array(
+            [crc32(view[o : o + n]) for o, n in zip(offsets.tolist(), dlen.tolist(), strict=True)],
+            dtype=np.int64,
+        )
+        self._place(ep, offsets, dlen, imms, remote, crcs)
 
     def _place(
         self,
@@ -239,23 +245,27 @@ class Receiver:
         dlen: np.ndarray,
         imms: np.ndarray,
         remote: np.ndarray,
+        crcs: np.ndarray,
     ) -> None:
         """Hand the packets that passed the wire checks to their QPs' key tables, which
-        copy each from its staging offset into the registered region."""
+        copy each from its staging offset into the registered region; the completions
+        carry each payload's CRC-32 (``crcs``)."""
         table = self.qpn_table
         owners, staging = table.owner[ep], self.ring.view
         several = len(table.qps) > 1  # one QP (the common case) owns every packet
         for index in np.unique(owners).tolist() if several else owners[:1].tolist():
             mine = owners == index if several else slice(None)
             qp, eps, lengths = table.qps[index], ep[mine], dlen[mine]
-            gens, imm, va = table.gens[eps], imms[mine], remote[mine]
+            gens, imm, va, sums = table.gens[eps], imms[mine], remote[mine], crcs[mine]
             verdicts = qp.keys.place(gens, va, imm, lengths, staging, offsets[mine])
             ok = verdicts == PLACED
             if not ok.all():  # some refused: deliver the placed ones (usually all are)
                 if not ok.any():
                     continue
                 eps, gens, imm, lengths, va = eps[ok], gens[ok], imm[ok], lengths[ok], va[ok]
-            qp.deliver(CompletionBatch(table.chans[eps], gens, imm, lengths, va, validated=True))
+                sums = sums[ok]
+            batch = CompletionBatch(table.chans[eps], gens, imm, lengths, va, True, sums)
+            qp.deliver(batch)
 
     def _check(
         self,

@@ -19,6 +19,7 @@ Member EC machines keep their parity in a prefix of the shared-size lane buffer.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -139,6 +140,7 @@ class AdaptiveReceiver:
         self._own_status = Status.ACTIVE
         self._actions: list[SchemeAction] = []
         self._pending: list[tuple[float, int, np.ndarray]] = []
+        self._sums: dict[int, Callable[[np.ndarray], np.ndarray]] = {}
         self._deadline = math.inf
         self._ask_at: float | None = None
         self._first: float | None = None
@@ -155,6 +157,12 @@ class AdaptiveReceiver:
     def gapped(self) -> bool:
         """The member receiver has a hole (none before the DIGEST named the member)."""
         return bool(self.inner is not None and self.inner.gapped)
+
+    def use_packet_sums(self, lane: int, sums: Callable[[np.ndarray], np.ndarray]) -> None:
+        """Kept for the member receiver (handed on once the DIGEST names it)."""
+        self._sums[lane] = sums
+        if self.inner is not None:
+            self.inner.use_packet_sums(lane, sums)
 
     @property
     def status(self) -> Status:
@@ -276,6 +284,8 @@ class AdaptiveReceiver:
             inner.count(key, value)
         inner.count(f"adaptive_{choice.label()}")
         self.inner = inner
+        for lane, sums in self._sums.items():
+            inner.use_packet_sums(lane, sums)
         for when, lane, chunks in self._pending:
             inner.on_chunks(when, lane, chunks)
         self._pending.clear()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -249,6 +250,12 @@ class SchemeReceiver(Machine):
     @abstractmethod
     def on_chunks(self, now: float, lane: int, chunks: np.ndarray) -> None:
         """These chunks of ``lane`` became complete in the receive bitmap."""
+
+    def use_packet_sums(self, lane: int, sums: Callable[[np.ndarray], np.ndarray]) -> None:
+        """``sums(chunks)`` gives the CRC-32 of chunks of ``lane`` as their packets were
+        placed (int64, -1: not known; :meth:`sdr.chunk_bitmap.ReceiveBitmap.chunk_sums`),
+        so that checking them need not read them. A receiver that checks nothing ignores
+        it (this default)."""
 
 
 class Scheme(ABC):

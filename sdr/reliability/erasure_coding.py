@@ -117,6 +117,12 @@ class ErasureCodingReceiver(SelectiveRepeatReceiver):
     def landed(self) -> np.ndarray:
         return self.arrived | self.recovered
 
+    def placed_sums(self, chunks: np.ndarray) -> np.ndarray | None:
+        sums = super().placed_sums(chunks)
+        if sums is not None:
+            sums[self.recovered[chunks]] = -1  # rebuilt here, not placed: read them
+        return sums
+
     # --- events -------------------------------------------------------------------------
     def arm_fto(self, now: float) -> None:
         self._last_arrival = now

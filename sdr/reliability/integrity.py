@@ -1,13 +1,15 @@
 """End-to-end integrity: per-chunk CRC-32s carried on the control path (DIGEST messages).
 
 The sender computes one CRC-32 per data chunk (sdr.crc: ISA-L's, ~23 GB/s on one core,
-or zlib's, ~4 GB/s) in small
-steps that overlap sending, and sends them with the message length and a fingerprint of
-the scheme. The receiver checks every chunk (arrived or decoded) against its checksum
-as it lands, seals it when it matches (the driver refuses every later packet for it) and
-reopens it for a repair when it does not; a chunk that fails is re-requested on its own,
-so one bad chunk never fails the whole message. At the moment the message would be
-declared final, every chunk is checked once more (defence in depth: a driver whose NIC
+or zlib's, ~4 GB/s) in small steps that overlap sending, and sends them with the message
+length and a fingerprint of the scheme. The receiver checks every chunk (arrived or
+decoded) against its checksum as it lands, seals it when it matches (the driver refuses
+every later packet for it) and reopens it for a repair when it does not; a chunk that
+fails is re-requested on its own, so one bad chunk never fails the whole message. A
+chunk whose packets a driver checksummed as it placed them (the UDP driver, from the
+same read as the ICRC) is checked from those checksums, combined, instead of being read
+again. At the moment the message would be declared final, every chunk is read and
+checked once more (defence in depth: a driver whose NIC
 writes payload itself cannot refuse a late write).
 """
 
@@ -157,6 +159,18 @@ class DigestStore:
         self.known[fresh] = True
         return fresh
 
-    def check(self, data: memoryview, chunks: np.ndarray) -> np.ndarray:
-        """Whether each of ``chunks`` (all with known checksums) matches its checksum."""
-        return chunk_crcs(data, self.geometry, chunks) == self.crcs[chunks]
+    def check(
+        self, data: memoryview, chunks: np.ndarray, sums: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Whether each of ``chunks`` (all with known checksums) matches its checksum.
+        ``sums``: each chunk's CRC-32 as its packets were placed (int64, -1: not known),
+        combined from the driver's per-packet checksums; the chunks without one are
+        read from ``data``."""
+        want = self.crcs[chunks]
+        if sums is None:
+            return chunk_crcs(data, self.geometry, chunks) == want
+        ok = sums == want
+        unknown = sums < 0
+        if unknown.any():
+            ok[unknown] = chunk_crcs(data, self.geometry, chunks[unknown]) == want[unknown]
+        return ok

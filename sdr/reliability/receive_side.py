@@ -168,8 +168,11 @@ class ReceiveSide:
                     rec = self.core.post_recv(now, region, base, length, copies)
                 except ResourceBusy:
                     return
-                self._lane_in[rec] = (inc, len(inc.posted))
+                lane = len(inc.posted)
+                self._lane_in[rec] = (inc, lane)
                 inc.posted.append(rec)
+                if inc.machine is not None and rec.bitmap.chunk_size == self.scheme.chunk_size:
+                    inc.machine.use_packet_sums(lane, rec.bitmap.chunk_sums)
                 if inc.over:
                     self._release(now, rec)
             self.to_post.popleft()

@@ -20,6 +20,8 @@ flag).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from sdr.errors import MessageFailed, ProtocolError, SDRError, TimeoutError
@@ -61,6 +63,7 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         self._ack_at: float | None = None
         self._hi = -1  # highest chunk index that arrived
         self._last_arrival = -np.inf  # the latest data arrival: the SACK's ack_delay
+        self._sums: Callable[[np.ndarray], np.ndarray] | None = None
 
     # --- state views (EC extends them) ----------------------------------------------------
     def landed(self) -> np.ndarray:
@@ -70,6 +73,16 @@ class SelectiveRepeatReceiver(SchemeReceiver):
     def have(self) -> np.ndarray:
         """Chunks the sender may consider delivered (landed and not known bad)."""
         return self.landed() & ~self.bad
+
+    def use_packet_sums(self, lane: int, sums: Callable[[np.ndarray], np.ndarray]) -> None:
+        if lane == Lane.DATA:
+            self._sums = sums
+
+    def placed_sums(self, chunks: np.ndarray) -> np.ndarray | None:
+        """The data chunks' CRC-32s as their packets were placed (-1: read them), None
+        when the driver gives none. Only bytes that came as packets have one: EC
+        marks the chunks it rebuilt itself."""
+        return None if self._sums is None else self._sums(chunks)
 
     # --- events -------------------------------------------------------------------------
     def begin(self, now: float) -> None:
@@ -195,7 +208,10 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         cand = chunks[self.digests.known[chunks] & landed[chunks] & ~self.verified[chunks]]
         if not len(cand):
             return
-        ok = self.digests.check(self.data, cand)
+        sums = self.placed_sums(cand)
+        if sums is not None:
+            self.count("chunks_checked_from_packet_crcs", int((sums >= 0).sum()))
+        ok = self.digests.check(self.data, cand, sums)
         good, failed = cand[ok], cand[~ok]
         self.accept(good)
         fresh = failed[~self.bad[failed]]
@@ -229,7 +245,7 @@ class SelectiveRepeatReceiver(SchemeReceiver):
         bad = np.flatnonzero(self.bad)
         if not len(bad):
             return
-        ok = self.digests.check(self.data, bad)
+        ok = self.digests.check(self.data, bad, self.placed_sums(bad))
         self.accept(bad[ok])
         still = bad[~ok]
         self.reject(still)  # a damaged copy of the repair may have claimed them again

@@ -27,6 +27,7 @@ INSTRUMENTED = (
     "targets_placement",
     "targets_forward",
     "targets_setup",
+    "targets_arrivals",
 )
 """Top-level modules whose code atheris instruments (and everything below them)."""
 

@@ -235,6 +235,7 @@ def _completions(qp: object) -> list[tuple[int, ...]]:
                 batch.imms.tolist(),
                 batch.byte_lens.tolist(),
                 batch.remote_offsets.tolist(),
+                batch.crcs.tolist(),  # each payload's CRC-32: both paths list it
                 strict=True,
             )
         )
