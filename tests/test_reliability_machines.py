@@ -100,8 +100,11 @@ def test_sr_sender_arms_rto_at_departure_and_retransmits_exactly_the_unacked():
     assert s.next_timer() is None
 
 
-def test_sr_receiver_acks_coalesced_and_completes_after_verification():
-    data = payload(5 * CS + 100)
+def _sr_pair_after_digest(length: int) -> tuple:
+    """An sr-rto sender of ``length`` bytes started at 0 and its receiver, which has the
+    sender's first control messages (the DIGEST); returns (sender, receiver, the
+    sender's first SendChunks actions)."""
+    data = payload(length)
     s = scheme("sr-rto").sender(3, data)
     r = scheme("sr-rto").receiver(3, memoryview(bytearray(len(data))))
     s.start(0.0)
@@ -109,6 +112,11 @@ def test_sr_receiver_acks_coalesced_and_completes_after_verification():
     chunks, control, _ = split(s.actions())
     for msg in control:
         r.on_control(0.001, msg)
+    return s, r, chunks
+
+
+def test_sr_receiver_acks_coalesced_and_completes_after_verification():
+    s, r, chunks = _sr_pair_after_digest(5 * CS + 100)
     wire = Wire(s, r, lose={(0, 2)})
     wire.deliver(0.005, [SendChunks(0, chunks[0].chunks)])
     sack_at = 0.005 + r.config.ack_delay_gapped  # chunk 2 is missing: the sooner interval
@@ -121,7 +129,7 @@ def test_sr_receiver_acks_coalesced_and_completes_after_verification():
     wire.deliver(0.04, [SendChunks(0, np.array([2]), True)])
     _, control, done = split(r.actions())
     assert isinstance(control[-1], Ack) and done[0].error is None
-    assert bytes(r.data) == bytes(data)
+    assert bytes(r.data) == bytes(s.data)
 
 
 def test_sr_receiver_nacks_a_corrupt_chunk_and_rechecks_it():
@@ -290,14 +298,7 @@ def test_sr_receiver_acks_in_order_data_later_and_a_hole_sooner():
     """The SACK of data that came in order waits ``ack_delay`` (rtt/2 with ``fixed``);
     once a hole shows, ``ack_delay_gapped`` (rtt/4), even if a later SACK was scheduled:
     as TCP acks out-of-order data at once (RFC 5681)."""
-    data = payload(6 * CS)
-    s = scheme("sr-rto").sender(3, data)
-    r = scheme("sr-rto").receiver(3, memoryview(bytearray(len(data))))
-    s.start(0.0)
-    run_work(s, 0.0)
-    chunks, control, _ = split(s.actions())
-    for msg in control:
-        r.on_control(0.001, msg)
+    _, r, _ = _sr_pair_after_digest(6 * CS)
     r.on_chunks(0.005, 0, np.array([0, 1]))
     assert not r.gapped and r.next_timer() == pytest.approx(0.005 + r.config.ack_delay)
     r.on_chunks(0.006, 0, np.array([3]))  # chunk 2 is missing

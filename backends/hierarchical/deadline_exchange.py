@@ -372,7 +372,7 @@ class DeadlineExchange:
 
         def stop_due() -> float:
             # not before every peer's entry is known: it may move the cut later
-            return cut[0] - half_rtt if stopping[0] and not waiting else cut[0]
+            return cut[0] - half_rtt if stopping[0] is not None and not waiting else cut[0]
 
         def over() -> bool:
             if waiting:
@@ -408,9 +408,7 @@ class DeadlineExchange:
                 self.links.drive(look, max(planned[0] - time.monotonic(), 0.0), "a deadline")
             except TimeoutError:
                 continue  # the cut as it stood came: the peer's entry may have moved it
-        for p, h in probes:  # one that came after the last look (the drive had ended)
-            if p not in first and rtqps[p].cleared(h):
-                first[p] = time.monotonic()
+        # the last over() looked at every peer still waiting, and nothing ran since
         return (entry[0] if entry else None), cut[0], set(first)
 
     def _send_notes(self, notes: list[WriteHandle]) -> None:

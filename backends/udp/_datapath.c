@@ -14,8 +14,8 @@
  *       ``tables.listed`` (one row per name in LISTED) for the key table's placement step
  *       (sdr.placement.place_batch), each with zlib's CRC-32 of its payload (the "crc"
  *       column, from the same read of the payload as the ICRC: the chunk checksums are
- *       combined from these instead of reading the chunk again); nothing is written
- *       anywhere else.
+ *       combined from these instead of reading the chunk again; -1 with the ICRC off,
+ *       when no payload is read); nothing is written anywhere else.
  *   check(tables, *, lengths, sources, gso_sizes=None) -> (segments, listed)
  *       The same pass over datagrams already in the staging slots (no socket).
  *   send(fd, region, *, peer, local, rkey, src_offsets, lengths, remote_offsets, imms,
@@ -373,10 +373,12 @@ static int recv_segment(RecvPass *r, Py_ssize_t *k, Py_ssize_t off, uint32_t len
         disc[D_BAD_LENGTH]++;
         return 0;
     }
-    /* the payload's register, zlib's CRC-32 of it (listed: the chunk checksums follow
-     * from these), and the ICRC from the same read of the payload */
-    uint32_t payload = crc_raw(0xFFFFFFFFu, p + HEADER_SIZE, (size_t)dlen);
+    /* with the ICRC on, the payload is read once for two checksums: its own (zlib's
+     * CRC-32, listed: the chunk checksums are combined from these) and the ICRC. With
+     * it off the pass reads no payload and lists -1 (not known). */
+    int64_t listed_crc = -1;
     if (r->verify) {
+        uint32_t payload = crc_raw(0xFFFFFFFFu, p + HEADER_SIZE, (size_t)dlen);
         if (source != r->last_source || len != r->last_len) {
             r->last_source = source;
             r->last_len = len;
@@ -400,6 +402,7 @@ static int recv_segment(RecvPass *r, Py_ssize_t *k, Py_ssize_t off, uint32_t len
             disc[D_BAD_ICRC]++;
             return 0;
         }
+        listed_crc = ~payload;
     }
     if ((int64_t)be32(p + 20) != r->rkeys[ep]) {
         disc[D_BAD_RKEY]++;
@@ -411,7 +414,7 @@ static int recv_segment(RecvPass *r, Py_ssize_t *k, Py_ssize_t off, uint32_t len
     r->listed[L_LENGTH][i] = dlen;
     r->listed[L_VA][i] = (int64_t)be64(p + 12); /* > 2^63 wraps negative: out of range */
     r->listed[L_IMM][i] = be32(p + 28);
-    r->listed[L_CRC][i] = ~payload;
+    r->listed[L_CRC][i] = listed_crc;
     return 1;
 }
 

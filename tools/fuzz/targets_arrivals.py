@@ -94,7 +94,8 @@ def fuzz_arrivals_native(data: bytes) -> None:
     crcs = None
     if not r.empty and r.u8() & 1:  # checksums: per row, and kept per packet
         crcs = np.array([_checksum(r) for _ in range(rows)], np.int64)
-        state.append(np.where(packets, [_checksum(r) for _ in range(n_packets)], -1))
+        drawn = np.array([_checksum(r) for _ in range(n_packets)], np.int64)
+        state.append(np.where(packets, drawn, -1).astype(np.int64))
     want = reference(state, offsets, values, lengths, per_chunk, crcs)
     before = [a.copy() for a in state]
     try:
