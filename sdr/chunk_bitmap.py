@@ -3,7 +3,8 @@
 One bit per chunk (chunk = N x MTU): a chunk's bit is set once every one of its packets
 has arrived. The state lives in small NumPy arrays sized by the posted receive (not by
 the QP's limits), so an idle QP costs nothing and a 64 MiB receive at a 4 KiB MTU costs
-about 20 KiB.
+about 20 KiB; 128 KiB more where the driver gives each packet's checksum (kept per
+packet, so that a chunk's can be combined from them: :meth:`ReceiveBitmap.chunk_sums`).
 """
 
 from __future__ import annotations
