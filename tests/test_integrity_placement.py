@@ -9,7 +9,9 @@ Each test failed on the code before the placement guard and the slot schedule.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -224,16 +226,26 @@ def test_create_qp_warns_when_its_rate_lets_ids_repeat_too_soon() -> None:
         ctx.create_qp(sdr.QPAttr(max_messages=128, rate_limit="400Gbit/s"))
 
 
-def test_udp_forged_packet_with_a_valid_icrc_never_rewrites_placed_bytes() -> None:
-    """Over real sockets with the ICRC on: a forger who knows QPN, rkey and the sender's
-    address (its ICRC is valid) cannot rewrite a packet that has landed."""
-    attr = sdr.QPAttr(mtu=1024, chunk_size="4KiB", max_message_size="64KiB")
-    ta, tb = UdpTransport(port=0), UdpTransport(port=0)
-    a, b = sdr.Context(backend=ta), sdr.Context(backend=tb)
+@contextlib.contextmanager
+def _connected_udp_qps(attr: sdr.QPAttr) -> Iterator[tuple]:
+    """Two UDP contexts on loopback with one QP each, connected; closed after."""
+    a, b = sdr.Context(backend=UdpTransport(port=0)), sdr.Context(backend=UdpTransport(port=0))
     try:
         qa, qb = a.create_qp(attr), b.create_qp(attr)
         qa.connect(qb.info())
         qb.connect(qa.info())
+        yield a, b, qa, qb
+    finally:
+        a.close()
+        b.close()
+
+
+def test_udp_forged_packet_with_a_valid_icrc_never_rewrites_placed_bytes() -> None:
+    """Over real sockets with the ICRC on: a forger who knows QPN, rkey and the sender's
+    address (its ICRC is valid) cannot rewrite a packet that has landed."""
+    attr = sdr.QPAttr(mtu=1024, chunk_size="4KiB", max_message_size="64KiB")
+    with _connected_udp_qps(attr) as (a, b, qa, qb):
+        ta, tb = a.transport, b.transport
         dst = np.zeros(4096, dtype=np.uint8)
         rh = qb.post_recv(b.register(dst))
         src = random_bytes(4096, seed=9)
@@ -262,9 +274,6 @@ def test_udp_forged_packet_with_a_valid_icrc_never_rewrites_placed_bytes() -> No
             b.progress()
         assert np.array_equal(src, dst), "a forged packet rewrote placed bytes"
         assert qb.counters()["duplicates"] == 4
-    finally:
-        a.close()
-        b.close()
 
 
 @pytest.mark.parametrize(
@@ -274,46 +283,49 @@ def test_udp_chunks_are_checked_from_packet_crcs_and_a_forged_first_copy_fails_t
     datapath: str, scheme: str
 ) -> None:
     """Over real sockets the receiver checks each chunk from its packets' CRC-32s (the
-        UDP driver computes them in the ICRC's read), never reading the chunk again; a
-        forged packet with a valid ICRC that lands before the genuine one makes its chunk's
-        combined checksum differ, so the chunk is reopened, repaired, and the message
-        completes with the sender's bytes (on both datapaths; and through an adaptive receive,
+    UDP driver computes them in the ICRC's read), never reading the chunk again; a
+    forged packet with a valid ICRC that lands before the genuine one makes its chunk's
+    combined checksum differ, so the chunk is reopened, repaired, and the message
+    completes with the sender's bytes (on both datapaths; and through an adaptive receive,
     which hands the packet checksums to the member the DIGEST names)."""
     if datapath == "native" and placement.place_batch_native is None:
         pytest.skip("sdr._placement not built")
     previous = placement.use_datapath(datapath)
     attr = sdr.QPAttr(mtu=1024, chunk_size="4KiB", max_message_size="64KiB")
-    ta, tb = UdpTransport(port=0), UdpTransport(port=0)
-    a, b = sdr.Context(backend=ta), sdr.Context(backend=tb)
     try:
-        qa, qb = a.create_qp(attr), b.create_qp(attr)
-        qa.connect(qb.info())
-        qb.connect(qa.info())
-        kw: dict[str, Any] = {}
-        if scheme == "adaptive":  # one candidate, SR: the DIGEST names it per message
-            kw = {"adaptive": AdaptivePolicy(None, (Candidate("sr-nack"),))}
-        ra, rb = (ReliableQP(q, "sr-nack", rtt=0.01, **kw) for q in (qa, qb))
-        dst = np.zeros(64 * 1024, dtype=np.uint8)
-        rh = rb.post_recv(b.register(dst))
-        rb.progress()  # posted and bound: a packet for it now lands
-        msg_id, slot, generation = receive_triple(attr, 0)
-        tqp, sock, where = qb.transport_qp, ta.data_socket, ("127.0.0.1", tb.port)
-        forged = encode_packet(
-            sock.getsockname(), where, tqp.qpns[generation][0], 99,
-            slot * attr.max_message_size + 5 * 1024, tqp.rkeys[generation],
-            attr.layout.encode(msg_id, 5, 0), b"\xee" * 1024,
-        )  # fmt: skip
-        sock.sendto(forged, where)
-        for _ in range(50):
-            rb.progress()
-        src = random_bytes(64 * 1024, seed=4)
-        wh = ra.write(a.register(src))
-        drive([ra, rb], lambda: wh.finished and rh.finished, 30)
-        assert rh.error is None and np.array_equal(src, dst)
-        counters = rb.counters
-        assert counters["receive_bad_chunks"] == 1  # chunk 1, from the forged packet
-        assert counters["receive_chunks_checked_from_packet_crcs"] >= 16
+        with _connected_udp_qps(attr) as (a, b, qa, qb):
+            _forged_first_copy_fails_its_chunk(attr, scheme, a, b, qa, qb)
     finally:
         placement.use_datapath(previous)
-        a.close()
-        b.close()
+
+
+def _forged_first_copy_fails_its_chunk(
+    attr: sdr.QPAttr, scheme: str, a: sdr.Context, b: sdr.Context, qa: Any, qb: Any
+) -> None:
+    """Post a receive on ``qb``, land a forged copy of packet 5 in it, then write the
+    message from ``qa``: it completes with the sender's bytes after one bad chunk."""
+    ta, tb = a.transport, b.transport
+    kw: dict[str, Any] = {}
+    if scheme == "adaptive":  # one candidate, SR: the DIGEST names it per message
+        kw = {"adaptive": AdaptivePolicy(None, (Candidate("sr-nack"),))}
+    ra, rb = (ReliableQP(q, "sr-nack", rtt=0.01, **kw) for q in (qa, qb))
+    dst = np.zeros(64 * 1024, dtype=np.uint8)
+    rh = rb.post_recv(b.register(dst))
+    rb.progress()  # posted and bound: a packet for it now lands
+    msg_id, slot, generation = receive_triple(attr, 0)
+    tqp, sock, where = qb.transport_qp, ta.data_socket, ("127.0.0.1", tb.port)
+    forged = encode_packet(
+        sock.getsockname(), where, tqp.qpns[generation][0], 99,
+        slot * attr.max_message_size + 5 * 1024, tqp.rkeys[generation],
+        attr.layout.encode(msg_id, 5, 0), b"\xee" * 1024,
+    )  # fmt: skip
+    sock.sendto(forged, where)
+    for _ in range(50):
+        rb.progress()
+    src = random_bytes(64 * 1024, seed=4)
+    wh = ra.write(a.register(src))
+    drive([ra, rb], lambda: wh.finished and rh.finished, 30)
+    assert rh.error is None and np.array_equal(src, dst)
+    counters = rb.counters
+    assert counters["receive_bad_chunks"] == 1  # chunk 1, from the forged packet
+    assert counters["receive_chunks_checked_from_packet_crcs"] >= 16
