@@ -668,9 +668,9 @@ typedef struct {
 } Arg;
 
 /* ``obj`` as a C-contiguous 1-D array of ``code`` (``n``: its length, or -1 to learn it);
- * errors name ``func`` and ``name``. */
-static int get_arg(const char *arg_func, PyObject *obj, const char *name, char code, Py_ssize_t itemsize, int writable,
-                   Arg *a, Py_ssize_t *n)
+ * errors name ``arg_func`` and ``name``. */
+static int get_arg(const char *arg_func, PyObject *obj, const char *name, char code,
+                   Py_ssize_t itemsize, int writable, Arg *a, Py_ssize_t *n)
 {
     int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, &a->view, flags) < 0) {

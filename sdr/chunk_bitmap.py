@@ -167,8 +167,8 @@ class ReceiveBitmap:
         for i, chunk in enumerate(chunks.tolist()):
             start = chunk * per_chunk
             parts = sums[start : min(start + per_chunk, self.n_packets)].tolist()
-            if not parts or min(parts) < 0:
-                continue
+            if not parts or min(parts) < 0 or max(parts) > 0xFFFFFFFF:
+                continue  # one not known (or not a CRC-32): read the chunk
             crc = parts[0]
             for packet, part in enumerate(parts[1:], start=start + 1):
                 crc = crc32_combine(crc, part, min(self.mtu, self.length - packet * self.mtu))

@@ -156,7 +156,7 @@ def _marked(length: int, mtu: int, per_chunk: int, seed: int) -> tuple[ReceiveBi
 def test_chunk_sums_are_the_chunks_checksums(datapath, length, mtu, per_chunk) -> None:
     """Combined from the packets' checksums, each chunk's equals zlib's CRC-32 of the
     chunk's bytes (a short last packet included); a chunk with a packet whose checksum
-    is not known, or that was reopened, has none (-1)."""
+    is not known (or is no CRC-32), or that was reopened, has none (-1)."""
     previous = placement.use_datapath(datapath)
     try:
         bitmap, data = _marked(length, mtu, per_chunk, seed=length)
@@ -167,6 +167,8 @@ def test_chunk_sums_are_the_chunks_checksums(datapath, length, mtu, per_chunk) -
         assert bitmap.chunk_sums(every)[0] == -1 and (bitmap.sums[:per_chunk] == -1).all()
         bitmap.mark_one(0)  # arrived, checksum not known: the chunk must be read
         assert bitmap.chunk_sums(np.array([0])).tolist() == [-1]
+        bitmap.sums[-1] = 1 << 33  # not a CRC-32 (a driver's bad value): read, not trusted
+        assert bitmap.chunk_sums(np.array([bitmap.n_chunks - 1])).tolist() == [-1]
     finally:
         placement.use_datapath(previous)
 
