@@ -22,7 +22,8 @@
  *        qpns, psns, gso_segments=1, max_wait_ms=SEND_WAIT_MS) -> SendResult
  *       Builds BTH/RETH/ImmDt headers and the ICRC of every packet straight from the
  *       registered region and sends them with sendmmsg, several equal-sized packets per
- *       message with UDP_SEGMENT (GSO) when gso_segments > 1. Every offset and length is
+ *       message with UDP_SEGMENT (GSO) when gso_segments > 1, a window of
+ *       SEND_WINDOW_BYTES at a time (built, then sent). Every offset and length is
  *       checked against the region before anything is sent. A full send queue is waited
  *       for at most ``max_wait_ms`` in all; then, or on an error, it returns what left
  *       (SendResult: packets, wire_bytes, error, gso_refused) instead of raising.
@@ -72,6 +73,9 @@ enum {
     MAX_UDP_PAYLOAD = 65507, /* IPv4: 65535 - 20 - 8 */
     MAX_GSO_SEGMENTS = 64,
     SEND_CHUNK = 1024,       /* messages per sendmmsg (UIO_MAXIOV) */
+    /* Payload bytes a send builds (ICRCs read) before handing them to the kernel: well
+     * inside a core's L2 (256 KiB and up), so the kernel's copy finds them there. */
+    SEND_WINDOW_BYTES = 256 << 10,
     /* A send waits for a full send queue (EAGAIN: in poll for POLLOUT, at most RETRY_MS
      * at a time; ENOBUFS, a full device queue that poll does not report: NOBUFS_MS naps)
      * for at most SEND_WAIT_MS in all, counted from its first refusal; then it returns
@@ -808,108 +812,119 @@ static PyObject *py_send(PyObject *self, PyObject *args, PyObject *kwargs)
     Py_BEGIN_ALLOW_THREADS
     uint32_t last_size = 0, state = 0;
     int64_t wire = 0;
-    Py_ssize_t groups = 0;
-    for (Py_ssize_t i = 0; i < n;) {
-        /* one message: packets i..j-1, all of one wire size but the last */
-        Py_ssize_t j = i;
-        uint32_t seg = 0, bytes = 0;
-        while (j < n && j - i < gso_max) {
-            uint32_t pad = (uint32_t)(-len[j] & 3);
-            uint32_t size = HEADER_SIZE + (uint32_t)len[j] + pad + ICRC_SIZE;
-            if (j > i && (size > seg || bytes + size > MAX_UDP_PAYLOAD))
-                break;
-            uint8_t *h = headers + j * HEADER_SIZE, *t = tails + j * 8;
-            h[0] = OPCODE;
-            h[1] = (uint8_t)(pad << 4);
-            h[2] = 0xFF; h[3] = 0xFF; /* P_Key */
-            put_be32(h + 4, (uint32_t)qpn[j] & 0xFFFFFF);
-            put_be32(h + 8, (uint32_t)psn[j] & 0xFFFFFF);
-            put_be32(h + 12, (uint32_t)((uint64_t)va[j] >> 32));
-            put_be32(h + 16, (uint32_t)(uint64_t)va[j]);
-            put_be32(h + 20, (uint32_t)rkey);
-            put_be32(h + 24, (uint32_t)len[j]);
-            put_be32(h + 28, (uint32_t)imm[j]);
-            if (size != last_size) {
-                last_size = size;
-                state = icrc_prefix(local_ip, local_port, peer_ip, peer_port, size);
-            }
-            h[4] = 0xFF; /* the ICRC sees F|B|resv6 as all ones; the wire carries zeros */
-            uint32_t c = crc_raw_table(state, h, HEADER_SIZE);
-            h[4] = 0;
-            c = crc_raw(c, region + src[j], (size_t)len[j]);
-            memset(t, 0, 8);
-            c = ~crc_raw_table(c, t, pad);
-            put_le32(t + pad, c);
-            struct iovec *v = iov + 3 * j;
-            v[0].iov_base = h; v[0].iov_len = HEADER_SIZE;
-            v[1].iov_base = (void *)(region + src[j]); v[1].iov_len = (size_t)len[j];
-            v[2].iov_base = t; v[2].iov_len = pad + ICRC_SIZE;
-            wire += size + IP_UDP;
-            wire_through[j] = wire;
-            bytes += size;
-            if (j == i)
-                seg = size;
-            j++;
-            if (size < seg)
-                break; /* a shorter packet ends a GSO message */
-        }
-        struct msghdr *m = &msgs[groups].msg_hdr;
-        m->msg_name = &peer;
-        m->msg_namelen = sizeof peer;
-        m->msg_iov = iov + 3 * i;
-        m->msg_iovlen = (size_t)(3 * (j - i));
-        if (j - i > 1) {
-            char *cb = cbuf + groups * cmsg_space;
-            m->msg_control = cb;
-            m->msg_controllen = cmsg_space;
-            struct cmsghdr *c = CMSG_FIRSTHDR(m);
-            c->cmsg_level = SOL_UDP;
-            c->cmsg_type = UDP_SEGMENT;
-            c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-            uint16_t s16 = (uint16_t)seg;
-            memcpy(CMSG_DATA(c), &s16, sizeof s16);
-        }
-        group_end[groups++] = j;
-        i = j;
-    }
+    Py_ssize_t groups = 0, built = 0; /* messages built; packets built (their end) */
     struct timespec first_refusal = {0};
     int refused = 0;
-    while (done_msgs < groups) {
-        Py_ssize_t chunk = groups - done_msgs > SEND_CHUNK ? SEND_CHUNK : groups - done_msgs;
-        int sent = sendmmsg(fd, msgs + done_msgs, (unsigned)chunk, 0);
-        if (sent > 0) {
-            done_msgs += sent;
-            continue;
-        }
-        int e = sent < 0 ? errno : EIO;
-        if ((e == EIO || e == EINVAL) && msgs[done_msgs].msg_hdr.msg_controllen > 0) {
-            /* the kernel (or the device) refuses GSO on this socket, e.g. EINVAL without
-             * UDP checksums, EIO without checksum offload: the rest goes without it */
-            groups = ungroup(msgs, iov, group_end, done_msgs, n, &peer);
-            gso_refused = 1;
-            continue;
-        }
-        if (e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS || e == EINTR) {
-            if (!refused) {
-                refused = 1;
-                clock_gettime(CLOCK_MONOTONIC, &first_refusal);
+    while (built < n) {
+        /* Build a window of messages (headers and ICRCs), then send it before building
+         * the next: the ICRC's read leaves each payload in the cache for the kernel's
+         * copy, which a whole batch of large packets would have evicted by then. */
+        size_t window = 0;
+        while (built < n && window < SEND_WINDOW_BYTES) {
+            /* one message: packets i..j-1, all of one wire size but the last */
+            Py_ssize_t i = built, j = i;
+            uint32_t seg = 0, bytes = 0;
+            while (j < n && j - i < gso_max) {
+                uint32_t pad = (uint32_t)(-len[j] & 3);
+                uint32_t size = HEADER_SIZE + (uint32_t)len[j] + pad + ICRC_SIZE;
+                if (j > i && (size > seg || bytes + size > MAX_UDP_PAYLOAD))
+                    break;
+                uint8_t *h = headers + j * HEADER_SIZE, *t = tails + j * 8;
+                h[0] = OPCODE;
+                h[1] = (uint8_t)(pad << 4);
+                h[2] = 0xFF; h[3] = 0xFF; /* P_Key */
+                put_be32(h + 4, (uint32_t)qpn[j] & 0xFFFFFF);
+                put_be32(h + 8, (uint32_t)psn[j] & 0xFFFFFF);
+                put_be32(h + 12, (uint32_t)((uint64_t)va[j] >> 32));
+                put_be32(h + 16, (uint32_t)(uint64_t)va[j]);
+                put_be32(h + 20, (uint32_t)rkey);
+                put_be32(h + 24, (uint32_t)len[j]);
+                put_be32(h + 28, (uint32_t)imm[j]);
+                if (size != last_size) {
+                    last_size = size;
+                    state = icrc_prefix(local_ip, local_port, peer_ip, peer_port, size);
+                }
+                h[4] = 0xFF; /* the ICRC sees F|B|resv6 as all ones; the wire carries zeros */
+                uint32_t c = crc_raw_table(state, h, HEADER_SIZE);
+                h[4] = 0;
+                c = crc_raw(c, region + src[j], (size_t)len[j]);
+                memset(t, 0, 8);
+                c = ~crc_raw_table(c, t, pad);
+                put_le32(t + pad, c);
+                struct iovec *v = iov + 3 * j;
+                v[0].iov_base = h; v[0].iov_len = HEADER_SIZE;
+                v[1].iov_base = (void *)(region + src[j]); v[1].iov_len = (size_t)len[j];
+                v[2].iov_base = t; v[2].iov_len = pad + ICRC_SIZE;
+                wire += size + IP_UDP;
+                wire_through[j] = wire;
+                bytes += size;
+                if (j == i)
+                    seg = size;
+                j++;
+                if (size < seg)
+                    break; /* a shorter packet ends a GSO message */
             }
-            double left = (double)wait_ms - elapsed_ms(&first_refusal);
-            if (left <= 0) {
-                err = e; /* the queue stayed full: the caller learns what left */
-                break;
+            struct msghdr *m = &msgs[groups].msg_hdr;
+            m->msg_name = &peer;
+            m->msg_namelen = sizeof peer;
+            m->msg_iov = iov + 3 * i;
+            m->msg_iovlen = (size_t)(3 * (j - i));
+            if (j - i > 1) {
+                char *cb = cbuf + groups * cmsg_space;
+                m->msg_control = cb;
+                m->msg_controllen = cmsg_space;
+                struct cmsghdr *c = CMSG_FIRSTHDR(m);
+                c->cmsg_level = SOL_UDP;
+                c->cmsg_type = UDP_SEGMENT;
+                c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+                uint16_t s16 = (uint16_t)seg;
+                memcpy(CMSG_DATA(c), &s16, sizeof s16);
             }
-            int nap = left < RETRY_MS ? (int)left + 1 : RETRY_MS;
-            if (e == EAGAIN || e == EWOULDBLOCK) {
-                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-                poll(&pfd, 1, nap); /* the send queue is full: let it drain */
-            } else if (e == ENOBUFS) {
-                poll(NULL, 0, nap < NOBUFS_MS ? nap : NOBUFS_MS); /* poll would not wait */
-            }
-            continue;
+            group_end[groups++] = j;
+            window += bytes;
+            built = j;
         }
-        err = e;
-        break;
+        while (done_msgs < groups) {
+            Py_ssize_t chunk = groups - done_msgs > SEND_CHUNK ? SEND_CHUNK : groups - done_msgs;
+            int sent = sendmmsg(fd, msgs + done_msgs, (unsigned)chunk, 0);
+            if (sent > 0) {
+                done_msgs += sent;
+                continue;
+            }
+            int e = sent < 0 ? errno : EIO;
+            if ((e == EIO || e == EINVAL) && msgs[done_msgs].msg_hdr.msg_controllen > 0) {
+                /* the kernel (or the device) refuses GSO on this socket, e.g. EINVAL
+                 * without UDP checksums, EIO without checksum offload: the rest goes
+                 * without it */
+                groups = ungroup(msgs, iov, group_end, done_msgs, built, &peer);
+                gso_refused = 1;
+                gso_max = 1;
+                continue;
+            }
+            if (e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS || e == EINTR) {
+                if (!refused) {
+                    refused = 1;
+                    clock_gettime(CLOCK_MONOTONIC, &first_refusal);
+                }
+                double left = (double)wait_ms - elapsed_ms(&first_refusal);
+                if (left <= 0) {
+                    err = e; /* the queue stayed full: the caller learns what left */
+                    break;
+                }
+                int nap = left < RETRY_MS ? (int)left + 1 : RETRY_MS;
+                if (e == EAGAIN || e == EWOULDBLOCK) {
+                    struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+                    poll(&pfd, 1, nap); /* the send queue is full: let it drain */
+                } else if (e == ENOBUFS) {
+                    poll(NULL, 0, nap < NOBUFS_MS ? nap : NOBUFS_MS); /* poll would not wait */
+                }
+                continue;
+            }
+            err = e;
+            break;
+        }
+        if (err)
+            break;
     }
     Py_END_ALLOW_THREADS
     Py_ssize_t packets = done_msgs ? group_end[done_msgs - 1] : 0;
