@@ -285,6 +285,24 @@ def warm_memory(nbytes: int) -> float:
     return time.perf_counter() - start
 
 
+def free_page_reporting() -> bool:
+    """Whether a virtio balloon reports free guest pages to the host (feature bit 5,
+    VIRTIO_BALLOON_F_REPORTING): the host then takes them back, and every first touch of a
+    page freed a moment ago costs a host fault again, which :func:`warm_memory` cannot
+    prevent. A receiver that writes fresh pages (``sdr recv`` into a new file) pays it;
+    the memory-to-memory rows, like iperf3, reuse their buffers and do not."""
+    for device in Path("/sys/bus/virtio/devices").glob("*"):
+        try:
+            if (device / "device").read_text().strip() != "0x0005":  # a balloon
+                continue
+            features = (device / "features").read_text().strip()
+        except OSError:
+            continue
+        if len(features) > 5 and features[5] == "1":
+            return True
+    return False
+
+
 def populate_cost(directory: Path, nbytes: int) -> float:
     """CPU seconds per GiB to populate the pages of a fresh ``nbytes`` file in
     ``directory`` (what the receiver's prefault does with its output): the part of the
@@ -355,6 +373,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"receiver output in {out_dir}: populating a fresh {format_size(big)} file there "
             f"costs {populate:.2f} CPU s/GiB (inside each recv figure below)"
         )
+        if free_page_reporting():
+            console.print(
+                "[yellow]this VM reports free pages to its host: a page freed a moment ago "
+                "costs a host fault at its next first touch (about 2 s/GiB measured), so the `sdr "
+                "recv` rows, which write fresh pages, carry it; the write-bw rows do not"
+            )
         places = ["loopback"] + (["emulated"] if args.link else [])
         for place in places:
             for rate in rates:
