@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import json
@@ -34,6 +35,7 @@ import sys
 import time
 import types
 import zlib
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -589,15 +591,25 @@ def _wire(lengths: list[int]) -> int:
     return sum(HEADER_SIZE + n + (-n & 3) + ICRC_SIZE + 28 for n in lengths)
 
 
+@contextlib.contextmanager
+def _sink_and_source(rcvbuf: int = 4 << 20) -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A loopback socket that receives (with ``rcvbuf`` of buffer) and one to send from."""
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    src = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sink.bind(("127.0.0.1", 0))
+        sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        src.bind(("127.0.0.1", 0))
+        yield sink, src
+    finally:
+        sink.close()
+        src.close()
+
+
 @needs_native
 @pytest.mark.parametrize("gso", [1, 8])
 def test_a_send_reports_what_left(gso: int) -> None:
-    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sink.bind(("127.0.0.1", 0))
-    sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    src = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    src.bind(("127.0.0.1", 0))
-    try:
+    with _sink_and_source() as (sink, src):
         lengths = [1000] * 19 + [333]
         region, cols = _send_columns(lengths)
         result = _module().send(
@@ -619,9 +631,6 @@ def test_a_send_reports_what_left(gso: int) -> None:
             send(src.fileno(), region, peer=(1, 1), local=(1, 1), rkey=5, max_wait_ms=-1, **cols)
         with pytest.raises(TypeError, match="positional"):
             send(src.fileno(), region, (1, 1), (1, 1), 5, *cols.values())
-    finally:
-        sink.close()
-        src.close()
 
 
 @needs_native
@@ -634,13 +643,8 @@ def test_gso_refused_by_the_kernel_is_turned_off_and_the_group_sent_again(
     one datagram per message and says so, as quinn-udp does. 800 KB spans several of the
     send's build windows: the refusal in the first holds for the rest, and only built
     packets are sent again."""
-    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sink.bind(("127.0.0.1", 0))
-    sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    src = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    src.bind(("127.0.0.1", 0))
-    src.setsockopt(socket.SOL_SOCKET, native.SO_NO_CHECK, 1)
-    try:
+    with _sink_and_source() as (sink, src):
+        src.setsockopt(socket.SOL_SOCKET, native.SO_NO_CHECK, 1)
         lengths = [length] * count
         region, cols = _send_columns(lengths)
         result = _module().send(
@@ -652,9 +656,6 @@ def test_gso_refused_by_the_kernel_is_turned_off_and_the_group_sent_again(
         got = [sink.recv(1 << 16) for _ in range(count)]
         assert all(len(d) == HEADER_SIZE + length + ICRC_SIZE for d in got)
         assert [int.from_bytes(d[9:12], "big") for d in got] == list(range(count))
-    finally:
-        sink.close()
-        src.close()
 
 
 @needs_native
@@ -663,12 +664,7 @@ def test_a_batch_over_several_build_windows_leaves_whole_and_in_order(gso: int) 
     """The send builds headers and ICRCs a window (256 KiB of payload) at a time and
     sends each window before building the next; 1.2 MB of mixed sizes crosses five of
     them: every packet leaves once, in order, with its bytes and a verifying ICRC."""
-    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sink.bind(("127.0.0.1", 0))
-    sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-    src = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    src.bind(("127.0.0.1", 0))
-    try:
+    with _sink_and_source(8 << 20) as (sink, src):
         lengths = [8000] * 70 + [30000] * 20 + [123] + [8000] * 5
         region, cols = _send_columns(lengths)
         result = _module().send(
@@ -684,9 +680,6 @@ def test_a_batch_over_several_build_windows_leaves_whole_and_in_order(gso: int) 
             assert good, f"packet {psn}: ICRC does not verify"
             assert fields.psn == psn
             assert bytes(payload) == region[offsets[psn] : offsets[psn] + n].tobytes()
-    finally:
-        sink.close()
-        src.close()
 
 
 def _in_private_netns(tmp_path: pathlib.Path, setup: str, script: str) -> Any:
