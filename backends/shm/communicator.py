@@ -82,6 +82,7 @@ class ShmCommunicator:
         self._executor = ShmExecutor(self.rank, mine, channels, self.check)
         self._executor.seq = seq
         self.bootstrap.barrier()  # every rank attached before the creator may be written
+        mine.unlink()  # all mapped: the name is no longer needed, and a crash cannot leak it
         log.debug("rank %d registered %d B scratch, %d B packets", self.rank, scratch, packets)
 
     def _ensure(self, layout: Layout) -> None:

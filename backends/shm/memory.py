@@ -87,12 +87,19 @@ class Region:
         start = self._sem_bytes + 2 * self.scratch_cap + parity * self.packets_cap
         return self.buf[start : start + self.packets_cap]
 
+    def unlink(self) -> None:
+        """Remove the segment's name (the creating rank, once every rank has mapped it):
+        the memory lives on while anyone maps it, and a rank that dies, even by SIGKILL,
+        leaves nothing behind in /dev/shm."""
+        if self.owner:
+            self.owner = False
+            self.shm.unlink()
+
     def close(self) -> None:
-        """Detach; the creating rank also unlinks the segment."""
+        """Detach; the creating rank also unlinks the segment if it has not yet."""
         self.buf = self.sems = None  # type: ignore[assignment]
         self.shm.close()
-        if self.owner:
-            self.shm.unlink()
+        self.unlink()
 
 
 def write_packets(dst: np.ndarray, src: np.ndarray, flag: int) -> None:
