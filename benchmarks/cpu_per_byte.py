@@ -10,10 +10,20 @@ not: it is per byte) cancels by differencing two transfer sizes: CPU per GiB =
     python benchmarks/cpu_per_byte.py                       # loopback, 1 Gbit/s
     python benchmarks/cpu_per_byte.py --rates 1Gbit/s,5Gbit/s --link --json out/cpu.json
 
-The receiver writes into ``--out-dir`` (default /dev/shm: memory, as iperf3's receiver
-keeps nothing). A fresh file on a disk file system costs its page population on top
-(on our VMs ext4 about 2 s/GiB for pages the guest has not used lately, 0.2 once
-reused; tmpfs 0.3): the run prints that cost for the directory it used.
+The receiver writes into ``--out-dir`` (default /dev/shm). A fresh file costs its page
+population on top of the transport (on our VMs ext4 about 2 s/GiB for pages the guest
+has not used lately, 0.2 once reused; tmpfs 0.3; far more where the VM hands freed pages
+back to its host): the run prints that cost for the directory it used. So iperf3 runs
+twice: memory to memory (its receiver keeps nothing), and file to file (``-F``: the client
+reads the sender's file, the server writes into the same ``--out-dir``), and each SDR row
+is compared with the peer that moves data the way it does: ``sdr send``/``sdr recv`` with
+the file peers, ``--write-bw`` with the memory ones.
+
+Where a VM's balloon hands freed pages back to its host (the run says so), every fresh
+page a receiver writes costs a host fault, 1.5-2.5 CPU s/GiB, in whichever process
+touches it first, and how many pages are fresh depends on what ran just before: the file
+rows then move with the sizes (64MiB,2GiB mostly reuses pages, 1GiB,4GiB mostly does
+not) and only the ratios to the file peers of the same run mean anything.
 
 ``--write-bw`` adds each scheme memory to memory (``sdr write-bw --scheme``: one reused
 buffer sent into a ring of them, as iperf3 moves data), so the reliable path's own cost
@@ -53,6 +63,8 @@ ROOT = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
 SCHEMES = ("sr-nack", "sr-rto", "ec-mds")
 PEERS = ("iperf3-udp", "iperf3-tcp")
+FILE = " file"
+"""Suffix of a peer (and of the basis of an SDR row) that moves a file, not memory."""
 Wrap = Callable[[str, list[str]], list[str]]
 """Prefix a command to run it on one side ("a": sender, "b": receiver) of the link."""
 
@@ -168,21 +180,28 @@ def write_bw_run(
 
 
 def iperf3_run(
-    wrap: Wrap, host: str, proto: str, size: int, *, rate: str, args: Any
-) -> tuple[float, float]:
-    """One iperf3 transfer of ``size`` bytes at ``rate``; (client CPU s, server CPU s)."""
+    wrap: Wrap, host: str, proto: str, size: int, *, rate: str, args: Any,
+    files: dict[int, Path] | None = None, out: Path | None = None,
+) -> tuple[float, float]:  # fmt: skip
+    """One iperf3 transfer of ``size`` bytes at ``rate``; (client CPU s, server CPU s).
+    With ``files`` and ``out``: the client sends ``files[size]`` and the server writes
+    what it receives into ``out`` (``-F``), as `sdr send` / `sdr recv` do."""
     port = _free_port()
-    server = _popen(wrap("b", ["iperf3", "-s", "-1", "-B", host, "-p", str(port)]))
+    keep = ["-F", str(out)] if out is not None else []
+    server = _popen(wrap("b", ["iperf3", "-s", "-1", "-B", host, "-p", str(port), *keep]))
     try:
         time.sleep(0.3)  # iperf3 has no readiness signal; the client retries below
         bits = str(int(parse_rate(rate)))
         udp = ["-u", "-l", str(args.mtu)] if proto == "udp" else []
         command = ["iperf3", "-c", host, "-p", str(port), "-b", bits, "-n", str(size), *udp]
-        client = _popen(wrap("a", command + ["-w", "32M"]))
+        source = ["-F", str(files[size])] if files is not None and out is not None else []
+        client = _popen(wrap("a", command + ["-w", "32M", *source]))
         cpu_client = _cpu(client, 300)
         cpu_server = _cpu(server, 60)
     finally:
         _kill(server, locals().get("client"))
+        if out is not None:
+            out.unlink(missing_ok=True)
     return cpu_client, cpu_server
 
 
@@ -238,6 +257,9 @@ def measure_place(
             proto = peer.split("-")[1]
             run = functools.partial(iperf3_run, wrap, host, proto, rate=rate, args=args)
             found[peer] = per_gib(run, sizes, args.repeat)
+            if schemes:  # the peers of the file rows
+                run = functools.partial(run, files=files, out=out)
+                found[peer + FILE] = per_gib(run, sizes, args.repeat)
         for scheme in schemes if args.write_bw else ():
             run = functools.partial(write_bw_run, wrap, host, scheme, rate=rate, args=args)
             found[f"sdr write-bw {scheme}"] = per_gib(run, sizes, args.repeat)
@@ -262,11 +284,17 @@ def _sdr_size(
 def _row(
     place: str, rate: str, name: str, cpu: dict[str, Any], found: dict[str, dict[str, Any]]
 ) -> dict[str, Any]:
-    udp, tcp = found["iperf3-udp"], found["iperf3-tcp"]
-    row = {"place": place, "rate": rate, "peer": name, **cpu}
-    for end in ("send", "recv"):
-        row[f"{end}_vs_udp"] = cpu[f"{end}_s_per_gib"] / udp[f"{end}_s_per_gib"]
-        row[f"{end}_vs_tcp"] = cpu[f"{end}_s_per_gib"] / tcp[f"{end}_s_per_gib"]
+    """One table row: ``*_vs_udp`` / ``*_vs_tcp`` against the iperf3 runs that move data
+    the same way (``basis``: files for the `sdr send`/`recv` rows and the file peers,
+    memory for the rest); the file rows also keep their ratios to the memory peers."""
+    files = name.endswith(FILE) or (name.startswith("sdr ") and "write-bw" not in name)
+    basis = FILE if files and "iperf3-udp" + FILE in found else ""
+    row = {"place": place, "rate": rate, "peer": name, "basis": basis.strip() or "memory", **cpu}
+    for peer, suffix in [(basis, ""), ("", "_memory")] if basis else [("", "")]:
+        udp, tcp = found["iperf3-udp" + peer], found["iperf3-tcp" + peer]
+        for end in ("send", "recv"):
+            row[f"{end}_vs_udp{suffix}"] = cpu[f"{end}_s_per_gib"] / udp[f"{end}_s_per_gib"]
+            row[f"{end}_vs_tcp{suffix}"] = cpu[f"{end}_s_per_gib"] / tcp[f"{end}_s_per_gib"]
     return row
 
 
@@ -362,8 +390,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     schemes = [s for s in args.schemes.split(",") if s]
     console = Console(width=130)
     rows: list[dict[str, Any]] = []
-    warmed = warm_memory(3 * (small + big))  # both inputs, one output, with room
-    console.print(f"warmed {format_size(3 * (small + big))} of memory in {warmed:.2f} s")
+    reporting = free_page_reporting()
+    if not reporting:  # where the host takes freed pages back, warming cannot help
+        warmed = warm_memory(3 * (small + big))  # both inputs, one output, with room
+        console.print(f"warmed {format_size(3 * (small + big))} of memory in {warmed:.2f} s")
     with tempfile.TemporaryDirectory(prefix="sdr-cpu-") as tmp:
         files = {n: make_payload(Path(tmp) / f"in-{n}.bin", n) for n in (small, big)}
         out_dir = Path(args.out_dir or ("/dev/shm" if Path("/dev/shm").is_dir() else tmp))
@@ -373,11 +403,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"receiver output in {out_dir}: populating a fresh {format_size(big)} file there "
             f"costs {populate:.2f} CPU s/GiB (inside each recv figure below)"
         )
-        if free_page_reporting():
+        if reporting:
             console.print(
                 "[yellow]this VM reports free pages to its host: a page freed a moment ago "
-                "costs a host fault at its next first touch (about 2 s/GiB measured), so the `sdr "
-                "recv` rows, which write fresh pages, carry it; the write-bw rows do not"
+                "costs a host fault at its next first touch (about 2 s/GiB measured), so every "
+                "receiver that writes a file (`sdr recv`, iperf3 -F) carries it; the memory "
+                "rows do not"
             )
         places = ["loopback"] + (["emulated"] if args.link else [])
         for place in places:
@@ -385,14 +416,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 found = measure_place(place, rate, schemes, files, out, (small, big), args)
                 rows += [_row(place, rate, name, cpu, found) for name, cpu in found.items()]
     table = Table(title=f"CPU s per GiB, {format_size(small)} vs {format_size(big)}, {args.mtu} B")
-    for col in ("place", "rate", "peer", "send", "recv", "send/udp", "recv/udp", "send/tcp",
-                "recv/tcp"):  # fmt: skip
-        table.add_column(col, justify="left" if col in ("place", "peer") else "right")
+    for col in ("place", "rate", "peer", "vs iperf3", "send", "recv", "send/udp", "recv/udp",
+                "send/tcp", "recv/tcp"):  # fmt: skip
+        table.add_column(col, justify="left" if col in ("place", "peer", "vs iperf3") else "right")
     for r in rows:
         table.add_row(
             r["place"],
             format_rate(parse_rate(r["rate"])),
             r["peer"],
+            r["basis"],
             f"{r['send_s_per_gib']:.2f}",
             f"{r['recv_s_per_gib']:.2f}",
             f"{r['send_vs_udp']:.2f}x",
@@ -412,6 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "load": os.getloadavg(),
             "out_dir": str(out_dir),
             "populate_s_per_gib": populate,
+            "free_page_reporting": reporting,
         }
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     return 0
