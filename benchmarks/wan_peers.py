@@ -77,7 +77,9 @@ def run_sdr(
     }
 
 
-def run_peer(link: TunLink, peer: str, size: int) -> dict[str, Any]:
+def run_peer(link: TunLink, peer: str, size: int, out: Path | None = None) -> dict[str, Any]:
+    """One transfer by a peer; a TCP peer's receiver writes into the new file ``out``
+    (removed after) when given, as SDR's does, else only hashes the stream."""
     if peer == "quic":
         result = run_pair(
             link,
@@ -86,12 +88,16 @@ def run_peer(link: TunLink, peer: str, size: int) -> dict[str, Any]:
             ["--to", link.addr_b, "--size", str(size)],
         )
     else:
-        result = run_pair(
-            link,
-            "benchmarks.peers.tcp_peer",
-            ["--bind", link.addr_b],
-            ["--to", link.addr_b, "--size", str(size), "--cc", peer[4:]],
-        )
+        try:
+            result = run_pair(
+                link,
+                "benchmarks.peers.tcp_peer",
+                ["--bind", link.addr_b, *(["--out", str(out)] if out else [])],
+                ["--to", link.addr_b, "--size", str(size), "--cc", peer[4:]],
+            )
+        finally:
+            if out is not None:
+                out.unlink(missing_ok=True)
     return {"seconds": result["seconds"], "intact": result["intact"]}
 
 
@@ -109,7 +115,13 @@ def main() -> None:
     p.add_argument("--message-size", default="64MiB", help="largest SDR message")
     p.add_argument("--sdr", default=",".join(SDR))
     p.add_argument("--peers", default=",".join(PEERS))
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="the loss pattern (vary it to repeat)")
+    p.add_argument(
+        "--peer-output",
+        choices=("file", "memory"),
+        default="file",
+        help="TCP peers' receivers write a file as sdr recv does (default), or only hash",
+    )
     p.add_argument("--json")
     p.add_argument("--plot")
     args = p.parse_args()
@@ -132,7 +144,7 @@ def main() -> None:
                         bar.update(task, description=f"{proto} {format_size(size)} loss {loss:g}")
                         try:
                             res = (
-                                run_peer(link, proto, size)
+                                run_peer(link, proto, size, _peer_out(args, Path(tmp)))
                                 if proto in PEERS
                                 else run_sdr(link, proto, size, loss, args, Path(tmp))
                             )
@@ -144,6 +156,10 @@ def main() -> None:
                         bar.advance(task)
             links.append({"loss": loss, **link.summary})  # what the emulator did
     report(rows, args, links)
+
+
+def _peer_out(args: argparse.Namespace, tmp: Path) -> Path | None:
+    return tmp / "peer-received.bin" if args.peer_output == "file" else None
 
 
 def report(

@@ -1,12 +1,15 @@
 """Kernel TCP peer for side-by-side runs: send N bytes, report receiver-side completion.
 
-    python -m benchmarks.peers.tcp_peer recv --bind 10.200.0.2 --port 5201
+    python -m benchmarks.peers.tcp_peer recv --bind 10.200.0.2 --port 5201 [--out FILE]
     python -m benchmarks.peers.tcp_peer send --to 10.200.0.2 --port 5201 --size 64MiB --cc bbr
 
 The sender prints its start time (CLOCK_MONOTONIC, shared by every process on one host,
 namespaces included) taken after the connection is up; the receiver prints the time the
 last byte arrived and a SHA-256 of what it got. Completion = end - start, handshake
-excluded (as for SDR, whose QPs are connected before timing starts).
+excluded (as for SDR, whose QPs are connected before timing starts). With ``--out`` the
+receiver also writes what it gets into a new file, as ``sdr recv`` does: where fresh pages
+are expensive (a VM whose balloon reports free pages to its host) that is most of a
+receiver's CPU, and at rates that fill two cores it decides who keeps up.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ def payload(size: int) -> bytes:
     return (block * (size // len(block) + 1))[:size]
 
 
-def recv(bind: str, port: int) -> None:
+def recv(bind: str, port: int, out: str | None = None) -> None:
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _BUF)
@@ -38,10 +41,18 @@ def recv(bind: str, port: int) -> None:
     conn, _ = srv.accept()
     digest, total, end = hashlib.sha256(), 0, 0.0
     buf = bytearray(4 << 20)
-    while n := conn.recv_into(buf):
-        digest.update(memoryview(buf)[:n])
-        total += n
-        end = time.monotonic()
+    sink = open(out, "xb", buffering=0) if out else None  # noqa: SIM115 - closed below
+    try:
+        while n := conn.recv_into(buf):
+            block = memoryview(buf)[:n]
+            digest.update(block)
+            while sink is not None and block:
+                block = block[sink.write(block) :]
+            total += n
+            end = time.monotonic()
+    finally:
+        if sink is not None:
+            sink.close()
     print(json.dumps({"bytes": total, "end": end, "sha256": digest.hexdigest()}), flush=True)
 
 
@@ -75,6 +86,7 @@ def main() -> None:
     r = sub.add_parser("recv")
     r.add_argument("--bind", default="0.0.0.0")
     r.add_argument("--port", type=int, default=5201)
+    r.add_argument("--out", help="also write what arrives into this new file")
     s = sub.add_parser("send")
     s.add_argument("--to", required=True)
     s.add_argument("--port", type=int, default=5201)
@@ -82,7 +94,7 @@ def main() -> None:
     s.add_argument("--cc", default="cubic", choices=["cubic", "bbr", "reno"])
     args = parser.parse_args()
     if args.cmd == "recv":
-        recv(args.bind, args.port)
+        recv(args.bind, args.port, args.out)
     else:
         send(args.to, args.port, parse_size(args.size), args.cc)
 
