@@ -115,7 +115,15 @@ def main() -> None:
     p.add_argument("--message-size", default="64MiB", help="largest SDR message")
     p.add_argument("--sdr", default=",".join(SDR))
     p.add_argument("--peers", default=",".join(PEERS))
-    p.add_argument("--seed", type=int, default=1, help="the loss pattern (vary it to repeat)")
+    p.add_argument("--seed", type=int, default=1, help="the (first) loss pattern")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="run everything with this many loss patterns (--seed, --seed + 1, ...); the "
+        "table then shows min / median / max and its ratios use medians (one seed run "
+        "again repeats the same losses)",
+    )
     p.add_argument(
         "--peer-output",
         choices=("file", "memory"),
@@ -132,10 +140,13 @@ def main() -> None:
     protocols = [s for s in args.sdr.split(",") if s] + [q for q in args.peers.split(",") if q]
     rows: list[dict[str, Any]] = []
     links: list[dict[str, Any]] = []
+    if args.seeds < 1:
+        sys.exit(f"--seeds must be >= 1, got {args.seeds}")
+    seeds = range(args.seed, args.seed + args.seeds)
     with tempfile.TemporaryDirectory() as tmp, Progress() as bar:
-        task = bar.add_task("runs", total=len(sizes) * len(losses) * len(protocols))
-        for loss in losses:
-            spec = LinkSpec(rate=args.rate, rtt=args.rtt, loss=loss, seed=args.seed)
+        task = bar.add_task("runs", total=len(seeds) * len(sizes) * len(losses) * len(protocols))
+        for seed, loss in ((seed, loss) for seed in seeds for loss in losses):
+            spec = LinkSpec(rate=args.rate, rtt=args.rtt, loss=loss, seed=seed)
             with TunLink(spec, mtu=args.tun_mtu) as link:
                 for size in sizes:
                     # at the receiver, as the measured times are
@@ -151,11 +162,33 @@ def main() -> None:
                         except Exception as exc:  # a failed run is a result, not a crash
                             res = {"seconds": None, "error": str(exc)[-500:]}
                         rows.append(
-                            {"protocol": proto, "size": size, "loss": loss, "ideal_s": ideal, **res}
+                            {
+                                "protocol": proto,
+                                "size": size,
+                                "loss": loss,
+                                "seed": seed,
+                                "ideal_s": ideal,
+                                **res,
+                            }  # fmt: skip
                         )
                         bar.advance(task)
-            links.append({"loss": loss, **link.summary})  # what the emulator did
+            links.append({"loss": loss, "seed": seed, **link.summary})  # what the emulator did
     report(rows, args, links)
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run of median time among ``runs`` (failed ones count as the slowest), with
+    ``spread`` (min, median, max; None for a failed max) when there is more than one run;
+    None when the median run failed."""
+    done = sorted((r for r in runs if r.get("seconds")), key=lambda r: r["seconds"])
+    middle = len(runs) // 2
+    if middle >= len(done):
+        return None
+    median = dict(done[middle])
+    if len(runs) > 1:
+        slowest = done[-1]["seconds"] if len(done) == len(runs) else None
+        median["spread"] = (done[0]["seconds"], median["seconds"], slowest)
+    return median
 
 
 def _peer_out(args: argparse.Namespace, tmp: Path) -> Path | None:
@@ -165,11 +198,13 @@ def _peer_out(args: argparse.Namespace, tmp: Path) -> Path | None:
 def report(
     rows: list[dict[str, Any]], args: argparse.Namespace, links: list[dict[str, Any]]
 ) -> None:
-    """One table row per (size, loss): SDR auto, the best SDR scheme, each peer, ratios;
-    then what the emulator did on each link (one per loss rate)."""
-    cells: dict[tuple[int, float], dict[str, Any]] = {}
+    """One table row per (size, loss): SDR auto, the best SDR scheme, each peer, ratios
+    (each protocol's median over the seeds, shown as min / median / max with more than
+    one); then what the emulator did on each link (one per loss rate and seed)."""
+    runs: dict[tuple[int, float], dict[str, list[dict[str, Any]]]] = {}
     for r in rows:
-        cells.setdefault((r["size"], r["loss"]), {})[r["protocol"]] = r
+        runs.setdefault((r["size"], r["loss"]), {}).setdefault(r["protocol"], []).append(r)
+    cells = {key: {proto: _median_run(rs) for proto, rs in by.items()} for key, by in runs.items()}
     peers = [p for p in PEERS if any(p in by for by in cells.values())]
     table = Table(
         title=f"completion (s) on {args.rate}, RTT {args.rtt}",
@@ -180,7 +215,12 @@ def report(
         table.add_column(col, justify="right", no_wrap=True)
 
     def secs(row: dict[str, Any] | None) -> str:
-        return f"{row['seconds']:.3f}" if row and row.get("seconds") else "fail"
+        if not row or not row.get("seconds"):
+            return "fail"
+        spread = row.get("spread")
+        if not spread:
+            return f"{row['seconds']:.3f}"
+        return " / ".join("fail" if t is None else f"{t:.3f}" for t in spread)
 
     for (size, loss), by in cells.items():
         sdr_rows = [r for k, r in by.items() if k in SDR and r.get("seconds")]
@@ -204,7 +244,7 @@ def report(
     console = Console(width=150)
     console.print(table)
     for link in links:
-        console.print(f"link with loss {link['loss']:g}:")
+        console.print(f"link with loss {link['loss']:g}, seed {link['seed']}:")
         print_report(link, console)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -233,15 +273,23 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig, axes = plt.subplots(1, len(sizes), figsize=(3.2 * len(sizes), 3.2), squeeze=False)
     for ax, size in zip(axes[0], sizes, strict=True):
         for proto in dict.fromkeys(r["protocol"] for r in rows):
-            pts = [
-                (r["loss"], r["seconds"] / r["ideal_s"])
-                for r in rows
-                if r["protocol"] == proto and r["size"] == size and r.get("seconds")
-            ]
-            if pts:
-                ax.plot(
-                    [losses.index(x) for x, _ in pts], [y for _, y in pts], marker="o", label=proto
+            xs, mid, low, high = [], [], [], []  # per loss: median, and the seeds' range
+            for i, loss in enumerate(losses):
+                ys = sorted(
+                    r["seconds"] / r["ideal_s"]
+                    for r in rows
+                    if r["protocol"] == proto
+                    and r["size"] == size
+                    and r["loss"] == loss
+                    and r.get("seconds")
                 )
+                if ys:
+                    xs.append(i)
+                    mid.append(ys[len(ys) // 2])
+                    low.append(mid[-1] - ys[0])
+                    high.append(ys[-1] - mid[-1])
+            if xs:
+                ax.errorbar(xs, mid, yerr=[low, high], marker="o", capsize=2, label=proto)
         ax.set_xticks(range(len(losses)), [f"{x:g}" for x in losses])
         ax.set_title(format_size(size))
         ax.set_xlabel("packet loss")
