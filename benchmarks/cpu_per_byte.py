@@ -256,19 +256,23 @@ def measure_place(
         for peer in PEERS:
             proto = peer.split("-")[1]
             run = functools.partial(iperf3_run, wrap, host, proto, rate=rate, args=args)
-            found[peer] = per_gib(run, sizes, args.repeat)
+            found[peer] = {**per_gib(run, sizes, args.repeat), "basis": "memory"}
             if schemes:  # the peers of the file rows
                 run = functools.partial(run, files=files, out=out)
-                found[peer + FILE] = per_gib(run, sizes, args.repeat)
+                found[peer + FILE] = {**per_gib(run, sizes, args.repeat), "basis": "file"}
         for scheme in schemes if args.write_bw else ():
             run = functools.partial(write_bw_run, wrap, host, scheme, rate=rate, args=args)
-            found[f"sdr write-bw {scheme}"] = per_gib(run, sizes, args.repeat)
+            found[f"sdr write-bw {scheme}"] = {
+                **per_gib(run, sizes, args.repeat),
+                "basis": "memory",
+            }
         for scheme in schemes:
             for ack in args.ack_intervals.split(","):
                 run = functools.partial(_sdr_size, wrap, host, scheme, files, out, rate, args, ack)
-                found[f"sdr {scheme}" + (f" ack {ack}" if ack else "")] = per_gib(
-                    run, sizes, args.repeat
-                )
+                found[f"sdr {scheme}" + (f" ack {ack}" if ack else "")] = {
+                    **per_gib(run, sizes, args.repeat),
+                    "basis": "file",
+                }
     for cpu in found.values():
         cpu["emulator"] = report
     return found
@@ -285,11 +289,10 @@ def _row(
     place: str, rate: str, name: str, cpu: dict[str, Any], found: dict[str, dict[str, Any]]
 ) -> dict[str, Any]:
     """One table row: ``*_vs_udp`` / ``*_vs_tcp`` against the iperf3 runs that move data
-    the same way (``basis``: files for the `sdr send`/`recv` rows and the file peers,
-    memory for the rest); the file rows also keep their ratios to the memory peers."""
-    files = name.endswith(FILE) or (name.startswith("sdr ") and "write-bw" not in name)
-    basis = FILE if files and "iperf3-udp" + FILE in found else ""
-    row = {"place": place, "rate": rate, "peer": name, "basis": basis.strip() or "memory", **cpu}
+    the same way (``cpu["basis"]``, file or memory); the file rows also keep their ratios
+    to the memory peers."""
+    basis = FILE if cpu["basis"] == "file" else ""
+    row = {"place": place, "rate": rate, "peer": name, **cpu}
     for peer, suffix in [(basis, ""), ("", "_memory")] if basis else [("", "")]:
         udp, tcp = found["iperf3-udp" + peer], found["iperf3-tcp" + peer]
         for end in ("send", "recv"):

@@ -133,6 +133,8 @@ def main() -> None:
     p.add_argument("--json")
     p.add_argument("--plot")
     args = p.parse_args()
+    if args.seeds < 1:
+        sys.exit(f"--seeds must be >= 1, got {args.seeds}")
     if reason := can_use_namespaces():
         sys.exit(f"cannot run: {reason}")
     sizes = [parse_size(s) for s in args.sizes.split(",")]
@@ -140,8 +142,6 @@ def main() -> None:
     protocols = [s for s in args.sdr.split(",") if s] + [q for q in args.peers.split(",") if q]
     rows: list[dict[str, Any]] = []
     links: list[dict[str, Any]] = []
-    if args.seeds < 1:
-        sys.exit(f"--seeds must be >= 1, got {args.seeds}")
     seeds = range(args.seed, args.seed + args.seeds)
     with tempfile.TemporaryDirectory() as tmp, Progress() as bar:
         task = bar.add_task("runs", total=len(seeds) * len(sizes) * len(losses) * len(protocols))
@@ -169,21 +169,21 @@ def main() -> None:
                                 "seed": seed,
                                 "ideal_s": ideal,
                                 **res,
-                            }  # fmt: skip
+                            }
                         )
                         bar.advance(task)
             links.append({"loss": loss, "seed": seed, **link.summary})  # what the emulator did
     report(rows, args, links)
 
 
-def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The run of median time among ``runs`` (failed ones count as the slowest), with
-    ``spread`` (min, median, max; None for a failed max) when there is more than one run;
-    None when the median run failed."""
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median time among ``runs`` (failed ones count as the slowest, so the
+    median may be a failed run), with ``spread`` (min, median, max; None for a failed
+    max) when there is more than one run and the median did not fail."""
     done = sorted((r for r in runs if r.get("seconds")), key=lambda r: r["seconds"])
     middle = len(runs) // 2
     if middle >= len(done):
-        return None
+        return next(r for r in runs if not r.get("seconds"))
     median = dict(done[middle])
     if len(runs) > 1:
         slowest = done[-1]["seconds"] if len(done) == len(runs) else None

@@ -4,24 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from benchmarks.peers.tcp_peer import payload
+from sdr.backends.shm.bootstrap import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _transfer(size: int, *recv_args: str) -> dict:
-    port = str(_free_port())
+    port = str(free_port())
     peer = [sys.executable, "-m", "benchmarks.peers.tcp_peer"]
     receiver = subprocess.Popen(
         [*peer, "recv", "--bind", "127.0.0.1", "--port", port, *recv_args],

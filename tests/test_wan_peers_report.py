@@ -14,20 +14,39 @@ from benchmarks.wan_peers import _median_run, report
 def test_the_median_run_carries_min_median_max() -> None:
     runs = [{"seconds": 3.0, "seed": 1}, {"seconds": 1.0, "seed": 2}, {"seconds": 2.0, "seed": 3}]
     median = _median_run(runs)
-    assert median is not None and median["seed"] == 3
+    assert median["seed"] == 3
     assert median["spread"] == (1.0, 2.0, 3.0)
     assert "spread" not in runs[2]  # the rows themselves stay as measured
 
 
 def test_a_failed_run_counts_as_the_slowest() -> None:
     median = _median_run([{"seconds": 3.0}, {"seconds": None}, {"seconds": 2.0}])
-    assert median is not None and median["spread"] == (2.0, 3.0, None)
-    assert _median_run([{"seconds": None}, {"seconds": None}, {"seconds": 2.0}]) is None
+    assert median["spread"] == (2.0, 3.0, None)
+    failed = {"seconds": None, "error": "boom"}
+    assert _median_run([failed, {"seconds": None}, {"seconds": 2.0}]) is failed
 
 
 def test_one_run_has_no_spread() -> None:
     assert _median_run([{"seconds": 5.0}]) == {"seconds": 5.0}
-    assert _median_run([{"seconds": None}]) is None
+    assert _median_run([{"seconds": None}]) == {"seconds": None}
+
+
+def test_a_point_whose_runs_mostly_failed_reads_fail(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rows = [
+        {
+            "protocol": "auto",
+            "size": 1 << 20,
+            "loss": 0.0,
+            "seed": seed,
+            "ideal_s": 0.1,
+            "seconds": t,
+        }  # fmt: skip
+        for seed, t in ((1, None), (2, None), (3, 0.12))
+    ]
+    report(rows, argparse.Namespace(rate="1Gbit/s", rtt="25ms", json=None, plot=None), [])
+    assert "fail" in capsys.readouterr().out
 
 
 def test_the_report_shows_each_protocols_spread_and_keeps_every_run(
