@@ -13,7 +13,9 @@ import sdr
 from sdr.adaptive import AdaptivePolicy, Candidate
 from sdr.backends.inproc import InprocNetwork, InprocTransport, ManualClock
 from sdr.errors import ProtocolError
-from sdr.reliability.messages import Digest
+from sdr.reliability.geometry import MessageGeometry
+from sdr.reliability.integrity import DigestBuilder, DigestStore
+from sdr.reliability.messages import DIGEST_PER_MESSAGE, Digest
 from sdr.runtime import ReliableQP, wait_all
 
 SR, MDS, XOR = Candidate("sr-nack"), Candidate("ec-mds", 8, 2), Candidate("ec-xor", 8, 2)
@@ -81,8 +83,8 @@ def test_an_adaptive_receive_says_whether_it_has_a_hole():
 def test_receiver_asks_for_a_lost_digest():
     dropped = []
 
-    def lose_first_digest(data, index):
-        if not dropped and data[:1] == bytes([Digest.TYPE]):
+    def lose_first_digest(data, index):  # the announcement and the whole one
+        if len(dropped) < 2 and data[:1] == bytes([Digest.TYPE]):
             dropped.append(index)
             return True
         return False
@@ -105,3 +107,57 @@ def test_candidates_must_agree():
         wait_all([wh, rh], timeout=30)
     assert rh.finished and rh.error is not None
     assert isinstance(rh.error, ProtocolError) and "adaptive candidates" in str(rh.error)
+
+
+def test_an_adaptive_write_shares_the_connections_rtt_estimator():
+    # the connection hands each new write its RTT estimator (what the others measured);
+    # the adaptive proxy kept it for itself and the member ran a fresh one at the
+    # configured RTO: spurious RTOs on a real link, and no sample reached the connection
+    net = InprocNetwork(seed=5, clock=ManualClock(), delay=RTT / 2)
+    s, r, _ = rpair(net)
+    dst = np.zeros(150_000, dtype=np.uint8)
+    rh = r.post_recv(r.ctx.register(dst))
+    wh = s.write(s.ctx.register(random_bytes(150_000, seed=4)))
+    for _ in range(50):
+        s.progress()
+        r.progress()
+        if s.connection.writes.sending:
+            break
+    (out,) = s.connection.writes.sending.values()
+    assert out.machine.rtt is out.machine.inner.rtt is s.connection.rtt
+    wait_all([rh, wh], timeout=120)
+
+
+def test_an_adaptive_sender_names_its_scheme_before_the_first_whole_digest():
+    # an adaptive receiver holds every chunk, and acknowledges none, until a DIGEST names
+    # the member; a whole DIGEST covers 1014 chunks (0.27 s of 32 KiB chunks at 1 Gbit/s),
+    # so the sender's first RTO fired and resent hundreds of chunks that had arrived
+    length = (DIGEST_PER_MESSAGE + 10) * 4096
+    data = memoryview(random_bytes(length, seed=2))
+    geometry = MessageGeometry(length, 4096)
+    plain = DigestBuilder(1, data, geometry, scheme=9)
+    assert plain.step(16) == [] and plain.ready() == []
+    early = DigestBuilder(1, data, geometry, scheme=9)
+    early.announce = True
+    (first,) = early.step(16)
+    assert (first.first, len(first.crcs)) == (0, 16) and early.ready() == [first]
+    assert early.step(16) == []  # once
+    whole = early.step(DIGEST_PER_MESSAGE - 32)
+    assert [(p.first, len(p.crcs)) for p in whole] == [(0, DIGEST_PER_MESSAGE)]
+    assert early.ready() == whole and not early.done
+    store = DigestStore(geometry, 9, "test")
+    for piece in (first, *whole):
+        store.add(piece)
+    assert store.conflicts == 0 and store.known[:DIGEST_PER_MESSAGE].all()
+    # the adaptive proxy turns it on for its member; the receiver binds at once
+    net = InprocNetwork(seed=5, clock=ManualClock(), delay=RTT / 2)
+    s, r, _ = rpair(net)
+    dst = np.zeros(150_000, dtype=np.uint8)
+    rh = r.post_recv(r.ctx.register(dst))
+    wh = s.write(s.ctx.register(random_bytes(150_000, seed=4)))
+    while not s.connection.writes.sending:
+        s.progress()
+        r.progress()
+    (out,) = s.connection.writes.sending.values()
+    assert out.machine.inner.digest.announce or out.machine.inner.digest.ready()
+    wait_all([rh, wh], timeout=120)

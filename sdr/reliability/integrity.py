@@ -65,6 +65,14 @@ class DigestBuilder:
         self._next = 0
         self.pieces = max(1, -(-geometry.n_chunks // DIGEST_PER_MESSAGE))
         self._ready: list[Digest] = []
+        self._early: Digest | None = None
+        self.announce = False
+        """Also send, once, a DIGEST of the first chunks checksummed, before the first whole
+        piece is ready: its fingerprint names the scheme, and an adaptive receiver holds
+        every chunk, and acknowledges none, until it knows the scheme. A whole piece covers
+        DIGEST_PER_MESSAGE (1014) chunks, 32 MiB of 32 KiB chunks: 0.27 s at 1 Gbit/s,
+        past the sender's first RTO (75 ms on a 25 ms link), which then resent a few
+        hundred chunks for nothing."""
 
     @property
     def done(self) -> bool:
@@ -99,10 +107,18 @@ class DigestBuilder:
             )
             self._ready.append(piece)
             fresh.append(piece)
+        if self.announce and self._next and not fresh and not self._ready:
+            self.announce = False
+            crcs = self.crcs[: self._next].copy()
+            g = self.geometry
+            self._early = Digest(self.seq, g.length, self.scheme, g.chunk_size, 0, crcs)
+            fresh.append(self._early)
         return fresh
 
     def ready(self) -> list[Digest]:
-        """Every DIGEST built so far (for a resend)."""
+        """Every DIGEST built so far (for a resend): the announcement until a whole piece."""
+        if not self._ready and self._early is not None:
+            return [self._early]
         return list(self._ready)
 
 
