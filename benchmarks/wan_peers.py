@@ -37,6 +37,8 @@ from sdr.units import format_size, parse_rate, parse_size, parse_time
 
 PEERS = ("tcp-cubic", "tcp-bbr", "quic")
 SDR = ("sr-rto", "sr-nack", "ec-mds", "ec-xor", "auto")
+NO_TAIL = "auto-no-tail"
+"""``auto`` without the erasure-coded tail (``sdr send --no-tail``), for comparison."""
 
 
 def run_sdr(
@@ -50,7 +52,8 @@ def run_sdr(
         tmp / "received.bin",
         [
             "--scheme",
-            scheme,
+            "auto" if scheme == NO_TAIL else scheme,
+            *(["--no-tail"] if scheme == NO_TAIL else []),
             "--rate",
             args.rate,
             "--rtt",
@@ -113,7 +116,11 @@ def main() -> None:
     p.add_argument("--mtu", type=int, default=DEFAULT_MTU, help="SDR payload bytes per packet")
     p.add_argument("--tun-mtu", type=int, default=9000, help="MTU of the emulated link")
     p.add_argument("--message-size", default="64MiB", help="largest SDR message")
-    p.add_argument("--sdr", default=",".join(SDR))
+    p.add_argument(
+        "--sdr",
+        default=",".join(SDR),
+        help=f"SDR schemes to run ({NO_TAIL}: auto without its tail)",
+    )
     p.add_argument("--peers", default=",".join(PEERS))
     p.add_argument("--seed", type=int, default=1, help="the (first) loss pattern")
     p.add_argument(

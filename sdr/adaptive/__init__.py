@@ -7,6 +7,7 @@ See docs/adaptive.md.
 """
 
 from sdr.adaptive.estimator import LinkEstimate, LinkEstimator
+from sdr.adaptive.planned import PlannedPolicy
 from sdr.adaptive.policy import DEFAULT_CANDIDATES, AdaptivePolicy, Candidate, Selector, Switch
 from sdr.adaptive.report import GapCounter, LossReport
 
@@ -18,6 +19,7 @@ __all__ = [
     "LinkEstimate",
     "LinkEstimator",
     "LossReport",
+    "PlannedPolicy",
     "Selector",
     "Switch",
 ]

@@ -190,6 +190,11 @@ def send(
         help=f"end-to-end file digest: {', '.join(DIGESTS)} (none: the transport's "
         "per-chunk CRC-32s only)",
     ),
+    tail: bool = typer.Option(
+        True,
+        help="when auto picks Selective Repeat, send the file's last bandwidth-delay product "
+        "as a message of its own under erasure coding (a loss there costs no round trip)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="JSON lines on stdout (progress, report)"),
 ) -> None:
     """Send FILE reliably over SDR (software RoCEv2 over UDP) and verify it end to end."""
@@ -211,6 +216,7 @@ def send(
         timeout=wait,
         relay=relay,
         digest=digest,
+        tail=tail,
     )
     validate_send(file, opts)  # before the progress bar and the network
 
@@ -226,7 +232,7 @@ def send(
     output.report(
         report,
         f"sent {format_size(report['bytes'])} in {report['seconds']:.3f} s "
-        f"({_rate(report['bytes'], report['seconds'])}) with {report['scheme']}; "
+        f"({_rate(report['bytes'], report['seconds'])}) with {_scheme(report)}; "
         f"{_verified(report)}; "
         f"{format_size(report['wire_bytes'])} on the wire",
     )
@@ -288,9 +294,18 @@ def recv(
         )
     output.report(
         report,
-        f"received {format_size(report['bytes'])} into {out} with {report['scheme']}; "
+        f"received {format_size(report['bytes'])} into {out} with {_scheme(report)}; "
         f"{_verified(report)}",
     )
+
+
+def _scheme(report: dict[str, Any]) -> str:
+    """The scheme, and the tail's code when the file had one, for the one-line report."""
+    tail = report.get("tail")
+    if not tail:
+        return str(report["scheme"])
+    code = f"{tail['scheme']}({tail['k']},{tail['m']})"
+    return f"{report['scheme']} (the last {format_size(tail['bytes'])} {code})"
 
 
 def _verified(report: dict[str, Any]) -> str:

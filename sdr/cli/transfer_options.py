@@ -110,6 +110,9 @@ class TransferOptions:
     """A map file of ``sdr emulate relay --map``: the UDP data crosses the relay."""
     digest: str = DEFAULT_DIGEST
     """The end-to-end file digest (:mod:`~sdr.cli.transfer_digest`)."""
+    tail: bool = True
+    """When ``auto`` picks SR, send the file's last bandwidth-delay product as a message
+    under erasure coding (:mod:`~sdr.cli.transfer_tail`)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 

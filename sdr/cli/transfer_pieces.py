@@ -24,9 +24,14 @@ REPORT_EVERY_S = 0.05
 a bar needs no more, and the round needs the time)."""
 
 
-def pieces(size: int, message: int) -> Iterator[tuple[int, int]]:
-    """(offset, length) of each message of a ``size``-byte file, in order."""
-    return ((off, min(message, size - off)) for off in range(0, size, message))
+def pieces(size: int, message: int, tail: int = 0) -> Iterator[tuple[int, int]]:
+    """(offset, length) of each message of a ``size``-byte file, in order: pieces of
+    ``message`` bytes, and with ``tail`` the file's last ``tail`` bytes as one more piece
+    of their own (:mod:`~sdr.cli.transfer_tail`)."""
+    bulk = size - tail
+    yield from ((off, min(message, bulk - off)) for off in range(0, bulk, message))
+    if tail:
+        yield (bulk, tail)
 
 
 def map_file(fh: BinaryIO, size: int, write: bool) -> Any:
@@ -50,7 +55,8 @@ class PieceWindow:
     in speed while memory stays independent of the file's size. The first failed
     message stops the posting (the transfer has failed). ``finished_count``, when given,
     counts the handles finished so far (``ReliableQP.finished_count``): a round in which
-    it did not move looks at no handle.
+    it did not move looks at no handle. ``tail``: the last piece's bytes, cut apart from
+    the others (:func:`pieces`).
     """
 
     def __init__(
@@ -60,12 +66,15 @@ class PieceWindow:
         message: int,
         depth: int,
         finished_count: Callable[[], int] | None = None,
+        tail: int = 0,
     ) -> None:
         if depth < 1:
             raise ValueError(f"window depth must be >= 1, got {depth}")
+        if not 0 <= tail <= min(size, message):
+            raise ValueError(f"a tail of {tail} bytes does not fit {size} bytes in {message}")
         self.size = size
         self._post = post
-        self._todo = pieces(size, message)
+        self._todo = pieces(size, message, tail)
         self._depth = depth
         self._open: list[Any] = []
         self._verified = 0

@@ -31,6 +31,7 @@ from sdr.cli.transfer_pieces import PieceWindow, map_file, with_arrived
 from sdr.cli.transfer_prefault import PrefaultAhead
 from sdr.cli.transfer_relay import RelaySide, load_side
 from sdr.cli.transfer_setup import Request, expect, new_challenge, parse_hello, reply
+from sdr.cli.transfer_tail import policies
 from sdr.errors import ConfigError, MessageFailed, SDRError
 from sdr.errors import TimeoutError as SDRTimeoutError
 from sdr.runtime import ReliableQP, drive
@@ -196,7 +197,10 @@ def _into(
         qp = ctx.create_qp(attr)
         qp.connect(info.encode())
         oob.send_obj(conn, reply(qp.info().decode(), request.nonce, secret))
-        rqp = ReliableQP(qp, config)
+        tail = request.tail
+        rqp = ReliableQP(
+            qp, config, adaptive=policies(config, size, attr.max_message_size, tail)[1]
+        )
         mr = ctx.register(buf) if size else None
 
         def post(off: int, n: int) -> Any:
@@ -209,6 +213,7 @@ def _into(
             attr.max_message_size,
             2 * rqp.max_in_flight,
             lambda: rqp.finished_count,
+            tail.nbytes if tail else 0,
         )
 
         def finished() -> bool:
@@ -260,6 +265,7 @@ def _into(
             "digest_algorithm": algorithm,
             "digest": digest,
             "scheme": config.scheme,
+            "tail": tail.as_dict() if tail else None,
             "counters": qp.counters(),
             "stats": window.stats,
             "socket_drops": drops,

@@ -19,6 +19,7 @@ from sdr.cli.transfer_peer import peer_error, tell_peer, watch
 from sdr.cli.transfer_pieces import PieceWindow, map_file, with_arrived
 from sdr.cli.transfer_relay import RelaySide, load_side
 from sdr.cli.transfer_setup import expect, hello, parse_challenge, parse_reply
+from sdr.cli.transfer_tail import Tail, file_tail, policies
 from sdr.errors import ConfigError, MessageFailed, RemoteProtocolError, SDRError
 from sdr.reliability import ReliabilityConfig
 from sdr.reliability.registry import create_scheme
@@ -61,6 +62,7 @@ def send_file(
     secret, size = validate_send(path, opts)
     config, selection = plan(opts, size)
     attr = qp_attr(opts, config)
+    tail = file_tail(opts, config, selection is not None, size, attr)
     create_scheme(config.resolved(attr.chunk_size, attr.rate_limit))  # a bad scheme fails here
     side = load_side(opts.relay, "a", opts.timeout) if opts.relay else None
     fh = open(path, "rb")  # noqa: SIM115 - closed below
@@ -73,7 +75,8 @@ def send_file(
             raise ConfigError("--paths needs a direct link: a relay carries one path")
         transport = side.transport(prefault=False) if side else _transport(host, opts.paths)
         ctx = sdr.Context(transport, secret=secret)
-        return _send(sock, ctx, path, size, buf, opts, attr, config, selection, progress, side)
+        return _send(sock, ctx, path, size, buf, opts, attr, config, selection, tail, progress,
+                     side)  # fmt: skip
     except (SDRError, OSError) as exc:
         if sock is not None:
             tell_peer(sock, exc)
@@ -96,6 +99,7 @@ def _send(
     attr: sdr.QPAttr,
     config: ReliabilityConfig,
     selection: Any,
+    tail: Tail | None,
     progress: Progress | None,
     side: RelaySide | None,
 ) -> dict[str, Any]:
@@ -104,13 +108,13 @@ def _send(
     challenge = parse_challenge(expect(sock, deadline, opts.timeout, what))
     qp = ctx.create_qp(attr)
     request = hello(os.path.basename(path), size, attr, _config_dict(config),
-                    qp.info().decode(), challenge, ctx.secret)  # fmt: skip
+                    qp.info().decode(), challenge, ctx.secret, tail=tail)  # fmt: skip
     oob.send_obj(sock, request)
     answer = expect(sock, deadline, opts.timeout, what)
     theirs = parse_reply(answer, request.get("nonce"), ctx.secret)
     info = side.rewrite(theirs, ctx.secret) if side else theirs
     qp.connect(info.encode())
-    rqp = ReliableQP(qp, config)
+    rqp = ReliableQP(qp, config, adaptive=policies(config, size, attr.max_message_size, tail)[0])
     mr = ctx.register(buf) if size else None
     start, clock_start = time.monotonic(), ctx.now()  # the selector's moves use ctx's clock
     window = PieceWindow(
@@ -119,6 +123,7 @@ def _send(
         attr.max_message_size,
         2 * rqp.max_in_flight,
         lambda: rqp.finished_count,
+        tail.nbytes if tail else 0,
     )
 
     def finished() -> bool:
@@ -152,6 +157,7 @@ def _send(
         "start": start,
         "recv_end": recv_end,
         "scheme": config.scheme,
+        "tail": tail.as_dict() if tail else None,
         "config": _config_dict(config),
         "predicted_mean_s": selection.mean_s if selection else None,
         "wire_bytes": counters["bytes_sent"],

@@ -4,7 +4,7 @@
 
     receiver -> sender    {"challenge": R}                        R: 16 fresh random bytes
     sender   -> receiver  {"name", "size", "message_size", "attr", "reliability", "qp",
-                           "challenge": R, "nonce": S, "hmac"}     the hello
+                           "challenge": R, ["tail",] "nonce": S, "hmac"}   the hello
     receiver -> sender    {"qp", "challenge": S, "nonce", "hmac"}  the reply
 
 With a shared secret the HMAC-SHA256 (:mod:`sdr.auth`) of the hello covers every field
@@ -33,6 +33,7 @@ from sdr import errors
 from sdr.auth import sign_info
 from sdr.backends import oob
 from sdr.cli.transfer_peer import check_secret_of, peer_error
+from sdr.cli.transfer_tail import Tail, parse_tail
 from sdr.errors import RemoteProtocolError, SDRError
 from sdr.peer_info import check_keys, field_int, field_str, require_object, show
 from sdr.reliability import ReliabilityConfig
@@ -51,7 +52,8 @@ __all__ = [
 ]
 
 HELLO_FIELDS = ("name", "size", "message_size", "attr", "reliability", "qp", "challenge")
-"""What a hello carries (and, with a secret, its ``nonce`` and ``hmac``)."""
+"""What a hello carries (and, with a secret, its ``nonce`` and ``hmac``; with a tail under
+erasure coding, ``tail``: :mod:`~sdr.cli.transfer_tail`)."""
 _SIGNED = ("nonce", "hmac")
 _CHALLENGE = re.compile(r"[0-9a-f]{32}")
 _MAX_SIZE = (1 << 63) - 1  # the largest file offset; --max-size is the real bound
@@ -69,6 +71,8 @@ class Request:
     """The sender's QP info (JSON; ``qp.connect`` checks it, its own HMAC too)."""
     nonce: str | None
     """The sender's challenge, for the reply to answer (None without a secret)."""
+    tail: Tail | None = None
+    """The file's last bytes as a message of their own, under erasure coding."""
 
 
 def new_challenge() -> str:
@@ -106,9 +110,10 @@ def hello(
     challenge: str,
     secret: bytes | None,
     nonce: str | None = None,
+    tail: Tail | None = None,
 ) -> dict[str, Any]:
     """The sender's hello answering ``challenge``, signed with ``secret`` (adds ``nonce``,
-    fresh unless given, and ``hmac``; unsigned without)."""
+    fresh unless given, and ``hmac``; unsigned without); ``tail`` when the file has one."""
     body = {
         "name": name,
         "size": size,
@@ -118,6 +123,8 @@ def hello(
         "qp": info,
         "challenge": challenge,
     }
+    if tail is not None:
+        body["tail"] = tail.as_dict()
     return sign_info(body, secret, nonce)
 
 
@@ -138,7 +145,7 @@ def parse_hello(message: Any, challenge: str, secret: bytes | None, max_size: in
             "the sender's hello answers another challenge (a replayed or stale set-up): "
             f"{show(body.get('challenge'))}"
         )
-    check_keys(body, "the sender's hello", HELLO_FIELDS, _SIGNED)
+    check_keys(body, "the sender's hello", HELLO_FIELDS, (*_SIGNED, "tail"))
     size = field_int(body, "size", 0, _MAX_SIZE, path="hello")
     if size > max_size:
         raise RemoteProtocolError(
@@ -159,6 +166,7 @@ def parse_hello(message: Any, challenge: str, secret: bytes | None, max_size: in
             f"{attr.max_message_size}"
         )
     nonce = body.get("nonce")
+    tail = parse_tail(body["tail"], size, message_size) if "tail" in body else None
     return Request(
         name=field_str(body, "name", path="hello", max_len=4096),
         size=size,
@@ -166,6 +174,7 @@ def parse_hello(message: Any, challenge: str, secret: bytes | None, max_size: in
         config=config,
         info=field_str(body, "qp", path="hello", max_len=1 << 20),
         nonce=nonce if isinstance(nonce, str) else None,
+        tail=tail,
     )
 
 

@@ -1,0 +1,143 @@
+"""The tail of a file under erasure coding: the last round trip of data repairs itself.
+
+A loss in the bulk of a file costs Selective Repeat only the resent chunk: its repair
+overlaps the data still being sent. A loss in the last round trip of data has nothing
+left to overlap, and at loss 1e-3 over 100 ms at 1 Gbit/s one lands there in 95% of
+transfers, adding most of an RTT to every one of them (2.27-2.45 s for 256 MiB where
+the lossless transfer takes 2.18 s; docs/benchmarks.md). So when ``auto`` picks SR for
+the stream, the file's last piece, one bandwidth-delay product, becomes a message of its
+own, and the simulator's selector judges that message alone among low-overhead codes
+(:data:`TAIL_CODES`): where a lost chunk would cost a round trip, it picks erasure coding
+(with SR fallback), whose parity repairs it on arrival. The sender names the tail in its
+hello; both ends cut the file the same way and run an adaptive QP whose plan gives the
+tail's write the code and every other write the stream's scheme.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from sdr.adaptive import AdaptivePolicy, Candidate, PlannedPolicy
+from sdr.cli.transfer_options import TransferOptions, expected_loss
+from sdr.config import QPAttr
+from sdr.errors import RemoteProtocolError
+from sdr.peer_info import check_keys, field_int, field_str, require_object
+from sdr.reliability import ReliabilityConfig
+from sdr.reliability.registry import available_schemes
+
+__all__ = ["MAX_CODE", "TAIL_CODES", "Tail", "file_tail", "parse_tail", "plan_tail", "policies"]
+
+TAIL_CODES: tuple[tuple[int, int], ...] = (
+    (32, 1),
+    (64, 1),
+    (32, 2),
+    (64, 2),
+    (128, 2),
+    (32, 4),
+    (64, 4),
+    (128, 4),
+    (64, 8),
+)
+"""(k, m) codes the tail may use: 0.8% to 12.5% parity (the stream's selector tries 20-25%:
+a message judged alone would rather pay its parity than a round trip, but the tail's
+parity delays the whole file)."""
+
+
+MAX_CODE = 1024
+"""The largest k or m a hello may name (the codes above stay far below it)."""
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The file's last ``nbytes`` bytes go as one message with ``candidate``'s scheme."""
+
+    nbytes: int
+    candidate: Candidate
+
+    def as_dict(self) -> dict[str, Any]:
+        """The hello's ``tail`` field."""
+        c = self.candidate
+        return {"bytes": self.nbytes, "scheme": c.scheme, "k": c.k, "m": c.m}
+
+    def describe(self) -> str:
+        from sdr.units import format_size  # noqa: PLC0415 - only for the report line
+
+        return f"last {format_size(self.nbytes)} with {self.candidate.label()}"
+
+
+def file_tail(
+    opts: TransferOptions, config: ReliabilityConfig, auto: bool, size: int, attr: QPAttr
+) -> Tail | None:
+    """The tail of a ``size``-byte file sent with ``opts``: :func:`plan_tail` when ``auto``
+    chose the scheme (``config``) and ``opts.tail`` allows it; a scheme the user named
+    runs every message."""
+    if not auto or not opts.tail:
+        return None
+    return plan_tail(config, size, attr.max_message_size, expected_loss(opts, config), attr.mtu)
+
+
+def plan_tail(
+    config: ReliabilityConfig, size: int, message: int, loss: float, mtu: int
+) -> Tail | None:
+    """The tail for a ``size``-byte file sent as ``config`` (the scheme ``auto`` resolved
+    to) in messages of ``message`` bytes of ``mtu``-byte packets at packet loss ``loss``,
+    or None.
+
+    None unless the stream runs SR, the link has a rate and the file is larger than one
+    bandwidth-delay product (rounded up to whole chunks, at most one message): a smaller
+    file is one message already, judged as such. None too when the selector, judging the
+    tail alone, prefers SR (a clean link: parity would cost more than the rare loss).
+    """
+    if not config.scheme.startswith("sr-") or not config.link_rate or not config.chunk_size:
+        return None
+    chunk = int(config.chunk_size)
+    bdp = config.link_rate / 8 * config.rtt
+    nbytes = min(math.ceil(bdp / chunk) * chunk, message)
+    if size <= nbytes or loss <= 0:
+        return None
+    from sdr.simulator.link import Link  # noqa: PLC0415 - the selector loads SciPy
+    from sdr.simulator.select import select_scheme  # noqa: PLC0415
+
+    link = Link(rate=config.link_rate, rtt=config.rtt, mtu=mtu, chunk_size=chunk,
+                alpha=config.alpha)  # fmt: skip
+    best = select_scheme(link, nbytes, loss, drop_unit="packet", chunk_sizes=(chunk,),
+                         ec_codes=TAIL_CODES)  # fmt: skip
+    if not best.scheme.startswith("ec-"):
+        return None
+    return Tail(nbytes, Candidate(best.scheme, int(best.params["k"]), int(best.params["m"])))
+
+
+def parse_tail(obj: Any, size: int, message: int) -> Tail:
+    """The hello's ``tail``, checked: a registered EC scheme, k and m in range
+    (``ReliabilityConfig`` checks the code when the QP is built) and fewer bytes than the
+    file, at most one ``message`` (RemoteProtocolError naming the field)."""
+    body = require_object(obj, "hello.tail")
+    check_keys(body, "hello.tail", ("bytes", "scheme", "k", "m"))
+    if size < 2:
+        raise RemoteProtocolError(f"hello.tail for a {size}-byte file: nothing to cut")
+    nbytes = field_int(body, "bytes", 1, min(size - 1, message), path="hello.tail")
+    scheme = field_str(body, "scheme", path="hello.tail", max_len=64)
+    if not scheme.startswith("ec-") or scheme not in available_schemes():
+        raise RemoteProtocolError(f"hello.tail.scheme must be an EC scheme, got {scheme!r}")
+    k = field_int(body, "k", 1, MAX_CODE, path="hello.tail")
+    m = field_int(body, "m", 1, MAX_CODE, path="hello.tail")
+    return Tail(nbytes, Candidate(scheme, k, m))
+
+
+def policies(
+    config: ReliabilityConfig, size: int, message: int, tail: Tail | None
+) -> tuple[AdaptivePolicy | None, AdaptivePolicy | None]:
+    """The sender's and the receiver's policies for ``ReliableQP(adaptive=...)``: None
+    without a tail; else the stream's scheme for every write but the tail's."""
+    if tail is None:
+        return None, None
+    stream = Candidate(config.scheme)
+    candidates = (stream, tail.candidate)
+    last = -(-(size - tail.nbytes) // message)  # the tail's write comes after the bulk's
+
+    def plan(index: int) -> Candidate:
+        return tail.candidate if index == last else stream
+
+    return PlannedPolicy(candidates, plan), AdaptivePolicy(None, candidates)
