@@ -21,12 +21,14 @@ from sdr.cli.transfer_pieces import PieceWindow, pieces
 from sdr.cli.transfer_setup import hello, parse_hello
 from sdr.cli.transfer_tail import (
     MAX_CODE,
+    REPAIRED_ONCE,
     TAIL_CODES,
     Tail,
     file_tail,
     parse_tail,
     plan_tail,
     policies,
+    tail_saving,
 )
 from sdr.errors import ConfigError, RemoteProtocolError
 from sdr.reliability import ReliabilityConfig
@@ -43,7 +45,7 @@ def _sr(rtt: float, loss: float, rate: str = "1Gbit/s") -> ReliabilityConfig:
 
 
 # --- the plan ---------------------------------------------------------------------------
-@pytest.mark.parametrize("rtt, loss", [(0.1, 1e-3), (0.025, 1e-2), (0.1, 1e-2), (0.025, 1e-3)])
+@pytest.mark.parametrize("rtt, loss", [(0.1, 1e-3), (0.05, 1e-3), (0.1, 1e-4)])
 def test_a_lossy_long_link_gets_one_bdp_of_tail_under_a_low_overhead_code(rtt, loss) -> None:
     config = _sr(rtt, loss)
     tail = plan_tail(config, 256 * MiB, 64 * MiB, loss, 4096)
@@ -61,12 +63,33 @@ def test_a_lossy_long_link_gets_one_bdp_of_tail_under_a_low_overhead_code(rtt, l
         (_sr(0.1, 1e-3), 256 * MiB, 64 * MiB, 1e-6, "a clean link: parity costs more"),
         (_sr(0.1, 1e-3), 256 * MiB, 64 * MiB, 0.0, "no loss expected"),
         (_sr(0.1, 1e-3), 12_500_000, 64 * MiB, 1e-3, "the whole file is one BDP"),
+        (_sr(0.025, 1e-3), 256 * MiB, 64 * MiB, 1e-3, "saves 7 ms, costs more"),
+        (_sr(0.1, 1e-2), 256 * MiB, 64 * MiB, 1e-2, "repairs lost again: SR's rounds"),
+        (_sr(0.025, 1e-2), 256 * MiB, 64 * MiB, 1e-2, "repairs lost again: SR's rounds"),
         (_sr(0.1, 1e-3).replace(scheme="ec-mds"), 256 * MiB, 64 * MiB, 1e-3, "EC already"),
         (_sr(0.1, 1e-3).replace(link_rate=None), 256 * MiB, 64 * MiB, 1e-3, "no rate"),
     ],
 )
 def test_no_tail_where_it_cannot_help(config, size, message, loss, why) -> None:
     assert plan_tail(config, size, message, loss, 4096) is None, why
+
+
+@pytest.mark.parametrize("rtt, q", [(0.1, 8e-3), (0.025, 8e-3), (0.1, 1e-3), (0.05, 3e-2)])
+def test_the_saving_is_the_expected_wait_for_the_last_loss_of_the_final_rtt(rtt, q) -> None:
+    # chunk departures at lam per second, each lost with q: the loss closest to the end
+    # of the last RTT of data would have cost rtt - x (x: how long before the end)
+    lam = 1e9 / 8 / 32768
+    rng = np.random.default_rng(3)
+    n = round(lam * rtt)
+    lost = rng.random((20_000, n)) < q
+    x = np.where(lost.any(axis=1), np.argmax(lost[:, ::-1], axis=1) / lam, rtt)
+    again = 1 - (1 - q) ** (lam * q * rtt)
+    want = float(np.mean(rtt - x)) * (1 - again)
+    got = tail_saving(1e9, rtt, 32768, q)
+    if again > REPAIRED_ONCE:
+        assert got == 0.0
+    else:
+        assert got == pytest.approx(want, rel=0.05, abs=2e-4)
 
 
 def test_the_tail_is_at_most_one_message() -> None:

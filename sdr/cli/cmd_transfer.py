@@ -193,7 +193,8 @@ def send(
     tail: bool = typer.Option(
         True,
         help="when auto picks Selective Repeat, send the file's last bandwidth-delay product "
-        "as a message of its own under erasure coding (a loss there costs no round trip)",
+        "as a message of its own under erasure coding where that saves more than it costs "
+        "(a loss there then costs no round trip)",
     ),
     as_json: bool = typer.Option(False, "--json", help="JSON lines on stdout (progress, report)"),
 ) -> None:

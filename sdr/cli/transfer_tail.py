@@ -27,7 +27,18 @@ from sdr.peer_info import check_keys, field_int, field_str, require_object
 from sdr.reliability import ReliabilityConfig
 from sdr.reliability.registry import available_schemes
 
-__all__ = ["MAX_CODE", "TAIL_CODES", "Tail", "file_tail", "parse_tail", "plan_tail", "policies"]
+__all__ = [
+    "MAX_CODE",
+    "REPAIRED_ONCE",
+    "TAIL_CODES",
+    "TAIL_FIXED_COST",
+    "Tail",
+    "file_tail",
+    "tail_saving",
+    "parse_tail",
+    "plan_tail",
+    "policies",
+]
 
 TAIL_CODES: tuple[tuple[int, int], ...] = (
     (32, 1),
@@ -87,26 +98,66 @@ def plan_tail(
 
     None unless the stream runs SR, the link has a rate and the file is larger than one
     bandwidth-delay product (rounded up to whole chunks, at most one message): a smaller
-    file is one message already, judged as such. None too when the selector, judging the
-    tail alone, prefers SR (a clean link: parity would cost more than the rare loss).
+    file is one message already, judged as such. Then the selector judges the tail alone
+    among :data:`TAIL_CODES` and SR; the tail is planned only where :func:`tail_saving`
+    exceeds what the chosen code costs (its predicted time beyond the lossless one) plus
+    :data:`TAIL_FIXED_COST`.
     """
     if not config.scheme.startswith("sr-") or not config.link_rate or not config.chunk_size:
         return None
     chunk = int(config.chunk_size)
-    bdp = config.link_rate / 8 * config.rtt
-    nbytes = min(math.ceil(bdp / chunk) * chunk, message)
+    rate, rtt = float(config.link_rate), float(config.rtt)
+    nbytes = min(math.ceil(rate / 8 * rtt / chunk) * chunk, message)
     if size <= nbytes or loss <= 0:
+        return None
+    saving = tail_saving(rate, rtt, chunk, _chunk_loss(loss, chunk, mtu))
+    if saving <= TAIL_FIXED_COST:
         return None
     from sdr.simulator.link import Link  # noqa: PLC0415 - the selector loads SciPy
     from sdr.simulator.select import select_scheme  # noqa: PLC0415
 
-    link = Link(rate=config.link_rate, rtt=config.rtt, mtu=mtu, chunk_size=chunk,
-                alpha=config.alpha)  # fmt: skip
+    link = Link(rate=rate, rtt=rtt, mtu=mtu, chunk_size=chunk, alpha=config.alpha)
     best = select_scheme(link, nbytes, loss, drop_unit="packet", chunk_sizes=(chunk,),
                          ec_codes=TAIL_CODES)  # fmt: skip
     if not best.scheme.startswith("ec-"):
         return None
+    cost = best.mean_s - (nbytes * 8 / rate + rtt)  # parity, and the odd fallback
+    if saving <= cost + TAIL_FIXED_COST:
+        return None
     return Tail(nbytes, Candidate(best.scheme, int(best.params["k"]), int(best.params["m"])))
+
+
+TAIL_FIXED_COST = 0.010
+"""Seconds a tail costs beyond its parity: at 25 ms, 1 Gbit/s and 1e-3, tails that lost
+nothing still finished 5-7 ms later than the same file without one (docs/benchmarks.md)."""
+REPAIRED_ONCE = 0.1
+"""The tail is planned only where the repairs of the last round trip of data are lost
+again with at most this probability (:func:`tail_saving`)."""
+
+
+def tail_saving(rate: float, rtt: float, chunk: int, q: float) -> float:
+    """Seconds an erasure-coded last BDP saves SR on average, at chunk loss ``q``.
+
+    Chunks leave at ``lam = rate / 8 / chunk`` per second; a loss at ``x`` seconds before
+    the last one is repaired ``rtt - x`` after the file would have been done (later data
+    hides an earlier loss). With losses a Poisson process at ``lam * q`` per second the
+    expected wait for the last one in the final RTT is ``rtt - (1 - exp(-lam q rtt)) /
+    (lam q)``, which parity saves. Where those repairs are themselves lost (the chance
+    that any of the ``lam q rtt`` repairs is lost again) a second round follows, tail or
+    no tail; above :data:`REPAIRED_ONCE` the saving counts as none (measured at 1e-2:
+    as often slower as faster, docs/benchmarks.md).
+    """
+    events = rate / 8 / chunk * q  # chunk losses per second
+    if events <= 0 or rtt <= 0:
+        return 0.0
+    wait = rtt - (1.0 - math.exp(-events * rtt)) / events
+    again = 1.0 - (1.0 - q) ** (events * rtt)
+    return 0.0 if again > REPAIRED_ONCE else wait * (1.0 - again)
+
+
+def _chunk_loss(loss: float, chunk: int, mtu: int) -> float:
+    """P(a chunk of ``chunk // mtu`` packets loses at least one) at packet loss ``loss``."""
+    return 1.0 - (1.0 - loss) ** max(1, chunk // mtu)
 
 
 def parse_tail(obj: Any, size: int, message: int) -> Tail:

@@ -39,6 +39,7 @@ from registry import Reader, target
 from targets_connect import _edit
 
 import sdr
+from sdr.adaptive import Candidate
 from sdr.cli.transfer_setup import (
     Request,
     expect,
@@ -48,6 +49,7 @@ from sdr.cli.transfer_setup import (
     parse_reply,
     reply,
 )
+from sdr.cli.transfer_tail import Tail
 
 __all__ = ["fuzz_transfer_setup"]
 
@@ -62,6 +64,14 @@ _RELIABILITY = {"scheme": "sr-rto", "rtt": 0.005, "chunk_size": 4096}
 _INFO = json.dumps({"version": 1, "backend": "udp", "transport": {"host": "127.0.0.1"}})
 _REFUSED = (sdr.ProtocolError, sdr.TimeoutError, sdr.TransportError)
 _LARGEST = (1 << 63) - 1  # the largest size a hello may announce
+
+
+def _tail(size: int) -> Tail | None:
+    """An erasure-coded tail a real sender could announce for ``size`` bytes (None where
+    none fits: the file must be longer than its tail)."""
+    if not 2 <= size <= _LARGEST:
+        return None
+    return Tail(min(size - 1, _ATTR.max_message_size), Candidate("ec-mds", 128, 4))
 
 
 def _canonical(tree: Any) -> str:
@@ -110,7 +120,8 @@ def fuzz_transfer_setup(data: bytes) -> None:
         return
     answered = _OTHER if replay else _CHALLENGE
     if side == "receiver":  # any size: boundaries that a real sender could not announce
-        tree = hello("in.bin", size, _ATTR, _RELIABILITY, _INFO, answered, secret, _NONCE)
+        tail = _tail(size) if mode & 0x10 else None
+        tree = hello("in.bin", size, _ATTR, _RELIABILITY, _INFO, answered, secret, _NONCE, tail)
     else:
         tree = reply(_INFO, _OTHER if replay else _NONCE, secret, _OWN)
     tree, signed = copy.deepcopy(tree), _canonical(tree)  # edits must not reach _RELIABILITY
@@ -136,5 +147,6 @@ def fuzz_transfer_setup(data: bytes) -> None:
         assert isinstance(got, Request) and 0 <= got.size <= limit
         assert got.nonce == (_NONCE if secret is not None else None)
         assert changed or (got.size, got.info, got.attr) == (size, _INFO, _ATTR)
+        assert changed or got.tail == (_tail(size) if mode & 0x10 else None)
     else:
         assert isinstance(got, str) and (changed or got == _INFO)
