@@ -27,6 +27,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from benchmarks.peers.runner import run_pair
+from sdr.backends.udp.roce import HEADER_SIZE, ICRC_SIZE, IP_UDP_OVERHEAD
 from sdr.backends.wan import LinkSpec, TunLink, can_use_namespaces
 from sdr.cli.defaults import DEFAULT_MTU
 from sdr.cli.demo_report import lossless_at_receiver, predict
@@ -39,6 +40,15 @@ PEERS = ("tcp-cubic", "tcp-bbr", "quic")
 SDR = ("sr-rto", "sr-nack", "ec-mds", "ec-xor", "auto")
 NO_TAIL = "auto-no-tail"
 """``auto`` without the erasure-coded tail (``sdr send --no-tail``), for comparison."""
+
+
+def payload_for(link_mtu: int) -> int:
+    """The largest power-of-two SDR payload whose packet (RoCEv2 headers, ICRC, IP and
+    UDP) fits a link of ``link_mtu`` bytes: 8192 for 9000, 1024 for 1500."""
+    room = link_mtu - IP_UDP_OVERHEAD - HEADER_SIZE - ICRC_SIZE
+    if room < 256:
+        sys.exit(f"--tun-mtu {link_mtu} leaves no room for an SDR packet")
+    return 1 << (room.bit_length() - 1)
 
 
 def run_sdr(
@@ -113,7 +123,14 @@ def main() -> None:
     p.add_argument(
         "--chunk", default=None, help="SDR chunk size (default: sdr send's pick from the loss)"
     )
-    p.add_argument("--mtu", type=int, default=DEFAULT_MTU, help="SDR payload bytes per packet")
+    p.add_argument(
+        "--mtu",
+        type=int,
+        default=None,
+        help="SDR payload bytes per packet (default: the largest power of two whose packet "
+        "fits --tun-mtu, 8192 on the 9000-byte link, as TCP's segments fill it; "
+        f"{DEFAULT_MTU} is the RoCE path MTU the paper models)",
+    )
     p.add_argument("--tun-mtu", type=int, default=9000, help="MTU of the emulated link")
     p.add_argument("--message-size", default="64MiB", help="largest SDR message")
     p.add_argument(
@@ -140,6 +157,8 @@ def main() -> None:
     p.add_argument("--json")
     p.add_argument("--plot")
     args = p.parse_args()
+    if args.mtu is None:
+        args.mtu = payload_for(args.tun_mtu)
     if args.seeds < 1:
         sys.exit(f"--seeds must be >= 1, got {args.seeds}")
     if reason := can_use_namespaces():
