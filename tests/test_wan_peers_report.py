@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.wan_peers import _median_run, report
+from benchmarks.wan_peers import _median_run, payload_for, report
+from sdr.backends.udp.roce import HEADER_SIZE, ICRC_SIZE, IP_UDP_OVERHEAD
 
 
 def test_the_median_run_carries_min_median_max() -> None:
@@ -92,3 +93,13 @@ def test_the_plot_draws_medians_with_the_seeds_range(tmp_path: Path) -> None:
     path = tmp_path / "wan.png"
     plot(rows, path)
     assert path.stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "link, payload", [(9000, 8192), (1500, 1024), (65000, 32768), (8256, 8192)]
+)
+def test_sdrs_packet_fills_the_links_mtu_by_default(link: int, payload: int) -> None:
+    assert payload_for(link) == payload
+    assert payload + IP_UDP_OVERHEAD + HEADER_SIZE + ICRC_SIZE <= link
+    with pytest.raises(SystemExit, match="no room"):
+        payload_for(200)
