@@ -85,6 +85,7 @@ def run_sdr(
         "seconds": report["completion_s"],
         "predicted_s": predicted,
         "scheme_used": report["scheme"],
+        "tail": report.get("tail"),
         "wire_bytes": report["wire_bytes"],
         "intact": report["receiver"]["digest"] == report["digest"],
     }
