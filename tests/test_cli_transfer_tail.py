@@ -155,6 +155,7 @@ def test_the_hello_carries_the_tail_and_a_hello_without_one_has_none() -> None:
         ({**TAIL.as_dict(), "bytes": 1}, 1, "nothing to cut"),
         ({**TAIL.as_dict(), "k": MAX_CODE + 1}, 256 * MiB, "k"),
         ({**TAIL.as_dict(), "m": 0}, 256 * MiB, "m"),
+        ({**TAIL.as_dict(), "k": 4, "m": 8}, 256 * MiB, "m"),
         ({**TAIL.as_dict(), "m": "8"}, 256 * MiB, "m"),
         ({**TAIL.as_dict(), "extra": 1}, 256 * MiB, "unknown"),
         ({"bytes": 1}, 256 * MiB, "lacks"),

@@ -72,11 +72,6 @@ class Tail:
         c = self.candidate
         return {"bytes": self.nbytes, "scheme": c.scheme, "k": c.k, "m": c.m}
 
-    def describe(self) -> str:
-        from sdr.units import format_size  # noqa: PLC0415 - only for the report line
-
-        return f"last {format_size(self.nbytes)} with {self.candidate.label()}"
-
 
 def file_tail(
     opts: TransferOptions, config: ReliabilityConfig, auto: bool, size: int, attr: QPAttr
@@ -161,9 +156,11 @@ def _chunk_loss(loss: float, chunk: int, mtu: int) -> float:
 
 
 def parse_tail(obj: Any, size: int, message: int) -> Tail:
-    """The hello's ``tail``, checked: a registered EC scheme, k and m in range
-    (``ReliabilityConfig`` checks the code when the QP is built) and fewer bytes than the
-    file, at most one ``message`` (RemoteProtocolError naming the field)."""
+    """The hello's ``tail``, checked: a registered EC scheme, k and m in range with m <= k
+    (parity no larger than the data it protects, so every message's parity lane stays
+    within one message; ``ReliabilityConfig`` checks the code further when the QP is
+    built) and fewer bytes than the file, at most one ``message`` (RemoteProtocolError
+    naming the field)."""
     body = require_object(obj, "hello.tail")
     check_keys(body, "hello.tail", ("bytes", "scheme", "k", "m"))
     if size < 2:
@@ -173,7 +170,7 @@ def parse_tail(obj: Any, size: int, message: int) -> Tail:
     if not scheme.startswith("ec-") or scheme not in available_schemes():
         raise RemoteProtocolError(f"hello.tail.scheme must be an EC scheme, got {scheme!r}")
     k = field_int(body, "k", 1, MAX_CODE, path="hello.tail")
-    m = field_int(body, "m", 1, MAX_CODE, path="hello.tail")
+    m = field_int(body, "m", 1, k, path="hello.tail")
     return Tail(nbytes, Candidate(scheme, k, m))
 
 
