@@ -107,18 +107,19 @@ def plan_tail(
     nbytes = math.ceil(rate / 8 * rtt / chunk) * chunk
     if nbytes > message or size <= nbytes or loss <= 0:
         return None
-    saving = tail_saving(rate, rtt, chunk, _chunk_loss(loss, chunk, mtu))
-    if saving <= TAIL_FIXED_COST:
-        return None
-    from sdr.simulator.link import Link  # noqa: PLC0415 - the selector loads SciPy
-    from sdr.simulator.select import select_scheme  # noqa: PLC0415
+    from sdr.simulator.link import Link  # noqa: PLC0415 - the simulator only when needed
 
     link = Link(rate=rate, rtt=rtt, mtu=mtu, chunk_size=chunk, alpha=config.alpha)
+    saving = tail_saving(rate, rtt, chunk, link.chunk_drop(loss, "packet"))
+    if saving <= TAIL_FIXED_COST:
+        return None
+    from sdr.simulator.select import select_scheme  # noqa: PLC0415 - loads SciPy
+
     best = select_scheme(link, nbytes, loss, drop_unit="packet", chunk_sizes=(chunk,),
                          ec_codes=TAIL_CODES)  # fmt: skip
     if not best.scheme.startswith("ec-"):
         return None
-    cost = best.mean_s - (nbytes * 8 / rate + rtt)  # parity, and the odd fallback
+    cost = best.mean_s - link.ideal_time_s(nbytes)  # parity, and the odd fallback
     if saving <= cost + TAIL_FIXED_COST:
         return None
     return Tail(nbytes, Candidate(best.scheme, int(best.params["k"]), int(best.params["m"])))
@@ -150,11 +151,6 @@ def tail_saving(rate: float, rtt: float, chunk: int, q: float) -> float:
     wait = rtt - (1.0 - math.exp(-events * rtt)) / events
     again = 1.0 - (1.0 - q) ** (events * rtt)
     return 0.0 if again > REPAIRED_ONCE else wait * (1.0 - again)
-
-
-def _chunk_loss(loss: float, chunk: int, mtu: int) -> float:
-    """P(a chunk of ``chunk // mtu`` packets loses at least one) at packet loss ``loss``."""
-    return 1.0 - (1.0 - loss) ** max(1, chunk // mtu)
 
 
 def parse_tail(obj: Any, size: int, message: int) -> Tail:
