@@ -20,7 +20,14 @@ import blake3
 
 from sdr.errors import ConfigError, RemoteProtocolError
 
-__all__ = ["DEFAULT_DIGEST", "DIGESTS", "check_digest", "file_digest", "peer_digest"]
+__all__ = [
+    "DEFAULT_DIGEST",
+    "DIGESTS",
+    "check_digest",
+    "file_digest",
+    "hasher",
+    "peer_digest",
+]
 
 DIGESTS = ("blake3", "sha256", "none")
 DEFAULT_DIGEST = "blake3"
@@ -44,6 +51,19 @@ def file_digest(buffer: Any, algorithm: str) -> str | None:
             return blake3.blake3(view, max_threads=threads).hexdigest()
         if algorithm == "sha256":
             return hashlib.sha256(view).hexdigest()
+    if algorithm == "none":
+        return None
+    raise ValueError(f"unknown digest {algorithm!r}")
+
+
+def hasher(algorithm: str) -> Any | None:
+    """A fresh incremental hash by ``algorithm`` (``update``, ``hexdigest``), or None for
+    ``none``: the receiver's ring (:mod:`~sdr.cli.transfer_ring`) feeds it the pieces in
+    file order as it writes them, so the digest is ready when the last one lands."""
+    if algorithm == "blake3":
+        return blake3.blake3(max_threads=blake3.blake3.AUTO)
+    if algorithm == "sha256":
+        return hashlib.sha256()
     if algorithm == "none":
         return None
     raise ValueError(f"unknown digest {algorithm!r}")

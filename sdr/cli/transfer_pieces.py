@@ -56,7 +56,8 @@ class PieceWindow:
     message stops the posting (the transfer has failed). ``finished_count``, when given,
     counts the handles finished so far (``ReliableQP.finished_count``): a round in which
     it did not move looks at no handle. ``tail``: the last piece's bytes, cut apart from
-    the others (:func:`pieces`).
+    the others (:func:`pieces`). ``room``, when given, is how many more pieces may be posted
+    besides the depth (the receiver's ring: :mod:`~sdr.cli.transfer_ring`).
     """
 
     def __init__(
@@ -67,6 +68,7 @@ class PieceWindow:
         depth: int,
         finished_count: Callable[[], int] | None = None,
         tail: int = 0,
+        room: Callable[[], int] | None = None,
     ) -> None:
         if depth < 1:
             raise ValueError(f"window depth must be >= 1, got {depth}")
@@ -86,6 +88,7 @@ class PieceWindow:
         self._reported_at = -float("inf")
         self._finished_count = finished_count
         self._seen = -1  # finished_count() when the handles were last looked at
+        self._room = room
         self.top_up()
 
     @property
@@ -98,6 +101,8 @@ class PieceWindow:
         if self._finished_count is None or self._finished_count() != self._seen:
             self._retire()
         while self.failed is None and not self._exhausted and len(self._open) < self._depth:
+            if self._room is not None and self._room() < 1:
+                break
             piece = next(self._todo, None)
             if piece is None:
                 self._exhausted = True

@@ -17,7 +17,7 @@ from sdr.backends import oob
 from sdr.backends.udp import UdpTransport
 from sdr.backends.udp.sockets import ReceiveBufferWarning
 from sdr.backends.udp.transport import MAX_PATHS
-from sdr.cli.transfer_digest import file_digest, peer_digest
+from sdr.cli.transfer_digest import file_digest, hasher, peer_digest
 from sdr.cli.transfer_options import Progress
 from sdr.cli.transfer_output import (
     check_out,
@@ -30,9 +30,10 @@ from sdr.cli.transfer_peer import WATCH_S, peer_error, tell_peer, watch
 from sdr.cli.transfer_pieces import PieceWindow, map_file, with_arrived
 from sdr.cli.transfer_prefault import PrefaultAhead
 from sdr.cli.transfer_relay import RelaySide, load_side
+from sdr.cli.transfer_ring import ReceiveRing, ring_slots
 from sdr.cli.transfer_setup import Request, expect, new_challenge, parse_hello, reply
 from sdr.cli.transfer_tail import policies
-from sdr.errors import ConfigError, MessageFailed, SDRError
+from sdr.errors import ConfigError, MessageFailed, RemoteProtocolError, SDRError
 from sdr.errors import TimeoutError as SDRTimeoutError
 from sdr.runtime import ReliableQP, drive
 from sdr.units import parse_size
@@ -142,16 +143,13 @@ def _receive(
     report = None
     try:
         with fh:
-            buf = map_file(fh, request.size, write=True)
+            slots = _ring_slots(request)
+            buf = None if slots else map_file(fh, request.size, write=True)
             try:
-                report = _into(conn, out, fh, buf, request, progress, secret, timeout, info,
-                               keep_partial, side, data_port)  # fmt: skip
+                report = _into(conn, out, fh, buf, slots, request, progress, secret, timeout,
+                               info, keep_partial, side, data_port)  # fmt: skip
             finally:
-                if isinstance(buf, mmap.mmap):
-                    try:
-                        buf.close()
-                    except BufferError:
-                        pass  # a registered view still points at it: closed when collected
+                _close_map(buf)
     finally:
         if report is None and not keep_partial:
             try:
@@ -162,11 +160,25 @@ def _receive(
     return report
 
 
+def _ring_slots(request: Request) -> int:
+    """Slots of the receiver's ring for ``request`` (0: receive into the file's mapping)."""
+    attr, config = request.attr, request.config
+    return ring_slots(
+        request.size,
+        attr.max_message_size,
+        2 * config.max_in_flight,
+        attr.rate_limit or config.link_rate,
+        config.rtt,
+        request.tail.nbytes if request.tail else 0,
+    )
+
+
 def _into(
     conn: socket.socket,
     out: str,
     fh: BinaryIO,
     buf: Any,
+    slots: int,
     request: Request,
     progress: Progress | None,
     secret: bytes | None,
@@ -176,8 +188,10 @@ def _into(
     side: RelaySide | None,
     data_port: int,
 ) -> dict[str, Any]:
-    """The transfer itself, into ``buf`` (``fh`` mapped): reply to the sender, receive
-    every piece, compare the digests; publishes the file as ``out`` when they match."""
+    """The transfer itself, through a ring of ``slots`` buffers written to ``fh``
+    (:mod:`~sdr.cli.transfer_ring`), or with no slots into ``buf`` (``fh`` mapped): reply
+    to the sender, receive every piece, compare the digests; publishes the file as
+    ``out`` when they match."""
     size, attr = request.size, request.attr
     config = request.config.replace(global_timeout=timeout)  # our --timeout: no progress
     partial = partial_path(out)
@@ -192,7 +206,13 @@ def _into(
         else UdpTransport(host, data_port, paths=_paths_of(info), prefault=False)
     )
     ctx = sdr.Context(transport, secret=secret)
-    ahead = PrefaultAhead(buf)
+    ring = None
+    if slots:
+        digest = hasher(request.digest) if request.digest else None
+        ring = ReceiveRing(fh.fileno(), attr.max_message_size, slots, digest)
+    ahead = PrefaultAhead(ring.buffer if ring else buf)
+    if ring:
+        ring.fresh = ahead.add  # each slot's pages populated once, off the progress loop
     try:
         qp = ctx.create_qp(attr)
         qp.connect(info.encode())
@@ -201,11 +221,16 @@ def _into(
         rqp = ReliableQP(
             qp, config, adaptive=policies(config, size, attr.max_message_size, tail)[1]
         )
-        mr = ctx.register(buf) if size else None
+        mr = ctx.register(ring.buffer if ring else buf) if size else None
+
+        def post_recv(off: int, n: int) -> Any:
+            return rqp.post_recv(mr, off, n)  # type: ignore[arg-type]
 
         def post(off: int, n: int) -> Any:
+            if ring:
+                return ring.post(off, n, post_recv)
             ahead.add(off, n)
-            return rqp.post_recv(mr, off, n)  # type: ignore[arg-type]
+            return post_recv(off, n)
 
         window = PieceWindow(
             post,
@@ -214,9 +239,12 @@ def _into(
             2 * rqp.max_in_flight,
             lambda: rqp.finished_count,
             tail.nbytes if tail else 0,
+            room=ring.room if ring else None,
         )
 
         def finished() -> bool:
+            if ring:
+                ring.pump()
             return window.advance(progress)
 
         try:
@@ -228,6 +256,8 @@ def _into(
                 raise peer_error(done, "sender")
             window.check()
         except SDRError as exc:
+            if ring and keep_partial:
+                ring.salvage()
             raise with_arrived(_kept(exc, partial, keep_partial), window) from exc
         end = time.monotonic()
         # keep acknowledging until the sender says it is done (a last ACK may be lost)
@@ -235,10 +265,8 @@ def _into(
             done = watch(rqp, lambda: False, timeout, "the sender's verdict", conn, "sender")
         if not isinstance(done, dict) or "done" not in done:
             raise peer_error(done, "sender")
-        if isinstance(buf, mmap.mmap):
-            buf.flush()
         algorithm, want = peer_digest(done)
-        digest = file_digest(buf, algorithm)
+        digest = _digest(ring, buf, fh, size, algorithm, request.digest)
         ok = digest == want
         if ok:
             publish(fh, out)
@@ -266,13 +294,50 @@ def _into(
             "digest": digest,
             "scheme": config.scheme,
             "tail": tail.as_dict() if tail else None,
+            "ring_slots": slots,
             "counters": qp.counters(),
             "stats": window.stats,
             "socket_drops": drops,
         }
     finally:
+        if ring:
+            ring.close()
         ahead.close()
         ctx.close()
+        if ring:
+            _close_map(ring.buffer)
+
+
+def _digest(
+    ring: ReceiveRing | None, buf: Any, fh: BinaryIO, size: int, algorithm: str,
+    announced: str | None,
+) -> str | None:  # fmt: skip
+    """The received file's digest by ``algorithm`` (the sender's closing message's): the
+    ring's, hashed as it wrote, when the hello ``announced`` that algorithm; else the
+    file hashed whole. ProtocolError when the sender closes with another algorithm than
+    it announced."""
+    if announced is not None and announced != algorithm:
+        raise RemoteProtocolError(
+            f"the sender closes with a {algorithm} digest; its hello announced {announced}"
+        )
+    if ring is not None:
+        written = ring.finish()
+        if announced is not None:
+            return written
+        with mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) as whole:
+            return file_digest(whole, algorithm)
+    if isinstance(buf, mmap.mmap):
+        buf.flush()
+    return file_digest(buf, algorithm)
+
+
+def _close_map(buf: Any) -> None:
+    """Close ``buf`` when it is a mapping that nothing points into any more."""
+    if isinstance(buf, mmap.mmap):
+        try:
+            buf.close()
+        except BufferError:
+            pass  # a registered view still points at it: closed when collected
 
 
 def _kept(exc: SDRError, partial: str, keep_partial: bool) -> SDRError:

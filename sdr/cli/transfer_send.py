@@ -108,7 +108,8 @@ def _send(
     challenge = parse_challenge(expect(sock, deadline, opts.timeout, what))
     qp = ctx.create_qp(attr)
     request = hello(os.path.basename(path), size, attr, _config_dict(config),
-                    qp.info().decode(), challenge, ctx.secret, tail=tail)  # fmt: skip
+                    qp.info().decode(), challenge, ctx.secret, tail=tail,
+                    digest=opts.digest)  # fmt: skip
     oob.send_obj(sock, request)
     answer = expect(sock, deadline, opts.timeout, what)
     theirs = parse_reply(answer, request.get("nonce"), ctx.secret)

@@ -4,7 +4,8 @@
 
     receiver -> sender    {"challenge": R}                        R: 16 fresh random bytes
     sender   -> receiver  {"name", "size", "message_size", "attr", "reliability", "qp",
-                           "challenge": R, ["tail",] "nonce": S, "hmac"}   the hello
+                           "challenge": R, ["tail",] ["digest",] "nonce": S, "hmac"}
+                                                                   the hello
     receiver -> sender    {"qp", "challenge": S, "nonce", "hmac"}  the reply
 
 With a shared secret the HMAC-SHA256 (:mod:`sdr.auth`) of the hello covers every field
@@ -32,6 +33,7 @@ import sdr
 from sdr import errors
 from sdr.auth import sign_info
 from sdr.backends import oob
+from sdr.cli.transfer_digest import DIGESTS
 from sdr.cli.transfer_peer import check_secret_of, peer_error
 from sdr.cli.transfer_tail import Tail, parse_tail
 from sdr.errors import RemoteProtocolError, SDRError
@@ -53,7 +55,8 @@ __all__ = [
 
 HELLO_FIELDS = ("name", "size", "message_size", "attr", "reliability", "qp", "challenge")
 """What a hello carries (and, with a secret, its ``nonce`` and ``hmac``; with a tail under
-erasure coding, ``tail``: :mod:`~sdr.cli.transfer_tail`)."""
+erasure coding, ``tail``: :mod:`~sdr.cli.transfer_tail`; and ``digest``, the algorithm of
+the closing digest, so the receiver can hash as the pieces land)."""
 _SIGNED = ("nonce", "hmac")
 _CHALLENGE = re.compile(r"[0-9a-f]{32}")
 _MAX_SIZE = (1 << 63) - 1  # the largest file offset; --max-size is the real bound
@@ -73,6 +76,9 @@ class Request:
     """The sender's challenge, for the reply to answer (None without a secret)."""
     tail: Tail | None = None
     """The file's last bytes as a message of their own, under erasure coding."""
+    digest: str | None = None
+    """The algorithm of the sender's closing digest, when the hello names it (a sender
+    that does not is answered by hashing the file once it is whole)."""
 
 
 def new_challenge() -> str:
@@ -111,9 +117,11 @@ def hello(
     secret: bytes | None,
     nonce: str | None = None,
     tail: Tail | None = None,
+    digest: str | None = None,
 ) -> dict[str, Any]:
     """The sender's hello answering ``challenge``, signed with ``secret`` (adds ``nonce``,
-    fresh unless given, and ``hmac``; unsigned without); ``tail`` when the file has one."""
+    fresh unless given, and ``hmac``; unsigned without); ``tail`` when the file has one;
+    ``digest``: the algorithm its closing digest will use."""
     body = {
         "name": name,
         "size": size,
@@ -125,6 +133,8 @@ def hello(
     }
     if tail is not None:
         body["tail"] = tail.as_dict()
+    if digest is not None:
+        body["digest"] = digest
     return sign_info(body, secret, nonce)
 
 
@@ -145,7 +155,7 @@ def parse_hello(message: Any, challenge: str, secret: bytes | None, max_size: in
             "the sender's hello answers another challenge (a replayed or stale set-up): "
             f"{show(body.get('challenge'))}"
         )
-    check_keys(body, "the sender's hello", HELLO_FIELDS, (*_SIGNED, "tail"))
+    check_keys(body, "the sender's hello", HELLO_FIELDS, (*_SIGNED, "tail", "digest"))
     size = field_int(body, "size", 0, _MAX_SIZE, path="hello")
     if size > max_size:
         raise RemoteProtocolError(
@@ -167,6 +177,11 @@ def parse_hello(message: Any, challenge: str, secret: bytes | None, max_size: in
         )
     nonce = body.get("nonce")
     tail = parse_tail(body["tail"], size, message_size) if "tail" in body else None
+    digest = body.get("digest")
+    if digest is not None and digest not in DIGESTS:
+        raise RemoteProtocolError(
+            f"hello.digest must be one of {', '.join(DIGESTS)}, got {show(digest)}"
+        )
     return Request(
         name=field_str(body, "name", path="hello", max_len=4096),
         size=size,
@@ -175,6 +190,7 @@ def parse_hello(message: Any, challenge: str, secret: bytes | None, max_size: in
         info=field_str(body, "qp", path="hello", max_len=1 << 20),
         nonce=nonce if isinstance(nonce, str) else None,
         tail=tail,
+        digest=digest,
     )
 
 

@@ -13,6 +13,7 @@ Input: ``mode u8 | edits u8 | cut u8 | size u8 | limit u8 | edit bytes ...``.
 - mode bit 0: the sides share a secret (the frames are signed); bit 1: the sender's
   side (else the receiver's); bit 2: replay (the hello or reply answers another
   challenge, as a recorded one would); bit 3: close the writer after the frames;
+  bit 4: the hello has a tail; bits 5-6: its digest (blake3, sha256, none, or none named);
   bit 7: the rest of the input is the wire as is (any bytes; no edits, no cut).
 - edits (0-4, low 3 bits): edits of the valid message's JSON tree (targets_connect's:
   replace a node with an interesting value, delete it, add a key or item).
@@ -62,6 +63,7 @@ _SIZES = (0, 1, 4096, (1 << 20) + 1, 1 << 40, (1 << 63) - 1, 1 << 63, 1 << 64, -
 _ATTR = sdr.QPAttr(mtu=1024, chunk_size=4096, max_message_size=1 << 20, max_messages=63)
 _RELIABILITY = {"scheme": "sr-rto", "rtt": 0.005, "chunk_size": 4096}
 _INFO = json.dumps({"version": 1, "backend": "udp", "transport": {"host": "127.0.0.1"}})
+_DIGESTS = ("blake3", "sha256", "none", None)  # mode bits 5-6: the hello's digest, if named
 _REFUSED = (sdr.ProtocolError, sdr.TimeoutError, sdr.TransportError)
 _LARGEST = (1 << 63) - 1  # the largest size a hello may announce
 
@@ -121,7 +123,9 @@ def fuzz_transfer_setup(data: bytes) -> None:
     answered = _OTHER if replay else _CHALLENGE
     if side == "receiver":  # any size: boundaries that a real sender could not announce
         tail = _tail(size) if mode & 0x10 else None
-        tree = hello("in.bin", size, _ATTR, _RELIABILITY, _INFO, answered, secret, _NONCE, tail)
+        digest = _DIGESTS[(mode >> 5) & 3]
+        tree = hello("in.bin", size, _ATTR, _RELIABILITY, _INFO, answered, secret, _NONCE, tail,
+                     digest)  # fmt: skip
     else:
         tree = reply(_INFO, _OTHER if replay else _NONCE, secret, _OWN)
     tree, signed = copy.deepcopy(tree), _canonical(tree)  # edits must not reach _RELIABILITY
@@ -148,5 +152,6 @@ def fuzz_transfer_setup(data: bytes) -> None:
         assert got.nonce == (_NONCE if secret is not None else None)
         assert changed or (got.size, got.info, got.attr) == (size, _INFO, _ATTR)
         assert changed or got.tail == (_tail(size) if mode & 0x10 else None)
+        assert changed or got.digest == _DIGESTS[(mode >> 5) & 3]
     else:
         assert isinstance(got, str) and (changed or got == _INFO)
