@@ -21,9 +21,11 @@ the file peers, ``--write-bw`` with the memory ones.
 
 Where a VM's balloon hands freed pages back to its host (the run says so), every fresh
 page a receiver writes costs a host fault, 1.5-2.5 CPU s/GiB, in whichever process
-touches it first, and how many pages are fresh depends on what ran just before: the file
-rows then move with the sizes (64MiB,2GiB mostly reuses pages, 1GiB,4GiB mostly does
-not) and only the ratios to the file peers of the same run mean anything.
+touches it first, unless the page was freed a moment before: how many pages are fresh
+then depends on what ran just before. So there each run of a file receiver first waits
+``--settle`` seconds (default 30), for the pages of the last run's output to go back to
+the host: every receiver then starts alike, and the file rows no longer move with the
+sizes (before, 64MiB,2GiB mostly reused pages and 1GiB,4GiB mostly did not).
 
 ``--write-bw`` adds each scheme memory to memory (``sdr write-bw --scheme``: one reused
 buffer sent into a ring of them, as iperf3 moves data), so the reliable path's own cost
@@ -206,12 +208,21 @@ def iperf3_run(
 
 
 def per_gib(
-    run: Callable[[int], tuple[float, float]], sizes: tuple[int, int], repeat: int
+    run: Callable[[int], tuple[float, float]],
+    sizes: tuple[int, int],
+    repeat: int,
+    settle: float = 0.0,
 ) -> dict[str, float]:
-    """CPU s/GiB of each end by differencing the two sizes (median of ``repeat`` pairs)."""
+    """CPU s/GiB of each end by differencing the two sizes (median of ``repeat`` pairs);
+    ``settle``: seconds to wait before each run (:func:`settle_time`)."""
+
+    def settled(size: int) -> tuple[float, float]:
+        time.sleep(settle)
+        return run(size)
+
     send, recv = [], []
     for _ in range(repeat):
-        small, big = run(sizes[0]), run(sizes[1])
+        small, big = settled(sizes[0]), settled(sizes[1])
         span = (sizes[1] - sizes[0]) / GIB
         send.append((big[0] - small[0]) / span)
         recv.append((big[1] - small[1]) / span)
@@ -259,7 +270,10 @@ def measure_place(
             found[peer] = {**per_gib(run, sizes, args.repeat), "basis": "memory"}
             if schemes:  # the peers of the file rows
                 run = functools.partial(run, files=files, out=out)
-                found[peer + FILE] = {**per_gib(run, sizes, args.repeat), "basis": "file"}
+                found[peer + FILE] = {
+                    **per_gib(run, sizes, args.repeat, args.settle),
+                    "basis": "file",
+                }
         for scheme in schemes if args.write_bw else ():
             run = functools.partial(write_bw_run, wrap, host, scheme, rate=rate, args=args)
             found[f"sdr write-bw {scheme}"] = {
@@ -270,7 +284,7 @@ def measure_place(
             for ack in args.ack_intervals.split(","):
                 run = functools.partial(_sdr_size, wrap, host, scheme, files, out, rate, args, ack)
                 found[f"sdr {scheme}" + (f" ack {ack}" if ack else "")] = {
-                    **per_gib(run, sizes, args.repeat),
+                    **per_gib(run, sizes, args.repeat, args.settle),
                     "basis": "file",
                 }
     for cpu in found.values():
@@ -334,6 +348,24 @@ def free_page_reporting() -> bool:
     return False
 
 
+SETTLE_S = 30.0
+"""Seconds a file receiver's run waits where the VM reports free pages (see
+:func:`settle_time`)."""
+
+
+def settle_time(reporting: bool) -> float:
+    """Seconds to wait before each run whose receiver writes a file: :data:`SETTLE_S`
+    where the VM reports free pages to its host, else none.
+
+    There a page freed a moment ago is still backed ("warm": writing 2 GiB into /dev/shm
+    cost 0.36 CPU s/GiB right after the last output was deleted), and one freed some
+    seconds ago is not (1.7-1.8 s/GiB 3-30 s later: the host takes it back and the next
+    first touch faults), so a receiver's figure followed what ran just before it, by more
+    than iperf3's whole receive costs. After the wait every receiver starts alike, from
+    memory the host has taken back, as a server that was idle a while does."""
+    return SETTLE_S if reporting else 0.0
+
+
 def populate_cost(directory: Path, nbytes: int) -> float:
     """CPU seconds per GiB to populate the pages of a fresh ``nbytes`` file in
     ``directory`` (what the receiver's prefault does with its output): the part of the
@@ -384,6 +416,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="where the receiver writes (default: /dev/shm, memory as iperf3's receiver; "
         "a disk directory adds its page cost, printed as 'populate')",
     )
+    p.add_argument(
+        "--settle",
+        type=float,
+        help="seconds to wait before each run whose receiver writes a file (default: "
+        f"{SETTLE_S:g} where the VM reports free pages to its host, else 0)",
+    )
     p.add_argument("--json")
     args = p.parse_args(argv)
     if not shutil.which("iperf3"):
@@ -394,6 +432,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(width=130)
     rows: list[dict[str, Any]] = []
     reporting = free_page_reporting()
+    if args.settle is None:
+        args.settle = settle_time(reporting)
     if not reporting:  # where the host takes freed pages back, warming cannot help
         warmed = warm_memory(3 * (small + big))  # both inputs, one output, with room
         console.print(f"warmed {format_size(3 * (small + big))} of memory in {warmed:.2f} s")
@@ -411,7 +451,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "[yellow]this VM reports free pages to its host: a page freed a moment ago "
                 "costs a host fault at its next first touch (about 2 s/GiB measured), so every "
                 "receiver that writes a file (`sdr recv`, iperf3 -F) carries it; the memory "
-                "rows do not"
+                f"rows do not. Each file run waits {args.settle:g} s first (--settle), so "
+                "every receiver starts from pages the host took back"
             )
         places = ["loopback"] + (["emulated"] if args.link else [])
         for place in places:
@@ -448,6 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "out_dir": str(out_dir),
             "populate_s_per_gib": populate,
             "free_page_reporting": reporting,
+            "settle_s": args.settle,
         }
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     return 0
