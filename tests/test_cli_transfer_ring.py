@@ -17,7 +17,7 @@ import pytest
 from sdr.cli import transfer_receive, transfer_ring, transfer_send
 from sdr.cli.transfer_options import TransferOptions
 from sdr.cli.transfer_pieces import PieceWindow
-from sdr.cli.transfer_ring import RING_MAX, SLACK_RTTS, ReceiveRing, ring_slots
+from sdr.cli.transfer_ring import RING_MAX, RING_SPAN, SLACK_RTTS, ReceiveRing, ring_slots
 from sdr.errors import RemoteProtocolError
 
 MiB = 1 << 20
@@ -45,13 +45,20 @@ def test_slots_hold_the_round_trips_at_the_rate_within_the_window_and_the_cap() 
     rtt, message = 0.025, 1 * MiB
     want = -(-(1e9 / 8 * rtt * SLACK_RTTS) // message) + 2  # 12.5 MB of data + two pieces
     assert ring_slots(1 << 30, message, 32, 1e9, rtt) == want == 14
-    assert ring_slots(1 << 30, message, 8, 1e9, rtt) == 8  # never more than the window
-    assert ring_slots(3 * message, message, 32, 1e9, rtt) == 3  # nor than the pieces
-    assert ring_slots(3 * message, message, 32, 1e9, rtt, tail=1) == 4  # the tail is one
+    assert ring_slots(1 << 30, message, 8, 1e9, rtt) == 14  # more than the window: in order
     assert ring_slots(1 << 30, message, 32, None, rtt) == 32  # no rate: the whole window
     assert ring_slots(1 << 40, 64 * MiB, 32, 100e9, 0.1) == RING_MAX // (64 * MiB)
     assert ring_slots(1 << 40, RING_MAX // 2 + 1, 32, 1e9, rtt) == 0  # the mapping instead
     assert ring_slots(0, message, 32, 1e9, rtt) == 0
+
+
+def test_a_file_shorter_than_a_few_rings_goes_to_its_mapping() -> None:
+    """The ring's fresh pages cost once what it saves per byte of the file."""
+    rtt, message = 0.025, 16 * MiB  # 3 slots: 48 MiB
+    assert ring_slots(RING_SPAN * 48 * MiB, message, 32, 1e9, rtt) == 3
+    assert ring_slots(RING_SPAN * 48 * MiB - 1, message, 32, 1e9, rtt) == 0
+    assert ring_slots(256 * MiB, 64 * MiB, 32, 1e9, rtt) == 0  # 3 x 64 MiB: no
+    assert ring_slots(1 * MiB, 4096, 32, None, rtt) == 32  # the whole window: 128 KiB
 
 
 def test_pieces_are_written_and_hashed_in_file_order_and_a_slot_waits_for_its_write(
@@ -178,7 +185,7 @@ def _transfer(tmp_path: Path, size: int, opts: TransferOptions) -> tuple[dict, d
     return sent, got["report"], data
 
 
-_OPTS = TransferOptions(scheme="sr-nack", rate="200Mbit/s", rtt="5ms", message_size="256KiB",
+_OPTS = TransferOptions(scheme="sr-nack", rate="200Mbit/s", rtt="5ms", message_size="64KiB",
                         mtu=4096, timeout=30)  # fmt: skip
 
 
@@ -189,9 +196,9 @@ def test_a_file_arrives_through_the_ring_with_its_digest_hashed_on_the_way(
     monkeypatch.setattr(
         transfer_receive, "file_digest", lambda *a: whole.append(1) or "never asked"
     )
-    sent, received, data = _transfer(tmp_path, 3 * MiB + 12345, _OPTS)
-    # 4 round trips at 200 Mbit/s (0.5 MB, two pieces) + 2: 13 pieces through 4 slots
-    assert received["ring_slots"] == 4
+    sent, received, data = _transfer(tmp_path, 6 * MiB + 12345, _OPTS)
+    # 4 round trips at 200 Mbit/s (0.5 MB, 8 pieces) + 2: 97 pieces through 10 slots
+    assert received["ring_slots"] == 10
     assert received["digest"] == sent["digest"] == blake3.blake3(data).hexdigest()
     assert not whole  # no second pass over the file
 
@@ -202,7 +209,7 @@ def test_a_hello_without_a_digest_is_answered_by_hashing_the_whole_file(
     """A sender of an earlier version names no digest in its hello."""
     plain = transfer_send.hello
     monkeypatch.setattr(transfer_send, "hello", lambda *a, digest=None, **k: plain(*a, **k))
-    sent, received, data = _transfer(tmp_path, 2 * MiB + 1, _OPTS)
+    sent, received, data = _transfer(tmp_path, 6 * MiB + 1, _OPTS)
     assert received["ring_slots"] > 0
     assert received["digest"] == sent["digest"] == blake3.blake3(data).hexdigest()
 
@@ -210,8 +217,8 @@ def test_a_hello_without_a_digest_is_answered_by_hashing_the_whole_file(
 def test_messages_too_large_for_the_ring_land_in_the_files_mapping(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(transfer_ring, "RING_MAX", 256 << 10)  # two 256 KiB pieces: no
-    _, received, _ = _transfer(tmp_path, MiB + 7, _OPTS)
+    monkeypatch.setattr(transfer_ring, "RING_MAX", 64 << 10)  # two 64 KiB pieces: no
+    _, received, _ = _transfer(tmp_path, 6 * MiB + 7, _OPTS)
     assert received["ring_slots"] == 0
 
 
@@ -223,7 +230,7 @@ def test_a_sender_that_closes_with_another_digest_than_it_announced_is_refused(
         transfer_send, "hello", lambda *a, digest=None, **k: plain(*a, digest="sha256", **k)
     )
     with pytest.raises(Exception) as caught:
-        _transfer(tmp_path, MiB, _OPTS)
+        _transfer(tmp_path, 6 * MiB, _OPTS)
     assert "announced sha256" in str(caught.value)
     assert isinstance(caught.value, RemoteProtocolError) or "receiver" in str(caught.value)
     assert not (tmp_path / "out.bin").exists()

@@ -1,8 +1,10 @@
 """A file as reliable messages: mapped in memory, cut into pieces, counted as verified.
 
-Both sides map the file (the receiver writes into its mapping, zero copy), move it as
-messages of ``message_size`` bytes and count only the bytes of messages that completed
-and were verified. The pieces are posted a window at a time (:class:`PieceWindow`), so
+The sender maps its file; the receiver receives into a ring of reused buffers and
+writes each piece out once verified (:mod:`~sdr.cli.transfer_ring`; into its file's
+mapping only where two messages do not fit the ring). The file moves as messages of
+``message_size`` bytes and only the bytes of messages that completed and were verified
+count. The pieces are posted a window at a time (:class:`PieceWindow`), so
 what a side holds stays the same for a 1 KiB and a 1 TiB file.
 """
 

@@ -1,6 +1,7 @@
 """Fault the receiver's pieces in ahead of the data, off the progress loop.
 
-A piece of the output mapping is posted at once and its pages are populated by a
+A slot of the receiver's ring (at its first use; or, where messages are too large for a
+ring, a piece of the output mapping) is posted at once and its pages are populated by a
 background thread, a step at a time, in posting order. Populating 64 MiB of a fresh file
 mapping takes 65-180 ms on our machines; done before each post (as it was), the first
 window of a transfer held the sender for about 0.6 s of a 2.7 s transfer (256 MiB at

@@ -169,7 +169,6 @@ def _ring_slots(request: Request) -> int:
         2 * config.max_in_flight,
         attr.rate_limit or config.link_rate,
         config.rtt,
-        request.tail.nbytes if request.tail else 0,
     )
 
 
