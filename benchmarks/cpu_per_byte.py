@@ -23,9 +23,12 @@ Where a VM's balloon hands freed pages back to its host (the run says so), every
 page a receiver writes costs a host fault, 1.5-2.5 CPU s/GiB, in whichever process
 touches it first, unless the page was freed a moment before: how many pages are fresh
 then depends on what ran just before. So there each run of a file receiver first waits
-``--settle`` seconds (default 30), for the pages of the last run's output to go back to
-the host: every receiver then starts alike, and the file rows no longer move with the
-sizes (before, 64MiB,2GiB mostly reused pages and 1GiB,4GiB mostly did not).
+``--settle`` seconds (default 30) after the last run's output was deleted: no receiver
+then gets the pages its predecessor freed a moment before, every one starts after the
+same idle time, and the file rows agree across spans (before, 64MiB,2GiB mostly reused
+pages and 1GiB,4GiB mostly did not). Whether the host has taken the pages back by then
+is its own affair (``benchmarks/file_pages.py`` shows it), so compare only the ratios to
+the file peers of the same run.
 
 ``--write-bw`` adds each scheme memory to memory (``sdr write-bw --scheme``: one reused
 buffer sent into a ring of them, as iperf3 moves data), so the reliable path's own cost
@@ -357,12 +360,13 @@ def settle_time(reporting: bool) -> float:
     """Seconds to wait before each run whose receiver writes a file: :data:`SETTLE_S`
     where the VM reports free pages to its host, else none.
 
-    There a page freed a moment ago is still backed ("warm": writing 2 GiB into /dev/shm
-    cost 0.36 CPU s/GiB right after the last output was deleted), and one freed some
-    seconds ago is not (1.7-1.8 s/GiB 3-30 s later: the host takes it back and the next
-    first touch faults), so a receiver's figure followed what ran just before it, by more
-    than iperf3's whole receive costs. After the wait every receiver starts alike, from
-    memory the host has taken back, as a server that was idle a while does."""
+    There a page freed a moment ago is still backed (writing 2 GiB into /dev/shm cost
+    0.33-0.36 CPU s/GiB right after the last output was deleted) and one freed seconds
+    ago may not be (1.7-1.8 s/GiB 3-30 s later in one hour, 0.3-0.7 in another: the host
+    takes reported pages back as it sees fit, and the next first touch faults), so a
+    receiver's figure followed what ran just before it, by more than iperf3's whole
+    receive costs. After the wait no receiver inherits its predecessor's pages: each
+    starts after the same idle time, as a server that was idle a while does."""
     return SETTLE_S if reporting else 0.0
 
 
@@ -452,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "costs a host fault at its next first touch (about 2 s/GiB measured), so every "
                 "receiver that writes a file (`sdr recv`, iperf3 -F) carries it; the memory "
                 f"rows do not. Each file run waits {args.settle:g} s first (--settle), so "
-                "every receiver starts from pages the host took back"
+                "no receiver gets the pages its predecessor freed a moment before"
             )
         places = ["loopback"] + (["emulated"] if args.link else [])
         for place in places:

@@ -9,9 +9,10 @@ writes), one right after the other, ``--repeat`` times; CPU s per GiB of each st
 
 ``temperature``: the same ``pwrite`` of a new file ``--waits`` seconds after the last
 one was deleted. Where a VM's balloon reports free pages to its host, a page freed a
-moment ago is still backed and one freed some seconds ago is not: its next first touch
-faults in the host (docs/benchmarks.md, "Issue 35, round 16"), which
-``benchmarks/cpu_per_byte.py --settle`` waits out.
+moment ago is still backed and one freed some seconds ago may not be: the host takes
+reported pages back as it sees fit, and the next first touch then faults in the host
+(docs/benchmarks.md, "Issue 35, round 16"); ``benchmarks/cpu_per_byte.py --settle``
+starts every file receiver after the same wait.
 
     python benchmarks/file_pages.py [--size 2GiB] [--dir /dev/shm] [--repeat 2]
         [--waits 0,3,10,30] [--json out/file_pages.json]
