@@ -188,8 +188,9 @@ def test_a_parity_lane_over_the_message_size_is_refused_before_the_network(tmp_p
     data.write_bytes(b"x" * (1 << 20))
     config = tmp_path / "x.toml"
     config.write_text('[reliability]\nscheme = "ec-xor"\nk = 8\nm = 16\n')
+    sent = ["send", str(data), "--to", "127.0.0.1:1", "--config", str(config), "--timeout", "2"]
     _assert_one_line_error(
-        _sdr("send", str(data), "--to", "127.0.0.1:1", "--config", str(config), "--timeout", "2"),
+        _sdr(*sent, "--message-size", "1MiB"),  # the default would hold the lane
         "ec-xor with k=8, m=16",
         "a 1MiB message needs a 2MiB parity lane",
         "use m <= k",

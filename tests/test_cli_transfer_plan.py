@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from sdr.cli.transfer_options import DEFAULT_LOSS, TransferOptions, merged_config, plan, qp_attr
+from sdr.cli.transfer_options import (
+    DEFAULT_LOSS,
+    TransferOptions,
+    merged_config,
+    message_bytes,
+    plan,
+    qp_attr,
+)
 from sdr.errors import ConfigError
 from sdr.reliability.config import load
 from sdr.runtime.auto_scheme import resolve
@@ -114,3 +121,22 @@ def test_auto_judges_the_stream_of_pieces_not_one_piece() -> None:
     opts = TransferOptions(rtt="100ms", rate="1Gbit/s", loss=1e-2, message_size="64MiB")
     config, selection = plan(opts, 256 << 20)
     assert config.scheme.startswith("sr-"), selection.ranking[:3]
+
+
+@pytest.mark.parametrize(
+    ("rate", "rtt", "mtu", "expected"),
+    [
+        ("1Gbit/s", "100ms", 4096, 64 << 20),  # 4 x 12.5 MB, rounded up
+        ("1Gbit/s", "25ms", 4096, 16 << 20),  # 4 x the defaults' 3.1 MB
+        ("100Mbit/s", "10ms", 4096, 1 << 20),  # 0.5 MB: never below 1 MiB
+        ("100Gbit/s", "100ms", 4096, 64 << 20),  # nor above 64 MiB
+        ("100Gbit/s", "100ms", 64, 16 << 20),  # nor above what the offsets address
+    ],
+)
+def test_auto_messages_hold_four_bandwidth_delay_products(rate, rtt, mtu, expected) -> None:
+    opts = TransferOptions(rate=rate, rtt=rtt, mtu=mtu)
+    assert opts.message_size == "auto"  # the default
+    assert message_bytes(opts, merged_config(opts)) == expected
+    assert qp_attr(opts, merged_config(opts)).max_message_size == expected
+    told = TransferOptions(rate=rate, rtt=rtt, mtu=mtu, message_size="3MiB")
+    assert message_bytes(told, merged_config(told)) == 3 << 20

@@ -162,7 +162,10 @@ def send(
         "[default: file's [reliability.params] drop, else 1e-3]",
     ),
     message_size: str = typer.Option(
-        "1MiB", help="bytes per reliable message (the progress bar moves by one)"
+        "auto",
+        help="bytes per reliable message (the progress bar moves by one); auto: 4 x --rate "
+        "x --rtt rounded up to a power of two, 1MiB to 64MiB (smaller messages starve a "
+        "long lossy link)",
     ),
     mtu: str = typer.Option(str(DEFAULT_MTU), help="payload bytes per packet"),
     chunk: str = typer.Option(

@@ -7,6 +7,7 @@ selector. Everything here is checked before the network is touched.
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from sdr.reliability import ReliabilityConfig
 from sdr.reliability.config import load
 from sdr.reliability.registry import available_schemes, create_scheme
 from sdr.runtime.auto_scheme import check_drop
-from sdr.units import format_size, parse_size
+from sdr.units import format_size, parse_rate, parse_size
 
 __all__ = [
     "DEFAULTS",
@@ -93,7 +94,8 @@ class TransferOptions:
     loss: float | None = None
     """The expected packet loss ``auto`` picks the scheme for; None: the ``--config``
     file's ``[reliability.params] drop``, else :data:`DEFAULT_LOSS`."""
-    message_size: str | int = "1MiB"
+    message_size: str | int = "auto"
+    """Bytes per reliable message, or ``auto`` (:func:`message_bytes`)."""
     mtu: str | int = DEFAULT_MTU
     chunk_size: str | int | None = None
     channels: int = 2
@@ -198,8 +200,37 @@ def _chunk_size(config: ReliabilityConfig) -> int:
     return config.chunk_size
 
 
+AUTO_MESSAGE = (1 << 20, 64 << 20)
+"""The range of ``--message-size auto``."""
+
+AUTO_BDPS = 4
+"""Bandwidth-delay products per message for ``--message-size auto``."""
+
+
+def message_bytes(opts: TransferOptions, config: ReliabilityConfig) -> int:
+    """``opts.message_size`` in bytes; ``auto``: :data:`AUTO_BDPS` bandwidth-delay
+    products (the config's rate x rtt) rounded up to a power of two, within
+    :data:`AUTO_MESSAGE` and what the immediate's offset bits address at the mtu.
+
+    A reliable QP keeps a fixed number of messages in flight (``max_in_flight``, 16), and
+    a message under repair holds its place for a round trip or two, so messages far below
+    the BDP starve a long lossy link: 256 MiB at 1 Gbit/s, loss 1e-2 took 1.54-1.73x the
+    ideal at 100 ms in 1 MiB messages and 1.07-1.22x in 16 or 64 MiB ones; at 25 ms 1.07-
+    1.09x in 1 MiB, 1.04-1.11x in 4 MiB, 1.035-1.043x in 16 or 64 MiB (docs/benchmarks.md,
+    "Issue 35, round 16"). A message that holds the BDP also lets the file end in an
+    erasure-coded tail (:mod:`~sdr.cli.transfer_tail`)."""
+    if opts.message_size != "auto":
+        return parse_size(opts.message_size)
+    low, high = AUTO_MESSAGE
+    rate = config.link_rate or parse_rate(DEFAULTS["link_rate"])
+    bdp = AUTO_BDPS * rate * config.rtt / 8
+    mtu = parse_size(opts.mtu)
+    addressed = sdr.QPAttr(mtu=mtu, chunk_size=mtu).layout.max_packets * mtu
+    return min(max(low, 1 << max(0, math.ceil(bdp) - 1).bit_length()), high, addressed)
+
+
 def qp_attr(opts: TransferOptions, config: ReliabilityConfig) -> sdr.QPAttr:
-    message = parse_size(opts.message_size)
+    message = message_bytes(opts, config)
     return sdr.QPAttr(
         mtu=opts.mtu,
         chunk_size=_chunk_size(config),
