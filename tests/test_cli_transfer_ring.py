@@ -14,10 +14,12 @@ from typing import Any
 import blake3
 import pytest
 
+import sdr
 from sdr.cli import transfer_receive, transfer_ring, transfer_send
 from sdr.cli.transfer_options import TransferOptions
 from sdr.cli.transfer_pieces import PieceWindow
 from sdr.cli.transfer_ring import RING_MAX, RING_SPAN, SLACK_RTTS, ReceiveRing, ring_slots
+from sdr.cli.transfer_setup import hello, parse_hello
 from sdr.errors import RemoteProtocolError
 
 MiB = 1 << 20
@@ -234,3 +236,13 @@ def test_a_sender_that_closes_with_another_digest_than_it_announced_is_refused(
     assert "announced sha256" in str(caught.value)
     assert isinstance(caught.value, RemoteProtocolError) or "receiver" in str(caught.value)
     assert not (tmp_path / "out.bin").exists()
+
+
+@pytest.mark.parametrize("digest", ["md5", "", 3, ["blake3"], {"a": 1}])
+def test_a_hello_naming_an_unknown_digest_is_refused_naming_the_field(digest) -> None:
+    attr = sdr.QPAttr(max_message_size=MiB)
+    body = hello("f", MiB, attr, {"scheme": "sr-nack"}, "{}", "0" * 32, None, digest="sha256")
+    assert parse_hello(body, "0" * 32, None, 1 << 40).digest == "sha256"
+    body["digest"] = digest
+    with pytest.raises(RemoteProtocolError, match="hello.digest must be one of"):
+        parse_hello(body, "0" * 32, None, 1 << 40)

@@ -46,22 +46,20 @@ def check_digest(name: object) -> str:
 def file_digest(buffer: Any, algorithm: str) -> str | None:
     """The hex digest of ``buffer`` by ``algorithm`` (None for ``none``)."""
     with memoryview(buffer) as view:
-        if algorithm == "blake3":
-            threads = blake3.blake3.AUTO if len(view) >= _THREADED else 1
-            return blake3.blake3(view, max_threads=threads).hexdigest()
-        if algorithm == "sha256":
-            return hashlib.sha256(view).hexdigest()
-    if algorithm == "none":
-        return None
-    raise ValueError(f"unknown digest {algorithm!r}")
+        digest = hasher(algorithm, threaded=len(view) >= _THREADED)
+        if digest is None:
+            return None
+        digest.update(view)
+        return str(digest.hexdigest())
 
 
-def hasher(algorithm: str) -> Any | None:
+def hasher(algorithm: str, threaded: bool = True) -> Any | None:
     """A fresh incremental hash by ``algorithm`` (``update``, ``hexdigest``), or None for
-    ``none``: the receiver's ring (:mod:`~sdr.cli.transfer_ring`) feeds it the pieces in
-    file order as it writes them, so the digest is ready when the last one lands."""
+    ``none``; ``threaded``: BLAKE3 on every core. The receiver's ring
+    (:mod:`~sdr.cli.transfer_ring`) feeds it the pieces in file order as it writes them,
+    so the digest is ready when the last one lands."""
     if algorithm == "blake3":
-        return blake3.blake3(max_threads=blake3.blake3.AUTO)
+        return blake3.blake3(max_threads=blake3.blake3.AUTO if threaded else 1)
     if algorithm == "sha256":
         return hashlib.sha256()
     if algorithm == "none":
