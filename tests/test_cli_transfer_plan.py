@@ -140,3 +140,10 @@ def test_auto_messages_hold_four_bandwidth_delay_products(rate, rtt, mtu, expect
     assert qp_attr(opts, merged_config(opts)).max_message_size == expected
     told = TransferOptions(rate=rate, rtt=rtt, mtu=mtu, message_size="3MiB")
     assert message_bytes(told, merged_config(told)) == 3 << 20
+
+
+@pytest.mark.parametrize("bad", ["banana", "0", "-1MiB", ""])
+def test_a_bad_message_size_is_refused_naming_the_flag(bad) -> None:
+    opts = TransferOptions(message_size=bad)
+    with pytest.raises(ConfigError, match="--message-size must be a size such as 16MiB, or auto"):
+        message_bytes(opts, merged_config(opts))

@@ -220,7 +220,15 @@ def message_bytes(opts: TransferOptions, config: ReliabilityConfig) -> int:
     "Issue 35, round 16"). A message that holds the BDP also lets the file end in an
     erasure-coded tail (:mod:`~sdr.cli.transfer_tail`)."""
     if opts.message_size != "auto":
-        return parse_size(opts.message_size)
+        try:
+            told = parse_size(opts.message_size)
+        except (ConfigError, ValueError, TypeError):
+            told = 0
+        if told < 1:
+            raise ConfigError(
+                f"--message-size must be a size such as 16MiB, or auto; got {opts.message_size!r}"
+            )
+        return told
     low, high = AUTO_MESSAGE
     rate = config.link_rate or parse_rate(DEFAULTS["link_rate"])
     bdp = AUTO_BDPS * rate * config.rtt / 8
